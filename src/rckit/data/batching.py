@@ -7,8 +7,11 @@ answer (SQuAD v2.0 no-answer, or evaluation data where only the answer texts mat
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
+from pathlib import Path
 
+import numpy as np
 import torch
 
 
@@ -29,3 +32,174 @@ class Batch:
 
     def __len__(self) -> int:
         return self.c_words.shape[0]
+
+
+class SquadSplit:
+    """One prepared split held as flat numpy arrays (see ``rckit.data.prepare``)."""
+
+    ARRAYS = (
+        "form_words", "form_chars", "ctx_ptr", "ctx_forms", "ctx_offsets",
+        "q_ptr", "q_forms", "q_ctx", "y_start", "y_end", "answerable",
+    )  # fmt: skip
+
+    def __init__(self, arrays: dict[str, np.ndarray], qids: list[str], contexts: list[str]):
+        missing = [k for k in self.ARRAYS if k not in arrays]
+        if missing:
+            raise ValueError(f"split is missing arrays: {missing}")
+        self.a = arrays
+        self.qids = qids
+        self.contexts = contexts
+        ctx_len = np.diff(arrays["ctx_ptr"])
+        self.c_len = ctx_len[arrays["q_ctx"]]  # (n_q,) context length of each question
+        self.q_len = np.diff(arrays["q_ptr"])
+
+    @classmethod
+    def from_arrays(cls, arrays, qids, contexts) -> "SquadSplit":
+        return cls(arrays, qids, contexts)
+
+    @classmethod
+    def load(cls, root: str | Path, name: str) -> "SquadSplit":
+        root = Path(root)
+        if not (root / f"{name}.text.json").exists():
+            raise FileNotFoundError(f"{root}: no prepared split named {name!r}")
+        arrays = {k: np.load(root / f"{name}.{k}.npy") for k in cls.ARRAYS}
+        text = json.loads((root / f"{name}.text.json").read_text())
+        return cls(arrays, text["qids"], text["contexts"])
+
+    def __len__(self) -> int:
+        return len(self.q_len)
+
+    def context_of(self, i: int) -> tuple[str, np.ndarray]:
+        """Context text and its (T, 2) token character offsets for question ``i``."""
+        c = int(self.a["q_ctx"][i])
+        lo, hi = self.a["ctx_ptr"][c], self.a["ctx_ptr"][c + 1]
+        return self.contexts[c], self.a["ctx_offsets"][lo:hi]
+
+    def collate(self, indices, max_c_len: int | None = None, max_q_len: int | None = None) -> Batch:
+        """Pad the examples ``indices`` to the longest in the batch (after truncation).
+
+        Answers that end beyond a truncated context get ``y = -1``; training code chooses
+        which examples to feed, so nothing is dropped here.
+        """
+        a = self.a
+        idx = np.asarray(indices, dtype=np.int64)
+        c_len = self.c_len[idx]
+        q_len = self.q_len[idx]
+        if max_c_len is not None:
+            c_len = np.minimum(c_len, max_c_len)
+        if max_q_len is not None:
+            q_len = np.minimum(q_len, max_q_len)
+        B, Tc, Tq = len(idx), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
+        c_forms = np.zeros((B, Tc), np.int64)
+        q_forms = np.zeros((B, Tq), np.int64)
+        c_mask = np.zeros((B, Tc), bool)
+        q_mask = np.zeros((B, Tq), bool)
+        for b, i in enumerate(idx):
+            lo = a["ctx_ptr"][a["q_ctx"][i]]
+            c_forms[b, : c_len[b]] = a["ctx_forms"][lo : lo + c_len[b]]
+            c_mask[b, : c_len[b]] = True
+            lo = a["q_ptr"][i]
+            q_forms[b, : q_len[b]] = a["q_forms"][lo : lo + q_len[b]]
+            q_mask[b, : q_len[b]] = True
+        # Form id 0 stands in for padding; the masks zero the ids there below.
+        c_words = np.where(c_mask, a["form_words"][c_forms], 0)
+        q_words = np.where(q_mask, a["form_words"][q_forms], 0)
+        c_chars = a["form_chars"][c_forms] * c_mask[..., None]  # (B, Tc, W)
+        q_chars = a["form_chars"][q_forms] * q_mask[..., None]  # (B, Tq, W)
+        y_start = a["y_start"][idx].astype(np.int64)
+        y_end = a["y_end"][idx].astype(np.int64)
+        cut = y_end >= c_len
+        y_start[cut] = -1
+        y_end[cut] = -1
+        t = torch.from_numpy
+        return Batch(
+            c_words=t(c_words.astype(np.int64)),
+            c_chars=t(c_chars.astype(np.int64)),
+            c_mask=t(c_mask),
+            q_words=t(q_words.astype(np.int64)),
+            q_chars=t(q_chars.astype(np.int64)),
+            q_mask=t(q_mask),
+            y_start=t(y_start),
+            y_end=t(y_end),
+            index=t(idx),
+        )
+
+
+class BucketBatchSampler:
+    """Batches of similar-length examples, each example exactly once per epoch.
+
+    Each epoch shuffles the examples, cuts them into pools of ``pool_batches`` batches, sorts
+    every pool by length and slices it into batches, then shuffles the batch order. Similar
+    lengths mean little padding; the pools keep batches random from epoch to epoch. Without
+    ``shuffle`` the order is simply longest-first, for evaluation.
+
+    With ``num_replicas > 1`` (data-parallel training) batch ``j`` of the epoch goes to rank
+    ``j % num_replicas``; when the batch count does not divide evenly, the last batches are
+    split so that every rank gets the same number of batches and still no example repeats.
+    """
+
+    def __init__(
+        self,
+        lengths,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        pool_batches: int = 50,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} outside [0, {num_replicas})")
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.pool_batches = pool_batches
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _all_batches(self) -> list[np.ndarray]:
+        n = len(self.lengths)
+        if not self.shuffle:
+            order = np.argsort(-self.lengths, kind="stable")
+            return [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+        rng = np.random.default_rng((self.seed, self.epoch))
+        perm = rng.permutation(n)
+        pool = self.batch_size * self.pool_batches
+        batches = []
+        for p in range(0, n, pool):
+            chunk = perm[p : p + pool]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches.extend(chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
+        rng.shuffle(batches)
+        return batches
+
+    def _replica_batches(self) -> list[np.ndarray]:
+        batches = self._all_batches()
+        R = self.num_replicas
+        if R == 1:
+            return batches
+        full = len(batches) - len(batches) % R
+        mine = batches[self.rank : full : R]
+        tail = batches[full:]
+        if tail:  # share the leftover examples out so every rank takes one more step
+            rest = np.concatenate(tail)
+            parts = np.array_split(rest, R)
+            if len(rest) >= R:
+                mine.append(parts[self.rank])
+            else:  # fewer leftovers than ranks: drop them this epoch (rng moves them next epoch)
+                pass
+        return mine
+
+    def __iter__(self):
+        for b in self._replica_batches():
+            yield b.tolist()
+
+    def __len__(self) -> int:
+        return len(self._replica_batches())

@@ -1,0 +1,219 @@
+"""The ``rckit`` command: prepare, train, evaluate, predict, score, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+DESCRIPTION = """\
+rckit: neural machine reading comprehension on SQuAD and cloze data.
+
+  rckit prepare squad                     tokenize, index and cache SQuAD (downloads if needed)
+  rckit train MODEL --out RUN             train a model, with checkpoints and a learning curve
+  rckit evaluate RUN                      official EM/F1 of a trained run on a SQuAD file
+  rckit predict RUN --context .. --question ..   answer one question
+  rckit score DATA.json PREDS.json        official EM/F1 of a predictions file
+  rckit bench MODEL                       training/inference speed and memory
+"""
+
+
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--train", help="training file (SQuAD JSON, plain or .gz)")
+    p.add_argument("--dev", help="evaluation file (SQuAD JSON, plain or .gz)")
+    p.add_argument(
+        "--data-dir",
+        help="directory holding train-v1.1*/dev-v1.1*/dev-v2.0* files (default: $RCKIT_DATA); "
+        "used instead of downloading",
+    )
+    p.add_argument("--version", default="1.1", choices=["1.1", "2.0"], help="SQuAD version for the official files")
+    p.add_argument("--cache-dir", help="where downloads and prepared data go (default: $RCKIT_CACHE or ~/.cache/rckit)")
+    p.add_argument("--embeddings", help="GloVe text file (word v1 .. vd per line); default: the glove-6b-50d package")
+    p.add_argument("--char-embeddings", help="GloVe-format character vectors to initialise character embeddings")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rckit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser(
+        "prepare",
+        help="tokenize, index and cache a dataset",
+        description="Read SQuAD, tokenize with character offsets, build vocabularies from the training split, "
+        "attach pretrained vectors and write indexed arrays to a cache directory keyed by every setting that "
+        "shaped them (a changed setting rebuilds, an unchanged one loads in seconds). Without --train/--dev "
+        "the official files are used: from --data-dir/$RCKIT_DATA if given, else downloaded and checksum-verified.",
+    )
+    p.add_argument("dataset", choices=["squad"], help="which dataset to prepare")
+    _add_data_args(p)
+    p.add_argument("--out", help="output directory (default: <cache-dir>/prepared)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
+    p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
+    p.add_argument("--json", action="store_true", help="print the full summary as JSON")
+
+    p = sub.add_parser(
+        "train",
+        help="train a model",
+        description="Train MODEL on SQuAD. Checkpoints, metrics.jsonl and a learning-curve plot go to --out; "
+        "--resume continues a stopped run from its last checkpoint.",
+    )
+    p.add_argument("model", help="model name (see `rckit train --help` once models are installed)")
+    _add_data_args(p)
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--preset", help="preset name or file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
+    p.add_argument("--time-budget", help="stop after this much wall-clock time, e.g. 45m, 2h, 90s")
+    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+
+    p = sub.add_parser(
+        "evaluate",
+        help="official EM/F1 of a trained run",
+        description="Predict every question of a SQuAD file with a trained run and print the official EM/F1.",
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("--data", help="SQuAD file to evaluate on (default: the run's dev file)")
+    p.add_argument("--limit", type=int, help="only the first N questions (scored over those N)")
+    p.add_argument("--out", help="write predictions JSON here")
+
+    p = sub.add_parser("predict", help="answer one question", description="Answer a question about a context.")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--context", required=True, help="context paragraph text")
+    p.add_argument("--question", required=True, help="question text")
+    p.add_argument("--json", action="store_true", help="print JSON with the answer, its span and score")
+
+    p = sub.add_parser(
+        "score",
+        help="official EM/F1 of a predictions file",
+        description="Score PREDICTIONS ({question id: answer text}) against DATASET with the official SQuAD rules. "
+        "Every question of the dataset counts; a missing prediction scores 0. Prints one JSON line.",
+    )
+    p.add_argument("dataset", help="SQuAD JSON file, plain or .gz")
+    p.add_argument("predictions", help="predictions JSON file")
+    p.add_argument("--version", choices=["1.1", "2.0"], help="scoring rules (default: the dataset's version field)")
+
+    p = sub.add_parser(
+        "bench",
+        help="speed and memory of a model",
+        description="Training examples/s, inference examples/s (batch 32), single-question latency and peak "
+        "memory on a fixed slice of SQuAD dev.",
+    )
+    p.add_argument("model", help="model name")
+    p.add_argument("--preset", help="preset name or file")
+    _add_data_args(p)
+    return parser
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def resolve_files(args) -> tuple[Path, Path]:
+    from rckit.data.download import resolve_squad_files
+
+    train, dev = args.train, args.dev
+    if train is None or dev is None:
+        need = tuple(s for s, v in (("train", train), ("dev", dev)) if v is None)
+        found = resolve_squad_files(args.version, data_dir=args.data_dir, cache_dir=args.cache_dir, splits=need)
+        train = train or found.get("train")
+        dev = dev or found.get("dev")
+    for label, f in (("--train", train), ("--dev", dev)):
+        if not Path(f).exists():
+            raise SystemExit(f"rckit: {label} file not found: {f}")
+    return Path(train), Path(dev)
+
+
+def prepare_from_args(args, log=print):
+    from rckit.config import apply_overrides
+    from rckit.data.download import default_cache_dir
+    from rckit.data.prepare import PrepareConfig, prepare_squad
+
+    cfg = PrepareConfig()
+    if args.embeddings:
+        cfg.embeddings = str(Path(args.embeddings).resolve())
+    if args.char_embeddings:
+        cfg.char_embeddings = str(Path(args.char_embeddings).resolve())
+    cfg = apply_overrides(cfg, getattr(args, "set", []) or [])
+    train, dev = resolve_files(args)
+    out = Path(args.out) if getattr(args, "out", None) and args.command == "prepare" else default_cache_dir(args.cache_dir) / "prepared"
+    return prepare_squad(train, {"dev": dev}, out, cfg, rebuild=getattr(args, "rebuild", False))
+
+
+def cmd_prepare(args) -> int:
+    t0 = time.perf_counter()
+    prepared = prepare_from_args(args)
+    seconds = time.perf_counter() - t0
+    meta = prepared.meta
+    if args.json:
+        print(json.dumps({**meta, "path": str(prepared.root), "from_cache": prepared.from_cache, "wall_seconds": round(seconds, 2)}))
+        return 0
+    how = "loaded from cache" if prepared.from_cache else "built"
+    print(f"prepared data {how} in {seconds:.1f}s: {prepared.root}")
+    v = meta["vocab"]
+    print(f"  embeddings: {meta['embeddings_source']} ({meta['embedding_dim']}d, lowercase={meta['lowercase']})")
+    print(f"  vocabulary: {v['words']} words ({v['trainable_words']} trainable), {v['chars']} characters")
+    if meta["config"].get("char_embeddings"):
+        print(f"  character vectors found: {meta['char_vectors_found']} of {v['chars'] - 2}")
+    for name, s in meta["splits"].items():
+        cov = s["coverage"]
+        c, q = s["context_tokens"], s["question_tokens"]
+        print(f"  {name}: {s['questions']} questions, {s['contexts']} contexts (v{s['version']}, {s['file']})")
+        print(
+            f"    answers on token boundaries: {s['answers_on_token_boundaries']}/{s['answers']} "
+            f"({100 * s['alignment']:.2f}%); cutting a token: {s['answers_cutting_a_token']}; "
+            f"answer_start not matching the text: {s['answers_misaligned_offset']}"
+        )
+        for m in s["misaligned_offsets"][:5]:
+            print(f"      {m['id']} answer {m['answer']}: start {m['answer_start']} holds {m['found']!r}, not {m['text']!r}")
+        print(
+            f"    coverage: {100 * cov['tokens_with_pretrained_vector']:.2f}% of tokens have a pretrained vector "
+            f"({100 * cov['forms_with_pretrained_vector']:.2f}% of distinct forms)"
+        )
+        print(f"    context tokens mean {c['mean']} p95 {c['p95']} max {c['max']}; question tokens mean {q['mean']} p95 {q['p95']} max {q['max']}")
+    print(f"  details: {prepared.root / 'meta.json'}")
+    return 0
+
+
+def cmd_score(args) -> int:
+    from rckit.data.squad import load_json
+    from rckit.evaluation.squad_metrics import score_predictions
+
+    dataset = load_json(args.dataset)
+    try:
+        predictions = json.loads(Path(args.predictions).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"rckit: {args.predictions}: not valid JSON (line {e.lineno}: {e.msg})")
+    if not isinstance(predictions, dict):
+        raise SystemExit(f"rckit: {args.predictions}: expected an object mapping question ids to answers")
+    version = args.version or str(dataset.get("version", "1.1")).lstrip("v")
+    version = "2.0" if version.startswith("2") else "1.1"
+    print(json.dumps(score_predictions(dataset, predictions, version)))
+    return 0
+
+
+def _no_model(args) -> int:
+    print(f"rckit {args.command}: no model named {getattr(args, 'model', None) or 'in this run'!r} yet: no models are installed", file=sys.stderr)
+    return 2
+
+
+COMMANDS = {
+    "prepare": cmd_prepare,
+    "score": cmd_score,
+    "train": _no_model,
+    "evaluate": _no_model,
+    "predict": _no_model,
+    "bench": _no_model,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"rckit {args.command}: {e}", file=sys.stderr)
+        return 2

