@@ -1,0 +1,74 @@
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real SQuAD files beside the checkout; their absence is a failure, not a skip."""
+    if not (SHARED / "squad-v1.1" / "dev-v1.1.json.gz").exists():
+        pytest.fail(f"real data not found at {SHARED}: clone the project beside ../shared")
+    return SHARED
+
+
+def squad_json(paragraphs, version="1.1", title="T"):
+    """A SQuAD document from [(context, [(qid, question, [(text, start), ...], is_impossible)])]."""
+    paras = []
+    for context, qas in paragraphs:
+        out = []
+        for qid, question, answers, *rest in qas:
+            qa = {"id": qid, "question": question, "answers": [{"text": t, "answer_start": s} for t, s in answers]}
+            if version == "2.0":
+                qa["is_impossible"] = bool(rest and rest[0])
+            out.append(qa)
+        paras.append({"context": context, "qas": out})
+    return {"version": version, "data": [{"title": title, "paragraphs": paras}]}
+
+
+def write_json(path: Path, obj, gz=False) -> Path:
+    data = json.dumps(obj).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+TRAIN_PARAS = [
+    (
+        "Denver Broncos won Super Bowl 50 in 2016. The game was played at Levi's Stadium.",
+        [
+            ("t1", "Who won Super Bowl 50?", [("Denver Broncos", 0)]),
+            ("t2", "Where was the game played?", [("Levi's Stadium", 65)]),
+        ],
+    ),
+    (
+        "Paris is the capital of France. It doesn't rain much in July.",
+        [("t3", "What is the capital of France?", [("Paris", 0)])],
+    ),
+]
+DEV_PARAS = [
+    (
+        "The Eiffel Tower is in Paris, France, and was built in 1889.",
+        [("d1", "When was the Eiffel Tower built?", [("1889", 55), ("in 1889", 52)])],
+    )
+]
+GLOVE_WORDS = ["denver", "broncos", "won", "super", "bowl", "paris", "the", "capital", "of", "france", "in", "tower", "built", "1889", "."]
+
+
+@pytest.fixture
+def tiny_squad(tmp_path):
+    train = write_json(tmp_path / "train-v1.1.json", squad_json(TRAIN_PARAS))
+    dev = write_json(tmp_path / "dev-v1.1.json.gz", squad_json(DEV_PARAS), gz=True)
+    return train, dev
+
+
+@pytest.fixture
+def tiny_glove(tmp_path):
+    """A 4-dimensional GloVe text file, gzipped, with one multi-word entry to skip."""
+    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS)]
+    lines.append(". . . 1 2 3 4")
+    path = tmp_path / "glove.tiny.4d.txt.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    return path
