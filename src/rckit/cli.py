@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
     p.add_argument("--time-budget", help="stop after this much wall-clock time, e.g. 45m, 2h, 90s")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument("--checkpoint-every", type=int, metavar="N", help="write last.pt every N steps")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser(
         "evaluate",
@@ -80,12 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="SQuAD file to evaluate on (default: the run's dev file)")
     p.add_argument("--limit", type=int, help="only the first N questions (scored over those N)")
     p.add_argument("--out", help="write predictions JSON here")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--batch-size", type=int, default=32)
 
     p = sub.add_parser("predict", help="answer one question", description="Answer a question about a context.")
     p.add_argument("run", help="run directory")
     p.add_argument("--context", required=True, help="context paragraph text")
     p.add_argument("--question", required=True, help="question text")
     p.add_argument("--json", action="store_true", help="print JSON with the answer, its span and score")
+    p.add_argument("--device", default="auto")
 
     p = sub.add_parser(
         "score",
@@ -105,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", help="model name")
     p.add_argument("--preset", help="preset name or file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    p.add_argument("--amp", default="fp32", choices=["fp32", "bf16"], help="autocast dtype")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--steps", type=int, default=20, help="timed training steps")
+    p.add_argument("--questions", type=int, default=1024, help="size of the dev slice")
+    p.add_argument("--json", action="store_true")
     _add_data_args(p)
     return parser
 
@@ -195,18 +207,153 @@ def cmd_score(args) -> int:
     return 0
 
 
-def _no_model(args) -> int:
-    print(f"rckit {args.command}: no model named {getattr(args, 'model', None) or 'in this run'!r} yet: no models are installed", file=sys.stderr)
-    return 2
+def parse_duration(text: str | None) -> float | None:
+    """'45m' -> 2700.0; accepts s, m, h suffixes or plain seconds."""
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t[-1] in units else float(t)
+    except ValueError:
+        raise ValueError(f"--time-budget: cannot read {text!r} (use e.g. 90s, 45m, 2h)") from None
+
+
+def pick_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def model_configs(model: str, preset: str | None, overrides: list[str]):
+    """(model config, train config) from a preset and ``--set`` overrides.
+
+    Keys are ``model.FIELD`` or ``train.FIELD``; a bare ``FIELD`` goes to whichever config has it.
+    """
+    from rckit.config import apply_overrides, load_preset
+    from rckit.models import MODELS, preset_path
+    from rckit.training.loop import TrainConfig
+
+    if model not in MODELS:
+        raise ValueError(f"no model named {model!r}; available: {', '.join(sorted(MODELS))}")
+    cfg_cls, _ = MODELS[model]
+    mcfg, tcfg = cfg_cls(), TrainConfig()
+    if preset:
+        data = load_preset(preset_path(model, preset))
+        unknown = set(data) - {"model", "train"}
+        if unknown:
+            raise ValueError(f"preset {preset!r}: unknown sections {sorted(unknown)} (expected model, train)")
+        mcfg = apply_overrides(mcfg, data.get("model", {}))
+        tcfg = apply_overrides(tcfg, data.get("train", {}))
+    m_over, t_over = [], []
+    for o in overrides:
+        key = o.split("=", 1)[0].strip()
+        if key.startswith("model."):
+            m_over.append(o[len("model."):])
+        elif key.startswith("train."):
+            t_over.append(o[len("train."):])
+        elif hasattr(mcfg, key.split(".")[0]):
+            m_over.append(o)
+        else:
+            t_over.append(o)
+    return apply_overrides(mcfg, m_over), apply_overrides(tcfg, t_over)
+
+
+def cmd_train(args) -> int:
+    from dataclasses import replace
+
+    from rckit.models import MODELS
+    from rckit.training.loop import train
+
+    mcfg, tcfg = model_configs(args.model, args.preset, args.set)
+    if args.checkpoint_every:
+        tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
+    prepared = prepare_from_args(args)
+    summary = train(
+        args.model, MODELS[args.model][1], mcfg, tcfg, prepared, args.out,
+        max_steps=args.max_steps, time_budget=parse_duration(args.time_budget), resume=args.resume,
+        device=pick_device(args.device), progress=not args.no_progress,
+    )
+    import os
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(summary))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from rckit.data.prepare import featurize
+    from rckit.data.squad import read_squad
+    from rckit.evaluation.predict import predict_split
+    from rckit.evaluation.squad_metrics import score_predictions
+    from rckit.runs import load_model
+
+    device = pick_device(args.device)
+    model, vocabs, ckpt = load_model(args.run, device)
+    data = args.data or ckpt["data"]["dev_file"]
+    ds = read_squad(data)
+    split, _ = featurize(ds, vocabs)
+    rows = None
+    raw = ds.raw
+    if args.limit:
+        rows = list(range(min(args.limit, len(split))))
+        keep = {split.qids[i] for i in rows}
+        raw = {**raw, "data": [
+            {**art, "paragraphs": [{**p, "qas": [qa for qa in p["qas"] if qa["id"] in keep]} for p in art["paragraphs"]]}
+            for art in raw["data"]
+        ]}
+    from tqdm import tqdm
+
+    with tqdm(total=len(rows) if rows else len(split), unit="q", file=sys.stderr, disable=None) as bar:
+        preds = predict_split(model, split, rows, args.batch_size, ckpt["train_config"].get("max_answer_len", 30),
+                              device, progress=bar.update)
+    if args.out:
+        Path(args.out).write_text(json.dumps(preds, ensure_ascii=False))
+    print(json.dumps(score_predictions(raw, preds, ds.report.version)))
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from rckit.evaluation.predict import answer
+    from rckit.runs import load_model
+
+    device = pick_device(args.device)
+    model, vocabs, ckpt = load_model(args.run, device)
+    res = answer(model, vocabs, args.context, args.question, ckpt["train_config"].get("max_answer_len", 30), device)
+    print(json.dumps(res, ensure_ascii=False) if args.json else res["answer"])
+    return 0
+
+
+def cmd_bench(args) -> int:
+    import torch
+
+    from rckit.data.prepare import featurize
+    from rckit.data.squad import read_squad
+    from rckit.models import MODELS
+    from rckit.training.bench import bench
+
+    mcfg, _ = model_configs(args.model, args.preset, args.set)
+    prepared = prepare_from_args(args)
+    device = pick_device(args.device)
+    torch.manual_seed(0)
+    model = MODELS[args.model][1](mcfg, prepared.embedding_info()).to(device)
+    split = prepared.split("dev")
+    res = bench(model, split, device, torch.bfloat16 if args.amp == "bf16" else None, train_steps=args.steps,
+                n_questions=args.questions)
+    res = {"model": args.model, "preset": args.preset, **res}
+    print(json.dumps(res) if args.json else "\n".join(f"{k:26s} {v}" for k, v in res.items()))
+    return 0
 
 
 COMMANDS = {
     "prepare": cmd_prepare,
     "score": cmd_score,
-    "train": _no_model,
-    "evaluate": _no_model,
-    "predict": _no_model,
-    "bench": _no_model,
+    "train": cmd_train,
+    "evaluate": cmd_evaluate,
+    "predict": cmd_predict,
+    "bench": cmd_bench,
 }
 
 

@@ -1,0 +1,259 @@
+"""Span decoding: from start/end logits to answer token spans and answer text.
+
+A span model gives, for every context token ``i``, a start logit and an end logit. With
+``p_start = softmax(start_logits)`` and ``p_end = softmax(end_logits)``, both taken over the
+real tokens only, the answer is the span ``(s, e)`` that maximises
+
+    p_start[s] * p_end[e]   subject to   s <= e  and  e - s + 1 <= max_len     (BiDAF / QANet)
+
+which is decoded here as the maximum of ``log p_start[s] + log p_end[e]``.
+
+``max_len`` is the answer length in tokens, counting both ends: ``max_len=1`` allows only
+single-token answers and ``max_len=30`` (the QANet setting) allows ``e <= s + 29``.
+
+A span is *valid* when every token in it is real (``mask`` True), so a span never crosses
+padding, or a hole in the mask. With the usual right padding this is simply
+``e < length``.
+
+Conventions, as everywhere in rckit: ``mask`` is bool with True = real token, token spans are
+inclusive ``(start, end)``, character spans are half-open ``[start, end)``.
+
+Numerics: whatever the input dtype (float32, bfloat16, float16), logits are cast to float32
+before the masked log-softmax, and all scores are float32. Softmax masking fills with
+``torch.finfo(torch.float32).min``. Logits of real tokens are assumed finite; logits at
+padded positions may be anything (huge, inf, nan): they are overwritten before use.
+
+Rows with no valid span (an all-padding mask, or only the null position in
+:func:`best_spans_with_null`) decode to ``start = end = -1`` and ``score = -inf``.
+
+Memory is O(B * T * max_len): scores are only formed on the band ``s <= e < s + max_len``,
+never on the full (T, T) matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class SpanPrediction:
+    """Decoded spans. Shapes are (B,) from :func:`best_spans`, (B, k) from :func:`topk_spans`."""
+
+    start: torch.Tensor  # long, inclusive token index, -1 where there is no valid span
+    end: torch.Tensor  # long, inclusive token index, -1 where there is no valid span
+    score: torch.Tensor  # float32, log p_start[start] + log p_end[end], -inf where no span
+
+
+def _check_inputs(start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_len: int) -> None:
+    if start_logits.dim() != 2 or start_logits.shape != end_logits.shape or start_logits.shape != mask.shape:
+        raise ValueError(
+            "start_logits, end_logits and mask must all be (B, T); got "
+            f"{tuple(start_logits.shape)}, {tuple(end_logits.shape)}, {tuple(mask.shape)}"
+        )
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be bool (True = real token), got {mask.dtype}")
+    if not start_logits.is_floating_point() or not end_logits.is_floating_point():
+        raise ValueError("start_logits and end_logits must be floating point")
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+
+
+def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log-softmax over the real tokens of each row, in float32. Padded entries are meaningless."""
+    logits = logits.float().masked_fill(~mask, torch.finfo(torch.float32).min)
+    return logits.log_softmax(dim=-1)  # (B, T)
+
+
+def _band_scores(
+    log_p_start: torch.Tensor, log_p_end: torch.Tensor, span_mask: torch.Tensor, max_len: int
+) -> torch.Tensor:
+    """Scores of all spans on the band, ``-inf`` where the span is not valid.
+
+    Entry ``[b, s, d]`` is the span ``(s, s + d)``, so ``d = end - start`` in ``[0, L)`` with
+    ``L = min(max_len, T)`` (a longer band could only hold spans running past the end).
+    """
+    B, T = log_p_start.shape
+    L = min(max_len, T)
+    d = torch.arange(L, device=log_p_start.device)  # (L,)
+
+    # unfold gives a strided view: band[b, s, d] = padded[b, s + d], no copy until the add below.
+    end_band = F.pad(log_p_end, (0, L - 1), value=torch.finfo(torch.float32).min).unfold(1, L, 1)  # (B, T, L)
+    scores = log_p_start.unsqueeze(2) + end_band  # (B, T, L)
+
+    # A span is valid iff all of its d + 1 tokens are real. Rather than checking only the two
+    # ends, measure the run of real tokens starting at each s, so holes in the mask count too.
+    position = torch.arange(T, device=span_mask.device)  # (T,)
+    pad_position = torch.where(span_mask, T, position)  # (B, T), T on real tokens
+    next_pad = pad_position.flip(1).cummin(1).values.flip(1)  # (B, T), first pad at or after s
+    run = next_pad - position  # (B, T), 0 where s itself is padding; never runs past T
+    invalid = d >= run.unsqueeze(2)  # (B, T, L)
+    return scores.masked_fill_(invalid, float("-inf"))
+
+
+def _empty(shape: tuple[int, ...], device: torch.device) -> SpanPrediction:
+    return SpanPrediction(
+        start=torch.full(shape, -1, dtype=torch.long, device=device),
+        end=torch.full(shape, -1, dtype=torch.long, device=device),
+        score=torch.full(shape, float("-inf"), dtype=torch.float32, device=device),
+    )
+
+
+def _decode_best(scores: torch.Tensor) -> SpanPrediction:
+    """Best span per row of a (B, T, L) band."""
+    B, T, L = scores.shape
+    flat = scores.reshape(B, T * L)  # (B, T * L)
+    # argmax returns the first maximum: ties go to the smallest start, then the shortest span.
+    index = flat.argmax(dim=1)  # (B,)
+    score = flat.gather(1, index.unsqueeze(1)).squeeze(1)  # (B,)
+    start = torch.div(index, L, rounding_mode="floor")
+    end = start + index % L
+    found = score > float("-inf")
+    return SpanPrediction(
+        start=torch.where(found, start, -1),
+        end=torch.where(found, end, -1),
+        score=score,
+    )
+
+
+@torch.no_grad()
+def best_spans(
+    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_len: int = 30
+) -> SpanPrediction:
+    """The most likely answer span of every example.
+
+    Args:
+        start_logits, end_logits: (B, T) raw logits, any float dtype, any device.
+        mask: (B, T) bool, True = real token.
+        max_len: longest answer in tokens, both ends included: ``end - start + 1 <= max_len``.
+
+    Returns:
+        :class:`SpanPrediction` with (B,) tensors on the input device. ``score`` is float32
+        ``log p_start[start] + log p_end[end]``. Ties go to the smallest start, then the
+        shortest span. A row with no real token gives ``(-1, -1)`` and score ``-inf``.
+    """
+    _check_inputs(start_logits, end_logits, mask, max_len)
+    B, T = start_logits.shape
+    if T == 0:
+        return _empty((B,), start_logits.device)
+    log_p_start = _masked_log_softmax(start_logits, mask)
+    log_p_end = _masked_log_softmax(end_logits, mask)
+    return _decode_best(_band_scores(log_p_start, log_p_end, mask, max_len))
+
+
+@torch.no_grad()
+def topk_spans(
+    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, k: int, max_len: int = 30
+) -> SpanPrediction:
+    """The ``k`` most likely answer spans of every example, best first.
+
+    Same inputs and scores as :func:`best_spans`. Returns (B, k) tensors sorted by score,
+    descending; the order among equal scores is unspecified. Where an example has fewer
+    than ``k`` valid spans, its last entries are padding: ``start = end = -1`` and
+    ``score = -inf``.
+    """
+    _check_inputs(start_logits, end_logits, mask, max_len)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    B, T = start_logits.shape
+    if T == 0:
+        return _empty((B, k), start_logits.device)
+    log_p_start = _masked_log_softmax(start_logits, mask)
+    log_p_end = _masked_log_softmax(end_logits, mask)
+    scores = _band_scores(log_p_start, log_p_end, mask, max_len)  # (B, T, L)
+    L = scores.shape[2]
+
+    flat = scores.reshape(B, T * L)  # (B, T * L)
+    n = min(k, T * L)
+    score, index = flat.topk(n, dim=1, sorted=True)  # (B, n)
+    start = torch.div(index, L, rounding_mode="floor")
+    end = start + index % L
+    found = score > float("-inf")
+    out = _empty((B, k), start_logits.device)
+    out.start[:, :n] = torch.where(found, start, -1)
+    out.end[:, :n] = torch.where(found, end, -1)
+    out.score[:, :n] = score
+    return out
+
+
+@torch.no_grad()
+def best_spans_with_null(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    mask: torch.Tensor,
+    null_index: int = 0,
+    max_len: int = 30,
+    threshold: float = 0.0,
+) -> tuple[SpanPrediction, torch.Tensor]:
+    """Best span plus a no-answer decision, for SQuAD v2.0 models with a null position.
+
+    The model scores "no answer" at token ``null_index`` (a real token, e.g. a prepended
+    no-answer token). ``p_start`` and ``p_end`` are softmaxes over all real tokens,
+    the null position included, so null and non-null spans compete for the same mass.
+
+    The null score is ``log p_start[null] + log p_end[null]``. The returned span is the best
+    *non-null* span: it never contains ``null_index`` (spans are decoded as if that token
+    were padding). ``is_null`` (B,) bool is True where
+
+        null_score - best_non_null_score > threshold
+
+    which is also True when no non-null span exists (its score is ``-inf``, its span -1).
+    The span is returned even where ``is_null`` is True; the caller chooses the empty answer.
+
+    Raises:
+        ValueError: if ``null_index`` is out of range or not a real token in every row.
+    """
+    _check_inputs(start_logits, end_logits, mask, max_len)
+    B, T = start_logits.shape
+    if not 0 <= null_index < T:
+        raise ValueError(f"null_index {null_index} is out of range for T = {T}")
+    if not bool(mask[:, null_index].all()):
+        raise ValueError(f"mask must be True at null_index {null_index} in every row")
+
+    log_p_start = _masked_log_softmax(start_logits, mask)
+    log_p_end = _masked_log_softmax(end_logits, mask)
+    null_score = log_p_start[:, null_index] + log_p_end[:, null_index]  # (B,)
+
+    span_mask = mask.clone()
+    span_mask[:, null_index] = False
+    pred = _decode_best(_band_scores(log_p_start, log_p_end, span_mask, max_len))
+    is_null = (null_score - pred.score) > threshold
+    return pred, is_null
+
+
+def _offset_pair(offsets, index: int) -> tuple[int, int]:
+    pair = offsets[index]
+    return int(pair[0]), int(pair[1])
+
+
+def char_span(offsets: Sequence[tuple[int, int]] | torch.Tensor, start: int, end: int) -> tuple[int, int]:
+    """Half-open character span ``[first char of token start, end of token end)``.
+
+    ``offsets`` holds one half-open ``(char_start, char_end)`` per token: a sequence of pairs
+    or a (T, 2) numpy array / tensor. ``start`` and ``end`` are an inclusive token span;
+    -1 (no span) and other out-of-range indices raise ValueError rather than wrapping around.
+    """
+    start, end = int(start), int(end)
+    n_tokens = len(offsets)
+    if not 0 <= start <= end < n_tokens:
+        raise ValueError(f"token span ({start}, {end}) is not valid for {n_tokens} tokens")
+    char_start, _ = _offset_pair(offsets, start)
+    _, char_end = _offset_pair(offsets, end)
+    if char_start > char_end:
+        raise ValueError(f"offsets give a reversed character span [{char_start}, {char_end})")
+    return char_start, char_end
+
+
+def span_to_text(context: str, offsets: Sequence[tuple[int, int]] | torch.Tensor, start: int, end: int) -> str:
+    """The exact substring of ``context`` covered by the inclusive token span ``(start, end)``.
+
+    Offsets count Python ``str`` characters (code points), as ``re.Match.span`` gives them,
+    so whatever lies between the tokens (several spaces, newlines) is kept verbatim.
+    """
+    char_start, char_end = char_span(offsets, start, end)
+    if char_end > len(context):
+        raise ValueError(f"character span [{char_start}, {char_end}) runs past the context ({len(context)} chars)")
+    return context[char_start:char_end]

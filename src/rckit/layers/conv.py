@@ -1,0 +1,33 @@
+"""Depthwise-separable 1-D convolution (Chollet 2017), QANet's convolution sublayer.
+
+A depthwise conv (one length-k filter per input channel, no bias) followed by a pointwise
+1x1 conv (``in -> out``, with bias). It equals a plain conv whose weight is
+``W[o, i, t] = P[o, i] * D[i, t]`` with ``k * in + in * out`` parameters instead of
+``k * in * out``.
+
+The module works on channels-last tensors (B, T, C) because every model in rckit keeps
+sequences that way; it transposes around ``nn.Conv1d``. Padding is ``k // 2`` zeros on each
+side (same length out), so callers must zero padded positions first if they want padding
+not to leak into real ones.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class DepthwiseSeparableConv1d(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+        super().__init__()
+        if kernel_size % 2 != 1:
+            raise ValueError(f"kernel_size must be odd to keep the length, got {kernel_size}")
+        self.depthwise = nn.Conv1d(
+            in_channels, in_channels, kernel_size, padding=kernel_size // 2, groups=in_channels, bias=False
+        )
+        self.pointwise = nn.Conv1d(in_channels, out_channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.transpose(1, 2)  # (B, C_in, T)
+        x = self.pointwise(self.depthwise(x))  # (B, C_out, T)
+        return x.transpose(1, 2)  # (B, T, C_out)

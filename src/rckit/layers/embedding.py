@@ -1,0 +1,102 @@
+"""Word + character input embedding (QANet Sec. 2.2 "Input Embedding Layer", after BiDAF).
+
+For each token: a word vector ``x_w`` (GloVe, fixed, except the trainable rows of
+:class:`~rckit.data.embeddings.EmbeddingInfo`), and a character vector ``x_c`` obtained by
+embedding the token's characters, convolving over them (width ``char_conv_width``, ReLU) and
+max-pooling over the real characters. The paper only max-pools the character embeddings; the
+convolution follows the authors' released code and BiDAF. Then ``[x_w; x_c]`` goes through a
+2-layer highway network and a linear projection to ``d_model`` (the paper's 1x1 conv at the
+start of the embedding encoder; we do it here so the encoder block only sees ``d_model``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rckit.data.embeddings import EmbeddingInfo
+from rckit.layers.highway import Highway
+
+
+class PartiallyFrozenEmbedding(nn.Module):
+    """Word table whose first ``n_trainable`` rows are a parameter and the rest a fixed buffer.
+
+    The fixed rows live in a (persistent) buffer, so they are saved with the model, moved by
+    ``.to()``, and never seen by the optimiser, weight decay or an EMA over ``parameters()``.
+    """
+
+    def __init__(self, vectors: torch.Tensor, n_trainable: int):
+        super().__init__()
+        V, _ = vectors.shape
+        if not 1 <= n_trainable <= V:
+            raise ValueError(f"n_trainable={n_trainable} must be in [1, {V}]")
+        self.n_trainable = n_trainable
+        vectors = vectors.detach().float()
+        self.trainable = nn.Parameter(vectors[:n_trainable].clone())  # (n, Dw)
+        # clone() so the buffer does not keep (and save) the whole source storage alive.
+        self.register_buffer("frozen", vectors[n_trainable:].clone())  # (V - n, Dw)
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.trainable.shape[1]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        n = self.n_trainable
+        trainable = F.embedding(ids.clamp(max=n - 1), self.trainable)  # (..., Dw)
+        if self.frozen.shape[0] == 0:
+            return trainable
+        frozen = F.embedding((ids - n).clamp(min=0), self.frozen)  # (..., Dw)
+        return torch.where((ids < n).unsqueeze(-1), trainable, frozen)
+
+
+class CharCNN(nn.Module):
+    """Characters -> one vector per word: embed, conv over the word, ReLU, max over real chars."""
+
+    def __init__(self, n_chars: int, char_dim: int, out_dim: int, width: int,
+                 char_vectors: torch.Tensor | None = None, dropout: float = 0.0):
+        super().__init__()
+        if width % 2 != 1:
+            raise ValueError(f"char_conv_width must be odd, got {width}")
+        self.embed = nn.Embedding(n_chars, char_dim)
+        if char_vectors is not None:
+            self.embed.weight.data.copy_(char_vectors)
+        self.conv = nn.Conv1d(char_dim, out_dim, width, padding=width // 2)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        """``chars`` (B, T, W) long, 0 = <pad>; returns (B, T, out_dim)."""
+        B, T, W = chars.shape
+        char_mask = (chars != 0).reshape(B * T, 1, W)  # (B*T, 1, W)
+        x = self.dropout(self.embed(chars)).reshape(B * T, W, -1)  # (B*T, W, Dc)
+        # Zero padded chars so the conv sees the same thing whatever W the batch was padded to.
+        x = x.transpose(1, 2).masked_fill(~char_mask, 0.0)  # (B*T, Dc, W)
+        x = torch.relu(self.conv(x))  # (B*T, C, W)
+        # After ReLU every real value is >= 0, so filling padded chars with 0 before the max
+        # equals a masked max, and all-padding words (padded tokens) come out as zeros.
+        x = x.masked_fill(~char_mask, 0.0).amax(dim=2)  # (B*T, C)
+        return x.view(B, T, -1)  # (B, T, C)
+
+
+class InputEmbedding(nn.Module):
+    """Token ids + char ids -> (B, T, d_model); shared by the context and the question."""
+
+    def __init__(self, emb: EmbeddingInfo, d_model: int, char_dim: int, char_conv_width: int,
+                 highway_layers: int = 2, dropout: float = 0.1, char_dropout: float = 0.05,
+                 freeze_pretrained_words: bool = True):
+        super().__init__()
+        V = emb.word_vectors.shape[0]
+        self.word = PartiallyFrozenEmbedding(emb.word_vectors, emb.n_trainable_words if freeze_pretrained_words else V)
+        if emb.char_vectors is not None:
+            char_dim = emb.char_vectors.shape[1]
+        # The char CNN keeps the char width (the paper's p2 = 200), so [x_w; x_c] is 300 + 200.
+        self.char = CharCNN(emb.n_chars, char_dim, char_dim, char_conv_width, emb.char_vectors, char_dropout)
+        d_in = self.word.embedding_dim + char_dim
+        self.word_dropout = nn.Dropout(dropout)
+        self.highway = Highway(d_in, highway_layers, dropout)
+        self.proj = nn.Linear(d_in, d_model)
+
+    def forward(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        x_w = self.word_dropout(self.word(words))  # (B, T, Dw)
+        x_c = self.char(chars)  # (B, T, Dc)
+        return self.proj(self.highway(torch.cat([x_w, x_c], dim=-1)))  # (B, T, d_model)

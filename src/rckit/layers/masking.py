@@ -1,0 +1,32 @@
+"""Masking helpers shared by every model.
+
+Masks are ``True`` on real tokens. Masked logits are filled with ``torch.finfo(dtype).min`` of
+the tensor's own dtype, so the same code works in float32 and under bf16/fp16 autocast (a
+literal ``-1e30`` overflows to ``-inf`` in half precision and turns fully masked rows into NaN).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def mask_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Replace logits where ``mask`` is False (broadcastable) by the dtype's smallest value."""
+    return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+
+
+def masked_softmax(logits: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax over ``dim`` that gives masked entries exactly zero probability.
+
+    A row whose entries are all masked comes back as all zeros rather than NaN or a uniform
+    distribution: with every entry at ``finfo.min`` the softmax is uniform, and multiplying by
+    the mask clears it. Rows with at least one real entry are unaffected by that product,
+    because ``exp(finfo.min - max)`` is already exactly zero.
+    """
+    probs = torch.softmax(mask_logits(logits, mask), dim=dim)
+    return probs * mask.to(probs.dtype)
+
+
+def zero_padding(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Zero the feature vectors of padded positions: ``x`` (B, T, d), ``mask`` (B, T)."""
+    return x.masked_fill(~mask.unsqueeze(-1), 0.0)

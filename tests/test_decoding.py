@@ -1,0 +1,325 @@
+"""Span decoding against a brute-force search, plus padding, null and text round trips."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from rckit.evaluation.decoding import (
+    SpanPrediction,
+    best_spans,
+    best_spans_with_null,
+    char_span,
+    span_to_text,
+    topk_spans,
+)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def brute_force(start_logits, end_logits, mask, max_len, span_mask=None):
+    """Every valid span of every row as a list of (score, s, e), best first, in float64."""
+    span_mask = mask if span_mask is None else span_mask
+    rows = []
+    for b in range(start_logits.shape[0]):
+        real = mask[b]
+        lp_s = torch.full(real.shape, -math.inf, dtype=torch.float64)
+        lp_e = lp_s.clone()
+        if real.any():
+            lp_s[real] = start_logits[b][real].double().log_softmax(0)
+            lp_e[real] = end_logits[b][real].double().log_softmax(0)
+        ok = span_mask[b].tolist()
+        lp_s, lp_e = lp_s.tolist(), lp_e.tolist()
+        spans = []
+        for s in range(len(ok)):
+            for e in range(s, min(len(ok), s + max_len)):
+                if all(ok[s : e + 1]):
+                    spans.append((lp_s[s] + lp_e[e], s, e))
+        spans.sort(key=lambda t: -t[0])
+        rows.append(spans)
+    return rows
+
+
+def random_case(rng: random.Random, dtype: torch.dtype, holes: bool = False):
+    B, T = rng.randint(1, 6), rng.randint(1, 60)
+    scale = rng.choice([0.5, 3.0, 10.0])
+    start_logits = (torch.randn(B, T) * scale).to(dtype)
+    end_logits = (torch.randn(B, T) * scale).to(dtype)
+    lengths = torch.tensor([rng.randint(0, T) for _ in range(B)])
+    mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T), right padding
+    if holes:
+        mask &= torch.rand(B, T) > 0.2
+    return start_logits, end_logits, mask, rng.randint(1, 40)
+
+
+def assert_spans_valid(start, end, mask, max_len):
+    for b in range(mask.shape[0]):
+        s, e = int(start[b]), int(end[b])
+        assert 0 <= s <= e < s + max_len
+        assert bool(mask[b, s : e + 1].all()), "span crosses padding"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("holes", [False, True])
+def test_best_spans_matches_brute_force(dtype, holes):
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    for _ in range(60):
+        start_logits, end_logits, mask, max_len = random_case(rng, dtype, holes)
+        pred = best_spans(start_logits, end_logits, mask, max_len=max_len)
+        assert pred.start.dtype == torch.long and pred.score.dtype == torch.float32
+        assert pred.start.shape == pred.end.shape == pred.score.shape == (mask.shape[0],)
+        for b, spans in enumerate(brute_force(start_logits, end_logits, mask, max_len)):
+            s, e, score = int(pred.start[b]), int(pred.end[b]), float(pred.score[b])
+            if not spans:
+                assert (s, e, score) == (-1, -1, -math.inf)
+                continue
+            assert_spans_valid(pred.start[b : b + 1], pred.end[b : b + 1], mask[b : b + 1], max_len)
+            assert score == pytest.approx(spans[0][0], abs=1e-4, rel=1e-5)
+            # bf16 logits tie often; float32 ties only when two spans are nearly equal.
+            margin = spans[0][0] - spans[1][0] if len(spans) > 1 else math.inf
+            if dtype == torch.float32 and margin > 1e-4:
+                assert (s, e) == spans[0][1:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("holes", [False, True])
+def test_topk_matches_brute_force(dtype, holes):
+    rng = random.Random(1)
+    torch.manual_seed(1)
+    for _ in range(40):
+        start_logits, end_logits, mask, max_len = random_case(rng, dtype, holes)
+        k = rng.randint(1, 12)
+        pred = topk_spans(start_logits, end_logits, mask, k, max_len=max_len)
+        assert pred.start.shape == pred.end.shape == pred.score.shape == (mask.shape[0], k)
+        for b, spans in enumerate(brute_force(start_logits, end_logits, mask, max_len)):
+            n = min(k, len(spans))
+            expected = [t[0] for t in spans[:n]]
+            assert pred.score[b, :n].tolist() == pytest.approx(expected, abs=1e-4, rel=1e-5)
+            assert (pred.score[b, 1:] <= pred.score[b, :-1]).all()
+            by_span = {(s, e): score for score, s, e in spans}
+            for j in range(n):
+                s, e = int(pred.start[b, j]), int(pred.end[b, j])
+                assert float(pred.score[b, j]) == pytest.approx(by_span[(s, e)], abs=1e-4, rel=1e-5)
+            assert len({(int(pred.start[b, j]), int(pred.end[b, j])) for j in range(n)}) == n
+            # Fewer valid spans than k: the rest is padding.
+            assert (pred.start[b, n:] == -1).all() and (pred.end[b, n:] == -1).all()
+            assert (pred.score[b, n:] == -math.inf).all()
+
+
+def test_best_equals_top1():
+    torch.manual_seed(2)
+    start_logits, end_logits = torch.randn(8, 50), torch.randn(8, 50)
+    mask = torch.arange(50)[None, :] < torch.randint(1, 51, (8, 1))
+    best = best_spans(start_logits, end_logits, mask, max_len=7)
+    top = topk_spans(start_logits, end_logits, mask, 3, max_len=7)
+    assert torch.equal(best.start, top.start[:, 0]) and torch.equal(best.end, top.end[:, 0])
+    assert torch.allclose(best.score, top.score[:, 0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_padding_invariance(dtype):
+    torch.manual_seed(3)
+    B, T, P = 5, 30, 17
+    start_logits, end_logits = torch.randn(B, T).to(dtype), torch.randn(B, T).to(dtype)
+    mask = torch.arange(T)[None, :] < torch.tensor([[30], [1], [12], [29], [5]])
+    base = best_spans(start_logits, end_logits, mask, max_len=10)
+    base_top = topk_spans(start_logits, end_logits, mask, 4, max_len=10)
+
+    big = torch.finfo(dtype).max
+    for value in (big, -big, math.inf, math.nan):
+        # Padded positions (both the old padding and P new columns) get absurd logits.
+        junk_s = start_logits.masked_fill(~mask, value)
+        junk_e = end_logits.masked_fill(~mask, -value)
+        pad = torch.full((B, P), value, dtype=dtype)
+        s2, e2 = torch.cat([junk_s, pad], 1), torch.cat([junk_e, pad], 1)
+        m2 = torch.cat([mask, torch.zeros(B, P, dtype=torch.bool)], 1)
+        pred = best_spans(s2, e2, m2, max_len=10)
+        assert torch.equal(pred.start, base.start) and torch.equal(pred.end, base.end)
+        assert torch.allclose(pred.score, base.score, atol=1e-5)
+        top = topk_spans(s2, e2, m2, 4, max_len=10)
+        assert torch.equal(top.start, base_top.start) and torch.equal(top.end, base_top.end)
+        assert torch.allclose(top.score, base_top.score, atol=1e-5)
+
+
+def test_max_len_one_gives_single_tokens_and_spans_stay_inside_mask():
+    torch.manual_seed(4)
+    B, T = 16, 40
+    start_logits, end_logits = torch.randn(B, T), torch.randn(B, T)
+    mask = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B, 1))
+    pred = best_spans(start_logits, end_logits, mask, max_len=1)
+    assert torch.equal(pred.start, pred.end)
+    # Make the padding look like the best possible answer: it must still be ignored.
+    start_logits = start_logits.masked_fill(~mask, 1e4)
+    end_logits = end_logits.masked_fill(~mask, 1e4)
+    for max_len in (1, 3, 30, 100):
+        pred = best_spans(start_logits, end_logits, mask, max_len=max_len)
+        assert_spans_valid(pred.start, pred.end, mask, max_len)
+
+
+def test_max_len_counts_both_ends():
+    start_logits = torch.tensor([[9.0, 0.0, 0.0, 0.0, 0.0]])
+    end_logits = torch.tensor([[0.0, 0.0, 5.0, 0.0, 9.0]])
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    # (0, 4) is 5 tokens long: allowed with max_len=5, not with max_len=4.
+    assert best_spans(start_logits, end_logits, mask, max_len=5).end.item() == 4
+    assert best_spans(start_logits, end_logits, mask, max_len=4).end.item() == 2
+
+
+def test_single_real_token_and_empty_rows():
+    start_logits, end_logits = torch.randn(3, 6) * 5, torch.randn(3, 6) * 5
+    mask = torch.tensor([[True] + [False] * 5, [False] * 6, [True] * 6])
+    pred = best_spans(start_logits, end_logits, mask)
+    assert (pred.start[0].item(), pred.end[0].item()) == (0, 0)
+    assert pred.score[0].item() == pytest.approx(0.0, abs=1e-6)  # log 1 + log 1
+    assert (pred.start[1].item(), pred.end[1].item(), pred.score[1].item()) == (-1, -1, -math.inf)
+    top = topk_spans(start_logits, end_logits, mask, 3)
+    assert top.start[0].tolist() == [0, -1, -1] and top.start[1].tolist() == [-1, -1, -1]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_dtypes_devices_and_no_grad(device, dtype):
+    torch.manual_seed(5)
+    start_logits = torch.randn(4, 20, device=device).to(dtype).requires_grad_()
+    end_logits = torch.randn(4, 20, device=device).to(dtype).requires_grad_()
+    mask = torch.ones(4, 20, dtype=torch.bool, device=device)
+    pred = best_spans(start_logits, end_logits, mask)
+    assert isinstance(pred, SpanPrediction)
+    assert pred.start.device.type == device and not pred.score.requires_grad
+    assert pred.score.dtype == torch.float32 and torch.isfinite(pred.score).all()
+    with torch.no_grad():
+        top = topk_spans(start_logits, end_logits, mask, 5)
+    assert top.start.device.type == device
+
+
+def test_null_wins_loses_and_threshold():
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    start_logits = torch.tensor([[6.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 6.0, 0.0, 0.0]])
+    end_logits = torch.tensor([[6.0, 0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 6.0, 0.0]])
+    pred, is_null = best_spans_with_null(start_logits, end_logits, mask)
+    assert is_null.tolist() == [True, False]
+    # The span is the best non-null one in both rows; it never contains the null token.
+    assert pred.start.tolist() == [2, 2] and pred.end.tolist() == [3, 3]
+
+    lp_s, lp_e = start_logits.log_softmax(-1), end_logits.log_softmax(-1)
+    null0 = (lp_s[0, 0] + lp_e[0, 0]).item()
+    span0 = (lp_s[0, 2] + lp_e[0, 3]).item()
+    assert pred.score[0].item() == pytest.approx(span0, abs=1e-5)
+    gap = null0 - span0  # 10.0 here
+    _, below = best_spans_with_null(start_logits, end_logits, mask, threshold=gap - 0.1)
+    _, above = best_spans_with_null(start_logits, end_logits, mask, threshold=gap + 0.1)
+    assert below[0].item() and not above[0].item()
+    # A very negative threshold makes every example null.
+    assert best_spans_with_null(start_logits, end_logits, mask, threshold=-1e9)[1].all()
+
+
+def test_null_position_is_excluded_from_spans():
+    # Without the null rule the best span would be (0, 2), starting on the null token.
+    start_logits = torch.tensor([[9.0, 0.0, 0.0, 0.0]])
+    end_logits = torch.tensor([[-9.0, 0.0, 9.0, 0.0]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    assert best_spans(start_logits, end_logits, mask).start.item() == 0
+    pred, is_null = best_spans_with_null(start_logits, end_logits, mask)
+    assert pred.start.item() == 1 and pred.end.item() == 2 and not is_null.item()
+    # A null position in the middle splits the context: no span may cross it.
+    start_logits = torch.tensor([[5.0, 0.0, 0.0, 0.0, 0.0]])
+    end_logits = torch.tensor([[0.0, 0.0, 0.0, 0.0, 6.0]])
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    plain = best_spans(start_logits, end_logits, mask)
+    assert (plain.start.item(), plain.end.item()) == (0, 4)
+    pred, _ = best_spans_with_null(start_logits, end_logits, mask, null_index=2)
+    # (3, 4) and (4, 4) tie; ties go to the smaller start.
+    assert (pred.start.item(), pred.end.item()) == (3, 4)
+
+
+def test_null_only_row_and_bad_null_index():
+    start_logits, end_logits = torch.randn(2, 4), torch.randn(2, 4)
+    mask = torch.tensor([[True, False, False, False], [True, True, True, False]])
+    pred, is_null = best_spans_with_null(start_logits, end_logits, mask)
+    assert is_null[0].item() and pred.start[0].item() == -1 and pred.score[0].item() == -math.inf
+    assert 1 <= pred.start[1].item() <= pred.end[1].item() <= 2
+    with pytest.raises(ValueError):
+        best_spans_with_null(start_logits, end_logits, mask, null_index=3)
+    with pytest.raises(ValueError):
+        best_spans_with_null(start_logits, end_logits, mask, null_index=4)
+
+
+def test_bad_arguments():
+    x, mask = torch.zeros(2, 5), torch.ones(2, 5, dtype=torch.bool)
+    with pytest.raises(ValueError):
+        best_spans(x, x, mask, max_len=0)
+    with pytest.raises(ValueError):
+        best_spans(x, x, mask.long())
+    with pytest.raises(ValueError):
+        best_spans(x, x[:, :4], mask)
+    with pytest.raises(ValueError):
+        topk_spans(x, x, mask, k=0)
+
+
+CONTEXT = "Zürich   is  a city in Switzerland.\n東京 (Tōkyō)    hosts   2020 🏅 games."
+
+
+def whitespace_offsets(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(r"\S+", text)]
+
+
+def test_span_to_text_round_trip():
+    offsets = whitespace_offsets(CONTEXT)
+    tokens = CONTEXT.split()
+    for i, token in enumerate(tokens):
+        assert span_to_text(CONTEXT, offsets, i, i) == token
+    assert span_to_text(CONTEXT, offsets, 0, 2) == "Zürich   is  a"
+    assert span_to_text(CONTEXT, offsets, 5, 7) == "Switzerland.\n東京 (Tōkyō)"
+    assert span_to_text(CONTEXT, offsets, 8, 11) == "hosts   2020 🏅 games."
+    assert char_span(offsets, 0, 0) == (0, 6)
+    # Every token span maps back to text that re-tokenises to exactly those tokens.
+    for s in range(len(tokens)):
+        for e in range(s, len(tokens)):
+            assert span_to_text(CONTEXT, offsets, s, e).split() == tokens[s : e + 1]
+
+
+def test_span_to_text_accepts_arrays_tensors_and_tensor_indices():
+    offsets = whitespace_offsets(CONTEXT)
+    expected = span_to_text(CONTEXT, offsets, 1, 6)
+    as_array = np.array(offsets, dtype=np.int64)  # (T, 2)
+    as_tensor = torch.tensor(offsets)  # (T, 2)
+    assert span_to_text(CONTEXT, as_array, 1, 6) == expected
+    assert span_to_text(CONTEXT, as_tensor, torch.tensor(1), torch.tensor(6)) == expected
+    assert char_span(as_tensor, 1, 6) == char_span(offsets, 1, 6)
+
+
+def test_span_to_text_rejects_invalid_spans():
+    offsets = whitespace_offsets(CONTEXT)
+    for start, end in [(-1, -1), (3, 2), (0, len(offsets))]:
+        with pytest.raises(ValueError):
+            span_to_text(CONTEXT, offsets, start, end)
+    with pytest.raises(ValueError):
+        span_to_text("short", offsets, 0, 3)
+
+
+def test_decoding_end_to_end_with_text():
+    offsets = whitespace_offsets(CONTEXT)
+    T = len(offsets)
+    start_logits, end_logits = torch.zeros(1, T + 3), torch.zeros(1, T + 3)
+    start_logits[0, 6], end_logits[0, 7] = 8.0, 8.0
+    mask = torch.arange(T + 3)[None, :] < T
+    pred = best_spans(start_logits, end_logits, mask)
+    assert span_to_text(CONTEXT, offsets, pred.start[0], pred.end[0]) == "東京 (Tōkyō)"
+
+
+def test_large_batch_runs():
+    torch.manual_seed(6)
+    B, T = 64, 400
+    start_logits, end_logits = torch.randn(B, T), torch.randn(B, T)
+    mask = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B, 1))
+    pred = best_spans(start_logits, end_logits, mask, max_len=30)
+    assert pred.start.shape == (B,)
+    assert_spans_valid(pred.start, pred.end, mask, 30)
+    top = topk_spans(start_logits, end_logits, mask, 20, max_len=30)
+    assert top.start.shape == (B, 20)

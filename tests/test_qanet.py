@@ -1,0 +1,147 @@
+"""Tiny-config contract tests for QANet."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from rckit.data.batching import Batch
+from rckit.data.embeddings import EmbeddingInfo
+from rckit.models.qanet import QANet, QANetConfig
+from rckit.training.losses import span_loss
+
+V, N_TRAINABLE, N_CHARS, W = 60, 6, 20, 4
+TINY = QANetConfig(d_model=32, n_heads=2, char_dim=8, char_conv_width=3, emb_enc_convs=2, emb_enc_kernel=5,
+                   model_enc_blocks=1, model_enc_kernel=3)
+
+
+def word_chars(ids: torch.Tensor) -> torch.Tensor:
+    """A fixed spelling per word id, (..., W); 1-3 real chars, id 0 (<pad>) has none."""
+    chars = torch.stack([ids % 7 + 2, ids % 11 + 2, ids % 13 + 2, torch.zeros_like(ids)], dim=-1)  # (..., W)
+    chars[..., 2] = torch.where(ids % 2 == 0, chars[..., 2], 0)
+    return torch.where((ids > 0).unsqueeze(-1), chars, 0)
+
+
+def synthetic_batch(n: int, seed: int) -> Batch:
+    """Contexts of distinct random words; the question is the answer span's words, in order.
+
+    Lengths vary within the batch, so padding and masks are exercised.
+    """
+    g = torch.Generator().manual_seed(seed)
+    Tc, Tq = 14, 3
+    c_words = torch.zeros(n, Tc, dtype=torch.long)
+    q_words = torch.zeros(n, Tq, dtype=torch.long)
+    y_start = torch.zeros(n, dtype=torch.long)
+    y_end = torch.zeros(n, dtype=torch.long)
+    for i in range(n):
+        lc = int(torch.randint(8, Tc + 1, (1,), generator=g))
+        lq = int(torch.randint(1, Tq + 1, (1,), generator=g))
+        c_words[i, :lc] = torch.randperm(V - 1, generator=g)[:lc] + 1  # ids 1..V-1, no repeats
+        s = int(torch.randint(0, lc - lq + 1, (1,), generator=g))
+        q_words[i, :lq] = c_words[i, s:s + lq]
+        y_start[i], y_end[i] = s, s + lq - 1
+    return Batch(c_words=c_words, c_chars=word_chars(c_words), c_mask=c_words != 0,
+                 q_words=q_words, q_chars=word_chars(q_words), q_mask=q_words != 0,
+                 y_start=y_start, y_end=y_end, index=torch.arange(n))
+
+
+def make_model(config: QANetConfig = TINY, seed: int = 0) -> tuple[QANet, EmbeddingInfo]:
+    torch.manual_seed(seed)
+    emb = EmbeddingInfo(word_vectors=torch.randn(V, 12), n_trainable_words=N_TRAINABLE, n_chars=N_CHARS)
+    return QANet(config, emb), emb
+
+
+def test_output_shapes_and_masking():
+    model, _ = make_model()
+    batch = synthetic_batch(5, seed=1)
+    out = model.eval()(batch)
+    assert out.start_logits.shape == out.end_logits.shape == batch.c_words.shape
+    fill = torch.finfo(out.start_logits.dtype).min
+    assert (out.start_logits[~batch.c_mask] == fill).all() and (out.end_logits[~batch.c_mask] == fill).all()
+    assert torch.isfinite(out.start_logits[batch.c_mask]).all()
+
+
+def test_finite_loss_and_gradients_reach_every_parameter():
+    model, emb = make_model(replace(TINY, layer_survival=1.0))
+    batch = synthetic_batch(8, seed=2)
+    batch.c_words[:, 0] = 1  # make sure trainable word rows (<unk>) are used
+    batch.c_chars[:, 0] = word_chars(batch.c_words[:, 0])
+    batch.y_start[0] = batch.y_end[0] = -1  # an ignored example
+    model.train()
+    out = model(batch)
+    loss = span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+    assert torch.isfinite(loss)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        assert p.grad.abs().sum() > 0, name
+    # The pretrained rows are a buffer: not a parameter, unchanged by an optimiser step.
+    assert "embed.word.frozen" not in dict(model.named_parameters())
+    before = model.embed.word.trainable.detach().clone()
+    torch.optim.Adam(model.parameters(), lr=1e-2).step()
+    torch.testing.assert_close(model.embed.word.frozen, emb.word_vectors[N_TRAINABLE:], rtol=0, atol=0)
+    assert not torch.equal(model.embed.word.trainable, before)
+
+
+def test_span_loss_ignores_unanswerable_and_keeps_grad():
+    logits = torch.randn(3, 5, requires_grad=True)
+    y = torch.tensor([-1, -1, -1])
+    loss = span_loss(logits, logits, y, y)
+    assert loss.item() == 0.0 and loss.requires_grad
+    y_s, y_e = torch.tensor([1, -1, 4]), torch.tensor([2, -1, 4])
+    expected = (F.cross_entropy(logits[[0, 2]], y_s[[0, 2]]) + F.cross_entropy(logits[[0, 2]], y_e[[0, 2]]))
+    torch.testing.assert_close(span_loss(logits, logits, y_s, y_e), expected)
+
+
+def test_padding_does_not_change_real_positions():
+    model, _ = make_model()
+    model.eval()
+    batch = synthetic_batch(4, seed=3)
+    extra_c, extra_q, extra_w = 7, 4, 3
+    padded = Batch(
+        c_words=F.pad(batch.c_words, (0, extra_c)),
+        c_chars=F.pad(batch.c_chars, (0, extra_w, 0, extra_c)),
+        c_mask=F.pad(batch.c_mask, (0, extra_c)),
+        q_words=F.pad(batch.q_words, (0, extra_q)),
+        q_chars=F.pad(batch.q_chars, (0, extra_w, 0, extra_q)),
+        q_mask=F.pad(batch.q_mask, (0, extra_q)),
+        y_start=batch.y_start, y_end=batch.y_end, index=batch.index,
+    )
+    with torch.no_grad():
+        a, b = model(batch), model(padded)
+    Tc = batch.c_words.shape[1]
+    m = batch.c_mask
+    torch.testing.assert_close(b.start_logits[:, :Tc][m], a.start_logits[m], rtol=0, atol=1e-5)
+    torch.testing.assert_close(b.end_logits[:, :Tc][m], a.end_logits[m], rtol=0, atol=1e-5)
+
+
+def test_bf16_autocast_forward_is_finite():
+    model, _ = make_model()
+    batch = synthetic_batch(4, seed=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(batch)
+        loss = span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+    assert torch.isfinite(out.start_logits).all() and torch.isfinite(out.end_logits).all()
+    assert torch.isfinite(loss)
+    loss.backward()
+
+
+def test_overfits_small_batch():
+    max_steps = 300  # it takes about 25 Adam steps
+    config = replace(TINY, dropout=0.0, char_dropout=0.0, layer_survival=1.0)
+    model, _ = make_model(config, seed=0)
+    batch = synthetic_batch(32, seed=5)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(max_steps):
+        out = model(batch)
+        em = ((out.start_logits.argmax(1) == batch.y_start) & (out.end_logits.argmax(1) == batch.y_end)).float().mean()
+        if em.item() == 1.0:
+            break
+        loss = span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert em.item() == 1.0, f"exact match {em.item():.2f} after {max_steps} steps, loss {loss.item():.3f}"
