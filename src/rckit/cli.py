@@ -270,15 +270,21 @@ def cmd_train(args) -> int:
     mcfg, tcfg = model_configs(args.model, args.preset, args.set)
     if args.checkpoint_every:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
-    prepared = prepare_from_args(args)
+    from rckit.training.distributed import barrier, init_distributed
+
+    device = pick_device(args.device)
+    dist = init_distributed(device)
+    if dist.is_main:  # one process builds the cache; the others then load it
+        prepared = prepare_from_args(args)
+    barrier(dist)
+    if not dist.is_main:
+        prepared = prepare_from_args(args)
     summary = train(
         args.model, MODELS[args.model][1], mcfg, tcfg, prepared, args.out,
         max_steps=args.max_steps, time_budget=parse_duration(args.time_budget), resume=args.resume,
-        device=pick_device(args.device), progress=not args.no_progress,
+        device=device, progress=not args.no_progress,
     )
-    import os
-
-    if int(os.environ.get("RANK", "0")) == 0:
+    if dist.is_main:
         print(json.dumps(summary))
     return 0
 

@@ -386,9 +386,14 @@ def prepare_squad(
             "seconds": {"tokenize": round(t_tok - t0, 2), "total": round(time.perf_counter() - t0, 2)},
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if root.exists():
+        if rebuild and root.exists():
             shutil.rmtree(root)
-        os.replace(tmp, root)  # the directory appears complete or not at all
+        try:
+            os.replace(tmp, root)  # the directory appears complete or not at all
+        except OSError:
+            if not (root / "meta.json").exists():
+                raise
+            shutil.rmtree(tmp)  # another process finished the same build first
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

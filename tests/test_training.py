@@ -1,0 +1,232 @@
+"""The shared training engine: resume equivalence, checkpoints, signals, torchrun, evaluation."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import squad_json, write_json
+from rckit.cli import main
+from rckit.data.prepare import PrepareConfig, prepare_squad
+from rckit.models.qanet import QANet, QANetConfig
+from rckit.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rckit.training.loop import TrainConfig, train, warmup_factor
+
+TINY_MODEL = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
+                  model_enc_kernel=3, emb_enc_kernel=3)
+TINY_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=3, eval_questions=0, checkpoint_every=2)
+
+
+def _paragraphs(n_ctx=6, q_per=4):
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+    paras = []
+    for c in range(n_ctx):
+        toks = [words[(c * 7 + i * 3) % len(words)] for i in range(12 + c)]
+        ctx = " ".join(toks) + "."
+        qas = []
+        for j in range(q_per):
+            k = (j * 5 + c) % len(toks)
+            start = len(" ".join(toks[:k])) + (1 if k else 0)
+            qas.append((f"c{c}q{j}", f"what follows {toks[k - 1] if k else 'start'} ?", [(toks[k], start)]))
+        paras.append((ctx, qas))
+    return paras
+
+
+@pytest.fixture
+def prepared(tmp_path, tiny_glove):
+    paras = _paragraphs()
+    train_f = write_json(tmp_path / "train.json", squad_json(paras))
+    dev_f = write_json(tmp_path / "dev.json", squad_json(paras[:2]))
+    return prepare_squad(train_f, {"dev": dev_f}, tmp_path / "prep", PrepareConfig(embeddings=str(tiny_glove)), log=None)
+
+
+def _train(prepared, run, steps, resume=False, **over):
+    cfg = TrainConfig(**{**TINY_TRAIN, **over})
+    return train("qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, run, max_steps=steps, resume=resume,
+                 progress=False)
+
+
+def test_warmup_is_a_log_curve_to_one():
+    vals = [warmup_factor(s, 1000) for s in (0, 9, 99, 998, 999, 5000)]
+    assert vals[0] == 0.0 and vals[-1] == vals[-2] == 1.0
+    assert vals[1] == pytest.approx(1 / 3) and vals[2] == pytest.approx(2 / 3)
+    assert vals == sorted(vals)
+
+
+def test_n_steps_equal_k_steps_resume_n_minus_k(prepared, tmp_path):
+    straight = _train(prepared, tmp_path / "a", 9)
+    assert straight["steps"] == 9
+    _train(prepared, tmp_path / "b", 4)
+    resumed = _train(prepared, tmp_path / "b", 9, resume=True)
+    assert resumed["steps"] == 9
+    a, b = load_checkpoint(tmp_path / "a" / "last.pt"), load_checkpoint(tmp_path / "b" / "last.pt")
+    assert a["epoch"] == b["epoch"] and a["batch_in_epoch"] == b["batch_in_epoch"]
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    for k in a["ema"]["shadow"]:
+        assert torch.equal(a["ema"]["shadow"][k], b["ema"]["shadow"][k]), k
+    # The resumed run's log has no duplicated steps.
+    steps = [json.loads(l)["step"] for l in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [s for s, l in zip(steps, (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) if "loss" in l]
+    assert train_steps == list(range(1, 10))
+
+
+def test_run_directory_contents(prepared, tmp_path):
+    s = _train(prepared, tmp_path / "r", 6)
+    run = tmp_path / "r"
+    for name in ("config.json", "metrics.jsonl", "learning_curve.png", "last.pt", "best.pt", "summary.json"):
+        assert (run / name).exists(), name
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["loss"] == r["loss"] and r["examples_per_s"] > 0 for r in recs if "loss" in r)
+    dev = [r for r in recs if "dev_f1" in r]
+    assert [r["step"] for r in dev] == [3, 6] and s["best_dev_f1"] == max(r["dev_f1"] for r in dev)
+    with pytest.raises(FileExistsError, match="--resume"):
+        _train(prepared, run, 6)
+
+
+def test_resume_refuses_other_config(prepared, tmp_path):
+    _train(prepared, tmp_path / "r", 2)
+    with pytest.raises(CheckpointError, match="different model or config"):
+        train("qanet", QANet, QANetConfig(**{**TINY_MODEL, "d_model": 32}), TrainConfig(**TINY_TRAIN), prepared,
+              tmp_path / "r", max_steps=4, resume=True, progress=False)
+
+
+def test_corrupt_and_foreign_checkpoints_are_refused(prepared, tmp_path):
+    _train(prepared, tmp_path / "r", 2)
+    good = (tmp_path / "r" / "last.pt").read_bytes()
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(good[: len(good) // 2])
+    with pytest.raises(CheckpointError, match="not a readable rckit checkpoint"):
+        load_checkpoint(cut)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, foreign)
+    with pytest.raises(CheckpointError, match="not an rckit checkpoint"):
+        load_checkpoint(foreign)
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": "rckit-checkpoint-1", "x": Evil()}, evil)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(evil)
+    # A checkpoint whose weights do not fit the model is refused by the loader, not half-loaded.
+    state = load_checkpoint(tmp_path / "r" / "last.pt")
+    state["model"] = {k: v[..., :1] if v.dim() else v for k, v in state["model"].items()}
+    bad = tmp_path / "bad" / "best.pt"
+    save_checkpoint({k: v for k, v in state.items() if k != "format"}, bad)
+    from rckit.runs import load_model
+
+    with pytest.raises(CheckpointError, match="do not fit"):
+        load_model(bad.parent)
+
+
+def test_atomic_save_leaves_old_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    save_checkpoint({"model_name": "m", "model_config": {}, "model": {}, "step": 1, "vocab": {}}, path)
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken)
+    with pytest.raises(OSError):
+        save_checkpoint({"model_name": "m", "model_config": {}, "model": {}, "step": 2, "vocab": {}}, path)
+    assert load_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+
+
+# ----------------------------------------------------------------------- the CLI, end to end
+
+
+@pytest.fixture
+def cli_data(tmp_path, tiny_glove):
+    paras = _paragraphs()
+    train_f = write_json(tmp_path / "train.json", squad_json(paras))
+    dev_f = write_json(tmp_path / "dev.json", squad_json(paras[:3]))
+    preset = tmp_path / "tiny.json"
+    preset.write_text(json.dumps({"model": TINY_MODEL, "train": TINY_TRAIN}))
+    common = ["--train", str(train_f), "--dev", str(dev_f), "--embeddings", str(tiny_glove),
+              "--cache-dir", str(tmp_path / "cache"), "--preset", str(preset), "--no-progress"]
+    return common, dev_f
+
+
+def _cli(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "rckit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+def test_train_evaluate_predict_via_cli(cli_data, tmp_path, capsys):
+    common, dev_f = cli_data
+    run = tmp_path / "run"
+    assert main(["train", "qanet", "--out", str(run), "--max-steps", "4", *common]) == 0
+    capsys.readouterr()
+    preds = tmp_path / "preds.json"
+    assert main(["evaluate", str(run), "--out", str(preds)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["total"] == 12 and res["missing"] == 0  # every dev question scored
+    assert len(json.loads(preds.read_text())) == 12
+    assert main(["evaluate", str(run), "--limit", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 5
+    ctx = "alpha beta gamma delta."
+    assert main(["predict", str(run), "--context", ctx, "--question", "what follows alpha ?", "--json"]) == 0
+    ans = json.loads(capsys.readouterr().out)
+    assert ctx[ans["start"] : ans["end"]] == ans["answer"] and ans["answer"]
+
+
+def test_sigterm_checkpoints_and_kill9_resumes(cli_data, tmp_path):
+    common, _ = cli_data
+    run = tmp_path / "run"
+    p = _cli("train", "qanet", "--out", str(run), "--max-steps", "100000", *common)
+    deadline = time.time() + 120
+    while not (run / "metrics.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["stopped_by"] == "signal"
+    stopped_at = load_checkpoint(run / "last.pt")["step"]
+    assert stopped_at == summary["steps"]  # the checkpoint is the stopping step, not an older one
+
+    p = _cli("train", "qanet", "--out", str(run), "--max-steps", "100000", "--resume", *common)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        time.sleep(0.2)
+        try:
+            if load_checkpoint(run / "last.pt")["step"] >= stopped_at + 4:
+                break
+        except CheckpointError:  # never expected: writes are atomic
+            raise
+    p.kill()  # kill -9: no handler runs
+    p.communicate()
+    killed_at = load_checkpoint(run / "last.pt")["step"]
+    assert killed_at >= stopped_at + 4
+    p = _cli("train", "qanet", "--out", str(run), "--max-steps", str(killed_at + 3), "--resume", *common)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["steps"] == killed_at + 3
+
+
+def test_torchrun_two_processes(cli_data, tmp_path):
+    common, _ = cli_data
+    run = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "rckit", "train", "qanet", "--out", str(run), "--max-steps", "6", *common],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    summaries = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    assert len(summaries) == 1 and summaries[0]["steps"] == 6  # rank 0 alone reports and writes
+    ckpt = load_checkpoint(run / "last.pt")
+    assert ckpt["step"] == 6
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if "loss" in r] == list(range(1, 7))  # one writer, no duplicates
