@@ -218,13 +218,19 @@ def test_torchrun_two_processes(cli_data, tmp_path):
     common, _ = cli_data
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(
+    p = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "rckit", "train", "qanet", "--out", str(run), "--max-steps", "6", *common],
-        capture_output=True, text=True, env=env, timeout=300,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
-    summaries = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    try:
+        out, err = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the ranks too, not only the launcher
+        out, err = p.communicate()
+        pytest.fail(f"torchrun hung; stderr tail: {err[-3000:]}")
+    assert p.returncode == 0, err[-3000:]
+    summaries = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     assert len(summaries) == 1 and summaries[0]["steps"] == 6  # rank 0 alone reports and writes
     ckpt = load_checkpoint(run / "last.pt")
     assert ckpt["step"] == 6
