@@ -66,3 +66,14 @@ def test_score_v2_breakdown(tmp_path, capsys):
 def test_train_without_models_says_so(capsys):
     assert main(["train", "nosuchmodel", "--out", "x"]) == 2
     assert "nosuchmodel" in capsys.readouterr().err
+
+
+def test_set_keys_route_to_model_train_and_data():
+    from rckit.cli import model_configs
+
+    m, t = model_configs("qanet", "cpu-small", ["d_model=32", "train.lr=0.002", "eval_questions=10", "data.max_word_len=8"])
+    assert (m.d_model, t.lr, t.eval_questions) == (32, 0.002, 10)
+    with pytest.raises(ValueError, match="unknown setting 'nope'"):
+        model_configs("qanet", None, ["nope=1"])
+    with pytest.raises(ValueError, match="no preset 'huge'"):
+        model_configs("qanet", "huge", [])

@@ -149,7 +149,10 @@ def prepare_from_args(args, log=print):
         cfg.embeddings = str(Path(args.embeddings).resolve())
     if args.char_embeddings:
         cfg.char_embeddings = str(Path(args.char_embeddings).resolve())
-    cfg = apply_overrides(cfg, getattr(args, "set", []) or [])
+    overrides = getattr(args, "set", []) or []
+    if args.command != "prepare":  # train/bench: data.FIELD keys shape the data, the rest the model
+        overrides = [o[len("data."):] for o in overrides if o.startswith("data.")]
+    cfg = apply_overrides(cfg, overrides)
     train, dev = resolve_files(args)
     out = Path(args.out) if getattr(args, "out", None) and args.command == "prepare" else default_cache_dir(args.cache_dir) / "prepared"
     return prepare_squad(train, {"dev": dev}, out, cfg, rebuild=getattr(args, "rebuild", False))
@@ -230,7 +233,8 @@ def pick_device(name: str):
 def model_configs(model: str, preset: str | None, overrides: list[str]):
     """(model config, train config) from a preset and ``--set`` overrides.
 
-    Keys are ``model.FIELD`` or ``train.FIELD``; a bare ``FIELD`` goes to whichever config has it.
+    Keys are ``model.FIELD``, ``train.FIELD`` or ``data.FIELD`` (data preparation); a bare
+    ``FIELD`` goes to the model config if it has that field, else to the training config.
     """
     from rckit.config import apply_overrides, load_preset
     from rckit.models import MODELS, preset_path
@@ -250,6 +254,8 @@ def model_configs(model: str, preset: str | None, overrides: list[str]):
     m_over, t_over = [], []
     for o in overrides:
         key = o.split("=", 1)[0].strip()
+        if key.startswith("data."):
+            continue  # PrepareConfig, applied by prepare_from_args
         if key.startswith("model."):
             m_over.append(o[len("model."):])
         elif key.startswith("train."):
