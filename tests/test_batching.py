@@ -56,7 +56,7 @@ def test_replicas_split_the_epoch_without_overlap(n, bs, R):
 
 def test_collate_masks_padding_and_truncation(tiny_squad, tiny_glove, tmp_path):
     train, dev = tiny_squad
-    p = prepare_squad(train, {"dev": dev}, tmp_path, PrepareConfig(embeddings=str(tiny_glove)), log=None)
+    p = prepare_squad(train, {"dev": dev}, tmp_path, PrepareConfig(embeddings=str(tiny_glove)))
     split = p.split("train")
     b = split.collate([0, 2])
     assert b.c_words.shape == b.c_mask.shape and b.c_chars.shape[:2] == b.c_mask.shape

@@ -13,7 +13,7 @@ from rckit.data.vocab import PAD, UNK, load_pretrained
 
 def _prep(tiny_squad, tiny_glove, out, **cfg):
     train, dev = tiny_squad
-    return prepare_squad(train, {"dev": dev}, out, PrepareConfig(embeddings=str(tiny_glove), **cfg), log=None)
+    return prepare_squad(train, {"dev": dev}, out, PrepareConfig(embeddings=str(tiny_glove), **cfg))
 
 
 def test_vocab_vectors_and_spans(tiny_squad, tiny_glove, tmp_path):
@@ -101,13 +101,13 @@ def test_real_prepare_and_cached_reload(shared_data, tmp_path):
     """Full v1.1 train + dev with the packaged GloVe 6B 50d vectors."""
     d = shared_data / "squad-v1.1"
     files = (d / "train-v1.1.reconstructed.json.gz", {"dev": d / "dev-v1.1.json.gz"})
-    p = prepare_squad(*files, tmp_path / "out", log=None)
+    p = prepare_squad(*files, tmp_path / "out")
     dev = p.meta["splits"]["dev"]
     assert dev["questions"] == 10570 and dev["alignment"] >= 0.995
     assert p.meta["splits"]["train"]["questions"] == 87599
     assert dev["coverage"]["tokens_with_pretrained_vector"] > 0.98
     t0 = time.perf_counter()
-    q = prepare_squad(*files, tmp_path / "out", log=None)
+    q = prepare_squad(*files, tmp_path / "out")
     train = q.split("train")
     assert q.from_cache and len(train) == 87599
     assert time.perf_counter() - t0 < 30  # generous: a cache hit must not re-tokenize (~10 s)

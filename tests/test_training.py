@@ -43,7 +43,7 @@ def prepared(tmp_path, tiny_glove):
     paras = _paragraphs()
     train_f = write_json(tmp_path / "train.json", squad_json(paras))
     dev_f = write_json(tmp_path / "dev.json", squad_json(paras[:2]))
-    return prepare_squad(train_f, {"dev": dev_f}, tmp_path / "prep", PrepareConfig(embeddings=str(tiny_glove)), log=None)
+    return prepare_squad(train_f, {"dev": dev_f}, tmp_path / "prep", PrepareConfig(embeddings=str(tiny_glove)))
 
 
 def _train(prepared, run, steps, resume=False, **over):

@@ -139,7 +139,7 @@ def resolve_files(args) -> tuple[Path, Path]:
     return Path(train), Path(dev)
 
 
-def prepare_from_args(args, log=print):
+def prepare_from_args(args):
     from rckit.config import apply_overrides
     from rckit.data.download import default_cache_dir
     from rckit.data.prepare import PrepareConfig, prepare_squad

@@ -320,7 +320,6 @@ def prepare_squad(
     out_dir: str | Path,
     cfg: PrepareConfig | None = None,
     rebuild: bool = False,
-    log=print,
 ) -> Prepared:
     """Prepare train and one or more evaluation splits, or load them if already prepared.
 

@@ -60,7 +60,7 @@ def predict_split(
 def answer(model, vocabs, context: str, question: str, max_answer_len: int = 30, device="cpu") -> dict:
     """Answer one question; returns the text, its character span and the span's log-probability."""
     from rckit.data.prepare import featurize
-    from rckit.data.squad import Answer, ReadReport, SquadDataset, SquadExample
+    from rckit.data.squad import ReadReport, SquadDataset, SquadExample
 
     if not context.strip() or not question.strip():
         raise ValueError("context and question must both contain text")
