@@ -115,3 +115,81 @@ def test_char_cnn_ignores_char_padding():
     out = cnn(chars)
     torch.testing.assert_close(cnn(wider), out)
     assert (out[0, 2] == 0).all()  # an all-padding token gives a zero vector
+
+
+def test_dropout_keeps_about_1_minus_p_and_preserves_the_mean():
+    from rckit.layers.dropout import Dropout, dropout, keep_mask
+
+    torch.manual_seed(0)
+    keep, inv_keep = keep_mask((1000, 1000), 0.1, torch.device("cpu"))
+    assert keep.dtype == torch.bool
+    assert abs(keep.float().mean().item() - 0.9) < 2e-3
+    assert abs(inv_keep - 1 / 0.9) < 1e-4  # the rate is p rounded to a multiple of 2^-16
+    x = torch.ones(1000, 1000)
+    y = dropout(x, 0.1)
+    assert set(torch.unique(y).tolist()) == {0.0, torch.tensor(inv_keep).item()}  # float32
+    assert abs(y.mean().item() - 1.0) < 3e-3
+    # Gradient: the same mask and scale.
+    x = torch.randn(50, 40, requires_grad=True)
+    y = dropout(x, 0.3)
+    y.sum().backward()
+    kept = y != 0
+    assert 0.55 < kept.float().mean().item() < 0.85
+    torch.testing.assert_close(y, x * kept / 0.7, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(x.grad, kept.float() / 0.7, rtol=1e-4, atol=1e-6)
+    # Eval, p = 0, p = 1 and the module.
+    assert dropout(x, 0.5, training=False) is x and dropout(x, 0.0) is x
+    assert (dropout(x, 1.0) == 0).all()
+    m = Dropout(0.2).eval()
+    assert m(x) is x and "p=0.2" in repr(m)
+
+
+def test_dropout_in_bf16_keeps_dtype():
+    from rckit.layers.dropout import dropout
+
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    assert dropout(x, 0.1).dtype == torch.bfloat16
+
+
+def dense_char_cnn(cnn: CharCNN, chars: torch.Tensor) -> torch.Tensor:
+    """The char CNN written densely over every char slot (the definition)."""
+    B, T, W = chars.shape
+    char_mask = (chars != 0).reshape(B * T, 1, W)  # (B*T, 1, W)
+    x = cnn.embed(chars).reshape(B * T, W, -1).transpose(1, 2).masked_fill(~char_mask, 0.0)  # (B*T, Dc, W)
+    x = torch.relu(cnn.conv(x)).masked_fill(~char_mask, 0.0).amax(dim=2)  # (B*T, C)
+    return x.view(B, T, -1)  # (B, T, C)
+
+
+def test_char_cnn_on_real_chars_equals_dense_conv():
+    torch.manual_seed(0)
+    cnn = CharCNN(n_chars=30, char_dim=6, out_dim=5, width=5)
+    chars = torch.randint(1, 30, (3, 7, 9))
+    lengths = torch.randint(0, 10, (3, 7))
+    chars = chars * (torch.arange(9) < lengths.unsqueeze(-1))  # words of 0-9 chars, 0 = padding token
+    chars[0, 0] = torch.tensor([0, 3, 4, 0, 0, 5, 6, 0, 0])  # leading pad, a gap wider than the kernel
+    chars[0, 1] = torch.tensor([7, 0, 8, 0, 0, 0, 0, 0, 0])  # a one-char gap
+    chars[2] = 0  # an all-padding example
+    ref_grads = []
+    out = dense_char_cnn(cnn, chars)
+    out.pow(2).sum().backward()
+    ref_grads = [p.grad.clone() for p in cnn.parameters()]
+    cnn.zero_grad()
+    packed = cnn(chars)
+    torch.testing.assert_close(packed, out, rtol=1e-5, atol=1e-6)
+    packed.pow(2).sum().backward()
+    for g, ref in zip((p.grad for p in cnn.parameters()), ref_grads):
+        torch.testing.assert_close(g, ref, rtol=1e-5, atol=1e-6)
+    assert (packed[2] == 0).all()
+
+
+def test_self_attention_under_bf16_autocast_runs_attention_in_fp32():
+    torch.manual_seed(0)
+    att = MultiHeadSelfAttention(16, n_heads=2)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = att(x, mask)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+    y.float().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    torch.testing.assert_close(y.float(), att(x, mask), rtol=0.05, atol=0.05)

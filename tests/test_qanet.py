@@ -145,3 +145,98 @@ def test_overfits_small_batch():
         loss.backward()
         opt.step()
     assert em.item() == 1.0, f"exact match {em.item():.2f} after {max_steps} steps, loss {loss.item():.3f}"
+
+
+def train_step_grads(model: QANet, batch: Batch, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+    torch.manual_seed(seed)
+    model.zero_grad(set_to_none=True)
+    out = model.train()(batch)
+    loss = span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+    loss.backward()
+    return loss.detach(), {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_per_batch_layer_dropout_gradients_reach_every_parameter_when_nothing_is_dropped():
+    model, _ = make_model(replace(TINY, layer_dropout="batch", layer_survival=1.0))
+    batch = synthetic_batch(8, seed=2)
+    batch.c_words[:, 0] = 1  # make sure trainable word rows (<unk>) are used
+    batch.c_chars[:, 0] = word_chars(batch.c_words[:, 0])
+    _, grads = train_step_grads(model, batch, seed=0)
+    for name, g in grads.items():
+        assert g is not None and g.abs().sum() > 0, name
+
+
+def test_per_batch_layer_dropout_skips_whole_sublayers():
+    model, _ = make_model(replace(TINY, layer_dropout="batch", layer_survival=0.1, dropout=0.0, char_dropout=0.0))
+    batch = synthetic_batch(8, seed=2)
+    skipped_any = False
+    for seed in range(6):
+        _, grads = train_step_grads(model, batch, seed)
+        unused = {n for n, g in grads.items() if g is None}
+        skipped_any |= bool(unused)
+        # A skipped sublayer loses all its parameters at once, and only encoder sublayers skip.
+        assert all(n.startswith(("emb_enc.", "model_enc.")) for n in unused)
+    assert skipped_any
+    # Eval: nothing is skipped and per-batch equals per-example (no randomness at all).
+    per_example, _ = make_model(replace(TINY, layer_dropout="example", layer_survival=0.1))
+    per_example.load_state_dict(model.state_dict(), strict=False)
+    with torch.no_grad():
+        a, b = model.eval()(batch), per_example.eval()(batch)
+    torch.testing.assert_close(a.start_logits, b.start_logits, rtol=0, atol=0)
+
+
+def test_per_batch_layer_dropout_draws_agree_across_ranks_and_resume():
+    """Two 'ranks' built from the same seed skip the same sublayers whatever else used the RNG."""
+    config = replace(TINY, layer_dropout="batch", layer_survival=0.5)
+    rank0, _ = make_model(config, seed=7)
+    rank1, _ = make_model(config, seed=7)
+    for step in range(3):
+        torch.manual_seed(100 + step)  # different dropout draws on each rank ...
+        torch.rand(17 * (step + 1))  # ... and different amounts of global RNG used up
+        _, g0 = train_step_grads(rank0, synthetic_batch(4, seed=step), seed=step)
+        _, g1 = train_step_grads(rank1, synthetic_batch(6, seed=50 + step), seed=99 - step)
+        assert {n for n, g in g0.items() if g is None} == {n for n, g in g1.items() if g is None}
+    # The draw counter travels with the state dict, so a resumed run continues the sequence.
+    resumed, _ = make_model(config, seed=123)
+    resumed.load_state_dict(rank0.state_dict())
+    assert resumed.layer_drops.draw(5) == rank0.layer_drops.draw(5)
+    # The default (per-example) model has no extra state: old checkpoints still load.
+    assert not any("layer_drops" in k for k in make_model()[0].state_dict())
+
+
+def test_layer_dropout_must_be_known():
+    try:
+        make_model(replace(TINY, layer_dropout="sometimes"))
+    except ValueError as e:
+        assert "layer_dropout" in str(e)
+    else:
+        raise AssertionError("expected a ValueError")
+
+
+def test_checkpoint_blocks_gives_the_same_loss_and_gradients():
+    batch = synthetic_batch(8, seed=3)
+    plain, _ = make_model(replace(TINY, model_enc_blocks=2))
+    ckpt, _ = make_model(replace(TINY, model_enc_blocks=2, checkpoint_blocks=True))
+    ckpt.load_state_dict(plain.state_dict())
+    loss_a, grads_a = train_step_grads(plain, batch, seed=5)
+    loss_b, grads_b = train_step_grads(ckpt, batch, seed=5)  # same dropout masks: RNG is replayed
+    torch.testing.assert_close(loss_b, loss_a)
+    for n, g in grads_a.items():
+        torch.testing.assert_close(grads_b[n], g, msg=n)
+
+
+def test_positional_encoding_cache_matches_the_formula():
+    from rckit.models.qanet import positional_encoding
+
+    d = 6
+    for T in (1, 5, 600):
+        t = torch.arange(T, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+        angles = t / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)  # (T, d/2)
+        expected = torch.cat([angles.sin(), angles.cos()], dim=1)  # (T, d)
+        torch.testing.assert_close(positional_encoding(T, d, torch.device("cpu"), torch.float32), expected)
+    # First asked for under inference_mode, it is still usable in a training forward.
+    model, _ = make_model()
+    with torch.inference_mode():
+        model.eval()(synthetic_batch(2, seed=9))
+    out = model.train()(synthetic_batch(2, seed=9))
+    out.start_logits[0, 0].backward()

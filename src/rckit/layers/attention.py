@@ -5,8 +5,9 @@ Multi-head self-attention (Vaswani et al. 2017)::
     head_h = softmax(Q_h K_h^T / sqrt(d_h) + mask) V_h,   out = W_o [head_1; ...; head_H]
 
 computed by ``torch.nn.functional.scaled_dot_product_attention`` with a boolean key mask so
-PyTorch can pick a fused kernel. The Q/K/V projections have no bias: a key bias adds
-``q . b_k`` to every logit of a row, which the softmax cancels, so it could never learn.
+PyTorch can pick a fused kernel; on CPU it runs in fp32 even under bf16 autocast (see
+``forward``). The Q/K/V projections have no bias: a key bias adds ``q . b_k`` to every logit
+of a row, which the softmax cancels, so it could never learn.
 
 Context-query attention (BiDAF, Seo et al. 2017; QANet, Yu et al. 2018, Sec. 2.2)::
 
@@ -55,9 +56,15 @@ class MultiHeadSelfAttention(nn.Module):
         qkv = self.qkv(x).view(B, T, 3, H, d // H)  # (B, T, 3, H, d_h)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, d_h)
         key_mask = mask[:, None, None, :]  # (B, 1, 1, T), broadcast over heads and queries
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=key_mask, dropout_p=self.dropout if self.training else 0.0
-        )  # (B, H, T, d_h)
+        dropout_p = self.dropout if self.training else 0.0
+        if x.device.type == "cpu" and q.dtype != torch.float32:
+            # CPU autocast would run SDPA in bf16, whose backward is 3-6x slower than fp32's
+            # (torch 2.13 flash kernel, d_h = 16; forward about equal): fp32 is faster and exact.
+            with torch.autocast("cpu", enabled=False):
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=key_mask,
+                                                   dropout_p=dropout_p).to(q.dtype)  # (B, H, T, d_h)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)  # (B, H, T, d_h)
         y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
         return self.out(y)
 

@@ -28,5 +28,10 @@ def masked_softmax(logits: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> t
 
 
 def zero_padding(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Zero the feature vectors of padded positions: ``x`` (B, T, d), ``mask`` (B, T)."""
-    return x.masked_fill(~mask.unsqueeze(-1), 0.0)
+    """Zero the feature vectors of padded positions: ``x`` (B, T, d), ``mask`` (B, T).
+
+    A product with the 0/1 mask rather than ``masked_fill``: on CPU the broadcast masked_fill
+    (and its backward) is several times slower. Equal for finite ``x`` (a padded entry may come
+    out as -0.0).
+    """
+    return x * mask.unsqueeze(-1).to(x.dtype)

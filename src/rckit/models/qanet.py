@@ -27,29 +27,53 @@ the unfused kernel, 10x slower with the (B, h, T, T) weights kept for backward),
 char vectors, and stochastic depth inside each encoder stack: sublayer ``l`` of the ``L`` in
 a stack survives with probability ``p_l = 1 - (l / L)(1 - p_L)``, ``p_L = 0.9``. The
 embedding encoder has ``L = 1 * (4 + 2) = 6``; the model encoder restarts the count at each of
-its three passes, ``L = 7 * (2 + 2) = 28``. A dropped sublayer is decided per example (a
-(B, 1, 1) Bernoulli mask, survivors scaled by ``1 / p_l`` so eval needs no rescaling); the
-sublayer is still computed, which keeps the graph static for DDP and ``torch.compile``.
+its three passes, ``L = 7 * (2 + 2) = 28``. Survivors are scaled by ``1 / p_l`` so eval needs
+no rescaling (the authors' code does the same). ``layer_dropout`` picks who is dropped; both
+are readings of "layer dropout", and they agree in expectation:
+
+- ``"example"`` (default): each example draws its own keep/drop per sublayer, a (B, 1, 1)
+  Bernoulli mask folded into the sublayer's dropout mask. Every sublayer is computed, so
+  every parameter gets a gradient every step and DDP's graph is static.
+- ``"batch"``: as in the paper's source (stochastic depth, Huang et al. 2016) and the authors'
+  code, the whole batch keeps or skips the sublayer, and a skipped one is not computed (about
+  5 % less work at ``p_L = 0.9``). The draws come from :class:`LayerDropDraws`, identical on
+  every DDP rank and saved in the state dict (a resumed run continues the sequence). DDP must
+  then be built with ``find_unused_parameters=True``: a skipped sublayer's parameters get no
+  gradient that step.
 
 Readings taken where the paper is loose: model-encoder convs use kernel 5 (training details,
 Sec. 3.1.1) while the embedding encoder uses 7; the char CNN has width 5 and keeps the char
 width (200), so the highway runs at 300 + 200 = 500 as in the paper's "500 -> 128".
+
+Implementation choices that keep the function but not the exact float path (CPU numbers in
+``benchmarks/qanet_ablation.py``): the char CNN only computes at real characters (same
+values up to summation order); dropout masks come from 16-bit uniforms, so the drop rate is
+``p`` rounded to a multiple of 2^-16 (:mod:`rckit.layers.dropout`); under bf16 autocast on
+CPU self-attention runs in fp32 (faster there, and more precise); the sinusoids are cached.
+``checkpoint_blocks`` (off by default) recomputes each model-encoder block in the backward
+pass instead of keeping its activations: the same gradients (the RNG is replayed), about
+half the peak memory, about a third more training time.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
+from rckit.layers.dropout import Dropout, dropout, keep_mask
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
+
+LAYER_DROPOUT = ("example", "batch")
 
 
 @dataclass
@@ -69,6 +93,8 @@ class QANetConfig:
     attention_dropout: float = 0.0  # on attention weights; >0 forces SDPA's slow unfused path
     char_dropout: float = 0.05
     layer_survival: float = 0.9  # p_L of stochastic depth; 1.0 turns it off
+    layer_dropout: str = "example"  # stochastic depth per "example" or per "batch" (see docstring)
+    checkpoint_blocks: bool = False  # recompute model-encoder blocks in backward: less memory, more time
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
 
 
@@ -79,11 +105,48 @@ class QANetOutput:
 
 
 def positional_encoding(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """Sinusoids ``[sin(t / 10000^(2i/d)); cos(t / 10000^(2i/d))]``, i < d/2, as (T, d)."""
-    t = torch.arange(T, device=device, dtype=torch.float32).unsqueeze(1)  # (T, 1)
-    inv_freq = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
-    angles = t * inv_freq  # (T, d/2)
-    return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)  # (T, d)
+    """Sinusoids ``[sin(t / 10000^(2i/d)); cos(t / 10000^(2i/d))]``, i < d/2, as (T, d).
+
+    Read-only: rows of a cached table (every block of every forward asks for it), which holds
+    a power of two >= 512 positions.
+    """
+    n = max(512, 1 << (T - 1).bit_length())
+    return _sinusoids(n, d, torch.device(device), dtype)[:T]  # (T, d)
+
+
+@functools.lru_cache(maxsize=16)
+def _sinusoids(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    with torch.inference_mode(False), torch.no_grad():  # a normal tensor even if first asked for in inference mode
+        t = torch.arange(T, device=device, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+        inv_freq = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
+        angles = t * inv_freq  # (T, d/2)
+        return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)  # (T, d)
+
+
+class LayerDropDraws(nn.Module):
+    """Uniform draws for per-batch stochastic depth, identical on every DDP rank.
+
+    The global RNG is no use for this: ranks see batches of different lengths, so their dropout
+    masks use up different amounts of it. Draw number ``k`` (one per encoder pass) comes from a
+    generator seeded with ``seed + k``; ``seed`` is drawn from the global RNG at construction
+    (the engine seeds it identically on every rank). ``(seed, k)`` is saved with the weights.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.seed = int(torch.randint(2**62, ()))
+        self.count = 0
+
+    def draw(self, n: int) -> list[float]:
+        g = torch.Generator().manual_seed(self.seed + self.count)
+        self.count += 1
+        return torch.rand(n, generator=g).tolist()
+
+    def get_extra_state(self) -> dict:
+        return {"seed": self.seed, "count": self.count}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.seed, self.count = int(state["seed"]), int(state["count"])
 
 
 class EncoderBlock(nn.Module):
@@ -97,52 +160,88 @@ class EncoderBlock(nn.Module):
         self.att = MultiHeadSelfAttention(d, n_heads, attention_dropout)
         self.ffn_norm = nn.LayerNorm(d)
         self.ffn = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d))
-        self.dropout = nn.Dropout(dropout)
+        self.p = dropout
 
     @property
     def n_sublayers(self) -> int:
         return len(self.convs) + 2
 
-    def residual(self, x: torch.Tensor, y: torch.Tensor, survival: float) -> torch.Tensor:
-        y = self.dropout(y)
-        if self.training and survival < 1.0:
-            keep = torch.rand(x.shape[0], 1, 1, device=x.device) < survival  # (B, 1, 1)
-            y = y * keep.to(y.dtype) / survival
-        return x + y
+    def residual(self, x: torch.Tensor, y: torch.Tensor, survival: float, per_example: bool) -> torch.Tensor:
+        """``x + dropout(y) * keep / p_l``, ``keep`` a per-example Bernoulli(p_l) or 1.
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, survival: list[float]) -> torch.Tensor:
-        """``x`` (B, T, d), ``mask`` (B, T); ``survival`` holds ``p_l`` for each sublayer."""
+        On CPU the dropout mask, the per-example mask and all the scales are folded into one
+        boolean product and the ``alpha`` of the add: two passes over (B, T, d).
+        """
+        if not self.training:
+            return x + y
+        keep, scale = None, 1.0 / survival
+        if per_example and survival < 1.0:
+            keep = torch.rand(x.shape[0], 1, 1, device=x.device) < survival  # (B, 1, 1)
+        if self.p > 0.0:
+            if x.device.type == "cpu":
+                drop, inv_keep = keep_mask(y.shape, self.p, y.device)
+                keep, scale = drop if keep is None else drop & keep, scale * inv_keep
+            else:
+                y = dropout(y, self.p)
+        return torch.add(x, y if keep is None else y * keep, alpha=scale)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, survival: list[float],
+                draws: list[float] | None = None) -> torch.Tensor:
+        """``x`` (B, T, d), ``mask`` (B, T); ``survival`` holds ``p_l`` for each sublayer.
+
+        ``draws`` (per-batch stochastic depth, training only): one uniform per sublayer; the
+        sublayer is skipped when its draw is ``>= p_l``. ``None``: per-example masks.
+        """
         _, T, d = x.shape
         x = x + positional_encoding(T, d, x.device, x.dtype)
-        p = iter(survival)
+        per_example = draws is None
+        if per_example:
+            draws = [0.0] * len(survival)  # never skips
+        p, u = iter(survival), iter(draws)
         for norm, conv in zip(self.conv_norms, self.convs):
-            x = self.residual(x, torch.relu(conv(zero_padding(norm(x), mask))), next(p))
-        x = self.residual(x, self.att(self.att_norm(x), mask), next(p))
-        x = self.residual(x, self.ffn(self.ffn_norm(x)), next(p))
+            p_l = next(p)
+            if next(u) < p_l:
+                x = self.residual(x, torch.relu(conv(zero_padding(norm(x), mask))), p_l, per_example)
+        p_l = next(p)
+        if next(u) < p_l:
+            x = self.residual(x, self.att(self.att_norm(x), mask), p_l, per_example)
+        p_l = next(p)
+        if next(u) < p_l:
+            x = self.residual(x, self.ffn(self.ffn_norm(x)), p_l, per_example)
         return x
 
 
 class EncoderStack(nn.Module):
     """``n_blocks`` encoder blocks with stochastic depth counted over the whole stack."""
 
-    def __init__(self, n_blocks: int, d: int, n_convs: int, kernel: int, n_heads: int,
-                 dropout: float, layer_survival: float, attention_dropout: float = 0.0):
+    def __init__(self, n_blocks: int, d: int, n_convs: int, kernel: int, n_heads: int, dropout: float,
+                 layer_survival: float, attention_dropout: float = 0.0, checkpoint_blocks: bool = False):
         super().__init__()
-        self.blocks = nn.ModuleList(EncoderBlock(d, n_convs, kernel, n_heads, dropout, attention_dropout) for _ in range(n_blocks))
-        L = n_blocks * (n_convs + 2)
-        self.survival = [1.0 - (l / L) * (1.0 - layer_survival) for l in range(1, L + 1)]
+        self.blocks = nn.ModuleList(
+            EncoderBlock(d, n_convs, kernel, n_heads, dropout, attention_dropout) for _ in range(n_blocks)
+        )
+        self.L = n_blocks * (n_convs + 2)
+        self.survival = [1.0 - (l / self.L) * (1.0 - layer_survival) for l in range(1, self.L + 1)]
+        self.checkpoint_blocks = checkpoint_blocks
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, draws: list[float] | None = None) -> torch.Tensor:
+        """``draws``: ``L`` uniforms for per-batch stochastic depth, or ``None`` (per example)."""
+        recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
         start = 0
         for block in self.blocks:
-            x = block(x, mask, self.survival[start:start + block.n_sublayers])
-            start += block.n_sublayers
+            end = start + block.n_sublayers
+            args = (x, mask, self.survival[start:end], None if draws is None else draws[start:end])
+            # The checkpoint restores the RNG state for the recompute, so dropout masks match.
+            x = checkpoint(block, *args, use_reentrant=False) if recompute else block(*args)
+            start = end
         return x
 
 
 class QANet(nn.Module):
     def __init__(self, config: QANetConfig, emb: EmbeddingInfo):
         super().__init__()
+        if config.layer_dropout not in LAYER_DROPOUT:
+            raise ValueError(f"layer_dropout must be one of {LAYER_DROPOUT}, got {config.layer_dropout!r}")
         self.config = config
         c, d = config, config.d_model
         self.embed = InputEmbedding(emb, d, c.char_dim, c.char_conv_width, c.highway_layers, c.dropout,
@@ -152,20 +251,26 @@ class QANet(nn.Module):
         self.cq_att = ContextQueryAttention(d)
         self.cq_proj = nn.Linear(4 * d, d)
         self.model_enc = EncoderStack(c.model_enc_blocks, d, c.model_enc_convs, c.model_enc_kernel, c.n_heads,
-                                      c.dropout, c.layer_survival, c.attention_dropout)
+                                      c.dropout, c.layer_survival, c.attention_dropout, c.checkpoint_blocks)
         self.w1 = nn.Linear(2 * d, 1, bias=False)
         self.w2 = nn.Linear(2 * d, 1, bias=False)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
+        # Last, so that drawing its seed leaves the weight initialisation as it was.
+        self.layer_drops = LayerDropDraws() if c.layer_dropout == "batch" else None
+
+    def draws(self, stack: EncoderStack) -> list[float] | None:
+        """Per-batch stochastic depth: one uniform per sublayer of ``stack``, fresh for each pass."""
+        return self.layer_drops.draw(stack.L) if self.training and self.layer_drops is not None else None
 
     def forward(self, batch: Batch) -> QANetOutput:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_mask)  # (B, Tc, d)
-        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_mask)  # (B, Tq, d)
+        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_mask, self.draws(self.emb_enc))  # (B, Tc, d)
+        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_mask, self.draws(self.emb_enc))  # (B, Tq, d)
         x = self.cq_att(C, Q, c_mask, q_mask)  # (B, Tc, 4d)
         x = self.dropout(self.cq_proj(x))  # (B, Tc, d)
-        M0 = self.model_enc(x, c_mask)
-        M1 = self.model_enc(M0, c_mask)
-        M2 = self.model_enc(M1, c_mask)
+        M0 = self.model_enc(x, c_mask, self.draws(self.model_enc))
+        M1 = self.model_enc(M0, c_mask, self.draws(self.model_enc))
+        M2 = self.model_enc(M1, c_mask, self.draws(self.model_enc))
         start = self.w1(torch.cat([M0, M1], dim=-1)).squeeze(-1)  # (B, Tc)
         end = self.w2(torch.cat([M0, M2], dim=-1)).squeeze(-1)  # (B, Tc)
         return QANetOutput(start_logits=mask_logits(start, c_mask), end_logits=mask_logits(end, c_mask))

@@ -1,0 +1,192 @@
+"""What each QANet CPU optimisation is worth: ``rckit bench`` numbers for a list of variants.
+
+    python benchmarks/qanet_ablation.py --data-dir ../shared/data/squad-v1.1
+
+Every variant runs ``rckit bench qanet --preset paper [--amp bf16] [--set ...]`` itself
+(training examples/s at batch 32 with contexts cut at 400 tokens, inference examples/s at
+batch 32 on whole contexts, single-question latency, peak RSS) in a fresh subprocess, so each
+peak RSS is that variant's own. The ``before`` variant puts back the implementations this work replaced
+(they are kept below, verbatim in behaviour): the dense char CNN over all 16 char slots,
+``F.dropout`` (one Bernoulli draw per element), the conv with a transposed 1x1 conv, padding
+zeroed with ``masked_fill``, sinusoids recomputed by every block, SDPA in bf16 under autocast.
+``-X`` rows put back only ``X`` (what removing that one optimisation costs); ``+X`` rows add
+an option that is off by default; ``malloc-tuned`` rows run with glibc's mmap/trim thresholds
+raised (an environment setting, not a code change). ``--variants`` picks rows, ``--repeat`` repeats each (this
+machine is shared: compare medians, check ``uptime``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+# Runs in the child: apply the patches named in argv[2], then run `rckit bench` itself.
+CHILD = r"""
+import json, sys
+import torch
+import torch.nn.functional as F
+
+data_dir, spec = sys.argv[1], json.loads(sys.argv[2])
+if spec["threads"]:
+    torch.set_num_threads(spec["threads"])
+
+import rckit.layers.attention as attention
+import rckit.layers.dropout as dropout_mod
+import rckit.layers.embedding as embedding
+import rckit.models.qanet as qanet
+
+
+def dense_char_cnn(self, chars):  # the char CNN as it was: every one of the W char slots
+    B, T, W = chars.shape
+    char_mask = (chars != 0).reshape(B * T, 1, W)  # (B*T, 1, W)
+    x = self.dropout(self.embed(chars)).reshape(B * T, W, -1)  # (B*T, W, Dc)
+    x = x.transpose(1, 2).masked_fill(~char_mask, 0.0)  # (B*T, Dc, W)
+    x = torch.relu(self.conv(x))  # (B*T, C, W)
+    x = x.masked_fill(~char_mask, 0.0).amax(dim=2)  # (B*T, C)
+    return x.view(B, T, -1)  # (B, T, C)
+
+
+def bernoulli_dropout(x, p, training=True):
+    return F.dropout(x, p, training)
+
+
+def bernoulli_residual(self, x, y, survival, per_example):  # the residual as it was
+    y = F.dropout(y, self.p, self.training)
+    if self.training and survival < 1.0:
+        if per_example:
+            keep = torch.rand(x.shape[0], 1, 1, device=x.device) < survival  # (B, 1, 1)
+            y = y * keep.to(y.dtype)
+        y = y / survival
+    return x + y
+
+
+def masked_fill_padding(x, mask):
+    return x.masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+def uncached_pe(T, d, device, dtype):
+    return qanet._sinusoids.__wrapped__(T, d, torch.device(device), dtype)
+
+
+def bf16_attention(self, x, mask):  # SDPA in the autocast dtype
+    B, T, d = x.shape
+    H = self.n_heads
+    q, k, v = self.qkv(x).view(B, T, 3, H, d // H).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, d_h)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])  # (B, H, T, d_h)
+    return self.out(y.transpose(1, 2).reshape(B, T, d))  # (B, T, d)
+
+
+PATCHES = {
+    "char_cnn": lambda: setattr(embedding.CharCNN, "forward", dense_char_cnn),
+    "dropout": lambda: (setattr(dropout_mod, "dropout", bernoulli_dropout),
+                        setattr(qanet.EncoderBlock, "residual", bernoulli_residual)),
+    "padding": lambda: setattr(qanet, "zero_padding", masked_fill_padding),
+    "pe_cache": lambda: setattr(qanet, "positional_encoding", uncached_pe),
+    "fp32_attention": lambda: setattr(attention.MultiHeadSelfAttention, "forward", bf16_attention),
+}
+for name in spec["undo"]:
+    PATCHES[name]()
+
+from rckit.cli import main
+
+argv = ["bench", "qanet", "--preset", "paper", "--data-dir", data_dir, "--amp", spec["amp"], "--json",
+        "--steps", str(spec["steps"]), "--questions", str(spec["questions"])]
+for override in spec["set"]:
+    argv += ["--set", override]
+main(argv)  # prints the bench result as one JSON line
+"""
+
+ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention"]
+
+
+# glibc serves blocks above its mmap threshold (at most 32 MB unless set) with fresh pages,
+# so every large temporary page-faults; these keep them in the reusable heap instead.
+MALLOC_TUNED = {"MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
+
+
+def variant(undo=(), set_=(), amp="fp32", threads=0, env=None):
+    return {"undo": list(undo), "set": list(set_), "amp": amp, "threads": threads, "env": env or {}}
+
+
+BATCH, CKPT = "model.layer_dropout=batch", "model.checkpoint_blocks=true"
+VARIANTS = {
+    "before": variant(ALL_UNDO),
+    "after": variant(),
+    "-char_cnn": variant(["char_cnn"]),
+    "-dropout": variant(["dropout"]),
+    "-padding": variant(["padding"]),
+    "-pe_cache": variant(["pe_cache"]),
+    "+layer_dropout=batch": variant(set_=[BATCH]),
+    "+checkpoint_blocks": variant(set_=[CKPT]),
+    "before bf16": variant(ALL_UNDO, amp="bf16"),
+    "after bf16": variant(amp="bf16"),
+    "-fp32_attention bf16": variant(["fp32_attention"], amp="bf16"),
+    "+layer_dropout=batch bf16": variant(set_=[BATCH], amp="bf16"),
+    "+checkpoint_blocks bf16": variant(set_=[CKPT], amp="bf16"),
+    "after 1 thread": variant(threads=1),
+    "after malloc-tuned": variant(env=MALLOC_TUNED),
+    "after bf16 malloc-tuned": variant(amp="bf16", env=MALLOC_TUNED),
+    "+batch +ckpt bf16": variant(set_=[BATCH, CKPT], amp="bf16"),
+    "+batch bf16 malloc-tuned": variant(set_=[BATCH], amp="bf16", env=MALLOC_TUNED),
+    "+batch +ckpt bf16 malloc-tuned": variant(set_=[BATCH, CKPT], amp="bf16", env=MALLOC_TUNED),
+    "+batch +ckpt malloc-tuned": variant(set_=[BATCH, CKPT], env=MALLOC_TUNED),
+}
+
+COLUMNS = [("train_examples_per_s", "train ex/s"), ("inference_examples_per_s", "infer ex/s"),
+           ("latency_ms_median", "lat ms"), ("latency_ms_p90", "p90 ms"), ("peak_rss_mb", "peak MB")]
+
+
+def run(name: str, spec: dict, args) -> dict:
+    spec = {**spec, "steps": args.steps, "questions": args.questions}
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", CHILD, args.data_dir, json.dumps(spec)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore", **spec["env"]})
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        raise SystemExit(f"variant {name!r} failed:\n{p.stderr[-3000:]}")
+    res = json.loads(lines[-1])
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    res["load"] = round(os.getloadavg()[0], 2)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default="../shared/data/squad-v1.1")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from: {', '.join(VARIANTS)}")
+    ap.add_argument("--steps", type=int, default=20, help="timed training steps (as rckit bench)")
+    ap.add_argument("--questions", type=int, default=1024, help="size of the dev slice (as rckit bench)")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--json", help="also write every run to this file")
+    args = ap.parse_args()
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+
+    print(f"{'variant':32s} " + " ".join(f"{h:>10s}" for _, h in COLUMNS) + f" {'load':>6s}", flush=True)
+    runs = []
+    for _ in range(args.repeat):
+        for name in names:
+            res = run(name, VARIANTS[name], args)
+            runs.append({"variant": name, **res})
+            print(f"{name:32s} " + " ".join(f"{res[k]:>10}" for k, _ in COLUMNS) + f" {res['load']:>6}", flush=True)
+    if args.repeat > 1:
+        print(f"\nmedians of {args.repeat} runs", flush=True)
+        for name in names:
+            mine = [r for r in runs if r["variant"] == name]
+            med = {k: statistics.median(r[k] for r in mine) for k, _ in COLUMNS}
+            print(f"{name:32s} " + " ".join(f"{round(med[k], 2):>10}" for k, _ in COLUMNS))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
