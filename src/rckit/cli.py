@@ -1,4 +1,4 @@
-"""The ``rckit`` command: prepare, train, evaluate, predict, score, bench."""
+"""The ``rckit`` command: prepare, train, evaluate, predict, score, bench, sweep."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ DESCRIPTION = """\
 rckit: neural machine reading comprehension on SQuAD and cloze data.
 
   rckit prepare squad                     tokenize, index and cache SQuAD (downloads if needed)
+  rckit prepare squad-cloze --out DIR     an entity-anonymised cloze set built from SQuAD v1.1
   rckit train MODEL --out RUN             train a model, with checkpoints and a learning curve
-  rckit evaluate RUN                      official EM/F1 of a trained run on a SQuAD file
+  rckit evaluate RUN                      official EM/F1 (SQuAD) or accuracy (cloze) of a trained run
   rckit predict RUN --context .. --question ..   answer one question
   rckit score DATA.json PREDS.json        official EM/F1 of a predictions file
   rckit bench MODEL                       training/inference speed and memory
+  rckit sweep MODEL --out DIR             a time-boxed hyper-parameter sweep, resumable
 """
 
 
@@ -49,9 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         "shaped them (a changed setting rebuilds, an unchanged one loads in seconds). Without --train/--dev "
         "the official files are used: from --data-dir/$RCKIT_DATA if given, else downloaded and checksum-verified.",
     )
-    p.add_argument("dataset", choices=["squad"], help="which dataset to prepare")
+    p.add_argument("dataset", choices=["squad", "squad-cloze"],
+                   help="squad: the SQuAD cache; squad-cloze: an entity-anonymised cloze set from SQuAD v1.1")
     _add_data_args(p)
-    p.add_argument("--out", help="output directory (default: <cache-dir>/prepared)")
+    p.add_argument("--out", help="output directory (default: <cache-dir>/prepared; squad-cloze: required)")
+    p.add_argument("--seed", type=int, default=0, help="squad-cloze: seed of the per-example entity numbering")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
     p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
     p.add_argument("--json", action="store_true", help="print the full summary as JSON")
@@ -59,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "train",
         help="train a model",
-        description="Train MODEL on SQuAD. Checkpoints, metrics.jsonl and a learning-curve plot go to --out; "
+        description="Train MODEL on SQuAD (or on cloze data with --cloze-data). Checkpoints, metrics.jsonl and a learning-curve plot go to --out; "
         "--resume continues a stopped run from its last checkpoint.",
     )
     p.add_argument("model", help="model name (see `rckit train --help` once models are installed)")
@@ -69,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
     p.add_argument("--time-budget", help="stop after this much wall-clock time, e.g. 45m, 2h, 90s")
+    p.add_argument("--cloze-data", help="cloze models: a directory from `rckit prepare squad-cloze`, Chen et al.'s "
+                   "train/dev.txt, or DeepMind Q&A training/ validation/ .question folders")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument("--checkpoint-every", type=int, metavar="N", help="write last.pt every N steps")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
@@ -76,11 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "evaluate",
-        help="official EM/F1 of a trained run",
-        description="Predict every question of a SQuAD file with a trained run and print the official EM/F1.",
+        help="official EM/F1 (or cloze accuracy) of a trained run",
+        description="Predict every question of a SQuAD file with a trained run and print the official EM/F1; "
+        "for a cloze run, the accuracy over every example of its evaluation split.",
     )
     p.add_argument("run", help="run directory")
-    p.add_argument("--data", help="SQuAD file to evaluate on (default: the run's dev file)")
+    p.add_argument("--data", help="SQuAD file to evaluate on (default: the run's dev file); cloze: a cloze directory")
+    p.add_argument("--split", default=None, help="cloze: which split of the directory (dev, test; default: the run's)")
+    p.add_argument("--weights", default="ema", choices=["ema", "raw"],
+                   help="the checkpoint's EMA weights (default, what training evaluated) or its raw weights")
     p.add_argument("--limit", type=int, help="only the first N questions (scored over those N)")
     p.add_argument("--out", help="write predictions JSON here")
     p.add_argument("--device", default="auto")
@@ -117,6 +127,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20, help="timed training steps")
     p.add_argument("--questions", type=int, default=1024, help="size of the dev slice")
     p.add_argument("--json", action="store_true")
+    _add_data_args(p)
+
+    p = sub.add_parser(
+        "sweep",
+        help="hyper-parameter sweep",
+        description="Train one time-boxed run per grid point (or a seeded random subset) into OUT/trial-NNN; "
+        "results.md and results.png summarise them. Run it again with the same --out to resume. The default "
+        "grid for deep_lstm_reader is the paper's table; --grid KEY=V1,V2 replaces it key by key.",
+    )
+    p.add_argument("model", help="model name")
+    p.add_argument("--out", required=True, help="sweep directory")
+    p.add_argument("--preset", help="preset the trials start from")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field in every trial")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="swept values for model.X or train.X; given keys replace the default grid")
+    p.add_argument("--only-grid", action="store_true", help="sweep only the --grid keys, not the default grid")
+    p.add_argument("--trials", type=int, help="a random subset of this many grid points (default: the whole grid)")
+    p.add_argument("--budget", default="5m", help="wall-clock budget per trial (default 5m)")
+    p.add_argument("--max-steps", type=int, help="step limit per trial")
+    p.add_argument("--seed", type=int, default=0, help="seed of the trial subset")
+    p.add_argument("--cloze-data", help="cloze data directory (cloze models)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true")
     _add_data_args(p)
     return parser
 
@@ -159,6 +192,8 @@ def prepare_from_args(args):
 
 
 def cmd_prepare(args) -> int:
+    if args.dataset == "squad-cloze":
+        return prepare_squad_cloze(args)
     t0 = time.perf_counter()
     prepared = prepare_from_args(args)
     seconds = time.perf_counter() - t0
@@ -190,6 +225,34 @@ def cmd_prepare(args) -> int:
         )
         print(f"    context tokens mean {c['mean']} p95 {c['p95']} max {c['max']}; question tokens mean {q['mean']} p95 {q['p95']} max {q['max']}")
     print(f"  details: {prepared.root / 'meta.json'}")
+    return 0
+
+
+def prepare_squad_cloze(args) -> int:
+    from rckit.data.squad import read_squad
+    from rckit.data.squad_cloze import build_squad_cloze, write_squad_cloze
+    from rckit.evaluation.cloze_baselines import score_baselines
+
+    if not args.out:
+        raise ValueError("squad-cloze needs --out DIR")
+    if args.version != "1.1":
+        raise ValueError("squad-cloze is built from SQuAD v1.1")
+    t0 = time.perf_counter()
+    train_file, dev_file = resolve_files(args)
+    train, train_stats = build_squad_cloze(read_squad(train_file), seed=args.seed)
+    dev, dev_stats = build_squad_cloze(read_squad(dev_file), seed=args.seed)
+    baselines = {"train": score_baselines(train), "dev": score_baselines(dev)}
+    stats = {"train": train_stats, "dev": dev_stats, "baselines": baselines, "seed": args.seed,
+             "sources": {"train": str(train_file), "dev": str(dev_file)}}
+    write_squad_cloze(args.out, train, dev, stats)
+    if args.json:
+        print(json.dumps(stats))
+        return 0
+    print(f"squad-cloze written to {args.out} in {time.perf_counter() - t0:.1f}s")
+    for name, st in (("train", train_stats), ("dev", dev_stats)):
+        print(f"  {name}: {json.dumps(st)}")
+    for name, b in baselines.items():
+        print(f"  baselines on {name}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in b.items()))
     return 0
 
 
@@ -280,18 +343,51 @@ def cmd_train(args) -> int:
 
     device = pick_device(args.device)
     dist = init_distributed(device)
-    if dist.is_main:  # one process builds the cache; the others then load it
-        prepared = prepare_from_args(args)
-    barrier(dist)
-    if not dist.is_main:
-        prepared = prepare_from_args(args)
+    if getattr(mcfg, "head", None) == "cloze":
+        data = cloze_task(args, tcfg)
+    else:
+        if dist.is_main:  # one process builds the cache; the others then load it
+            data = prepare_from_args(args)
+        barrier(dist)
+        if not dist.is_main:
+            data = prepare_from_args(args)
     summary = train(
-        args.model, MODELS[args.model][1], mcfg, tcfg, prepared, args.out,
+        args.model, MODELS[args.model][1], mcfg, tcfg, data, args.out,
         max_steps=args.max_steps, time_budget=parse_duration(args.time_budget), resume=args.resume,
         device=device, progress=not args.no_progress,
     )
     if dist.is_main:
         print(json.dumps(summary))
+    return 0
+
+
+def cloze_task(args, tcfg):
+    from rckit.data.cloze_data import load_cloze_data
+    from rckit.training.tasks import ClozeTask
+
+    if not args.cloze_data:
+        raise ValueError("a cloze model needs --cloze-data DIR (e.g. from `rckit prepare squad-cloze --out DIR`)")
+    embeddings = str(Path(args.embeddings).resolve()) if args.embeddings else "glove-6b-50d"
+    return ClozeTask(load_cloze_data(args.cloze_data, embeddings=embeddings, seed=tcfg.seed), tcfg)
+
+
+def evaluate_cloze(args, model, ckpt, device) -> int:
+    import numpy as np
+
+    from rckit.data.cloze_data import load_eval_split
+    from rckit.training.tasks import predict_cloze
+
+    info = ckpt["data"]
+    root = args.data or info["cloze_dir"]
+    split = load_eval_split(root, args.split or info["eval_split"], ckpt["vocab"])
+    rows = np.arange(min(args.limit, len(split)) if args.limit else len(split))
+    pred = predict_cloze(model, split, rows, args.batch_size, device, None)
+    gold = split.a["answer"][rows]
+    res = {"accuracy": 100.0 * float((pred == gold).mean()), "examples": int(len(rows)),
+           "split": args.split or info["eval_split"], "data": str(root)}
+    if args.out:
+        Path(args.out).write_text(json.dumps({split.ids[i]: f"@entity{int(p)}" for i, p in zip(rows, pred)}))
+    print(json.dumps(res))
     return 0
 
 
@@ -303,7 +399,9 @@ def cmd_evaluate(args) -> int:
     from rckit.runs import load_model
 
     device = pick_device(args.device)
-    model, vocabs, ckpt = load_model(args.run, device)
+    model, vocabs, ckpt = load_model(args.run, device, use_ema=args.weights == "ema")
+    if ckpt.get("task") == "cloze":
+        return evaluate_cloze(args, model, ckpt, device)
     data = args.data or ckpt["data"]["dev_file"]
     ds = read_squad(data)
     split, _ = featurize(ds, vocabs)
@@ -359,6 +457,36 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from rckit.models import MODELS
+    from rckit.training.sweep import GRIDS, parse_grid, run_sweep
+    from rckit.training.tasks import SpanTask
+
+    mcfg, tcfg = model_configs(args.model, args.preset, args.set)
+    grid = {} if args.only_grid else dict(GRIDS.get(args.model, {}))
+    grid.update(parse_grid(args.grid))
+    if not grid:
+        raise ValueError(f"no default grid for {args.model}: give --grid KEY=V1,V2 ...")
+    device = pick_device(args.device)
+    if getattr(mcfg, "head", None) == "cloze":
+        data = cloze_task(args, tcfg).data
+        from rckit.training.tasks import ClozeTask
+
+        def make_task(t):
+            return ClozeTask(data, t)
+    else:
+        prepared = prepare_from_args(args)
+
+        def make_task(t):
+            return SpanTask(prepared, t)
+    rows = run_sweep(args.model, MODELS[args.model][1], mcfg, tcfg, make_task, args.out, grid, args.trials,
+                     parse_duration(args.budget), args.max_steps, args.seed, device, not args.no_progress)
+    print(f"{len(rows)} trials finished; table in {Path(args.out) / 'results.md'}")
+    if rows:
+        print(json.dumps(rows[0]))
+    return 0
+
+
 COMMANDS = {
     "prepare": cmd_prepare,
     "score": cmd_score,
@@ -366,6 +494,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
     "bench": cmd_bench,
+    "sweep": cmd_sweep,
 }
 
 

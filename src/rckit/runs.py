@@ -24,7 +24,10 @@ def checkpoint_of(run: str | Path) -> Path:
 
 
 def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: bool = True):
-    """(model in eval mode with EMA weights, vocabularies, checkpoint dict)."""
+    """(model in eval mode with EMA weights, vocabularies, checkpoint dict).
+
+    Vocabularies: :class:`Vocabularies` for SQuAD runs, :class:`ClozeVocab` for cloze runs.
+    """
     path = checkpoint_of(run)
     ckpt = load_checkpoint(path)
     name = ckpt["model_name"]
@@ -38,6 +41,7 @@ def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: boo
         n_trainable_words=e["n_trainable_words"],
         n_chars=e["n_chars"],
         char_vectors=None if e["char_vectors_dim"] is None else torch.zeros(e["n_chars"], e["char_vectors_dim"]),
+        n_entities=e.get("n_entities", 0),
     )
     model = model_cls(cfg, info)
     try:
@@ -50,4 +54,9 @@ def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: boo
     except (RuntimeError, KeyError) as err:
         raise CheckpointError(f"{path}: weights do not fit a {name} model: {err}") from err
     model.to(device).eval()
+    if ckpt.get("task", "span") == "cloze":
+        from rckit.data.cloze import ClozeVocab
+
+        v = ckpt["vocab"]
+        return model, ClozeVocab(v["itos"], v["n_entities"], v.get("lowercase", True)), ckpt
     return model, Vocabularies.from_json(ckpt["vocab"]), ckpt

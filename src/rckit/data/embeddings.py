@@ -21,3 +21,4 @@ class EmbeddingInfo:
     n_trainable_words: int
     n_chars: int  # char vocabulary size, 0 = <pad>, 1 = <unk>
     char_vectors: torch.Tensor | None = None  # (n_chars, Dc) float32 pretrained init, or None
+    n_entities: int = 0  # cloze data: entity markers @entity0..@entity{n-1}, the answer classes

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rckit.models.dcn import DCN, DCNConfig, DCNPlus, DCNPlusConfig
+from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig
 from rckit.models.qanet import QANet, QANetConfig
 
 MODELS = {
     "qanet": (QANetConfig, QANet),
+    "deep_lstm_reader": (DeepLSTMReaderConfig, DeepLSTMReader),
+    "dcn": (DCNConfig, DCN),
+    "dcn_plus": (DCNPlusConfig, DCNPlus),
 }
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"

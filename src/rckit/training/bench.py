@@ -34,7 +34,18 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    # Training.
+    # Training, with the loss the engine would use (a model's own, e.g. DCN's, or the span loss).
+    reward = None
+    if getattr(model, "uses_reward", False):
+        from rckit.training.rewards import SpanF1Reward
+
+        reward = SpanF1Reward(split)
+
+    def loss_fn(out, batch):
+        if hasattr(model, "loss"):
+            return model.loss(out, batch, reward_fn=reward)
+        return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-4)
@@ -48,7 +59,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             t0 = time.perf_counter()
         with autocast(device, dtype):
             out = model(batch)
-        loss = span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+        loss = loss_fn(out, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

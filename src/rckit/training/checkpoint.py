@@ -2,8 +2,10 @@
 
 Contents: ``format``, ``model_name``, ``model_config`` and ``train_config`` (plain dicts),
 ``model`` (state dict of the unwrapped module), ``optimizer``, ``scheduler``, ``ema``,
-``step``, ``epoch``, ``batch_in_epoch``, ``elapsed``, ``best_f1``, ``vocab`` (word/char lists),
-``data`` (the prepared-data key and files), ``rng`` (torch CPU/CUDA generator states).
+``step``, ``epoch``, ``batch_in_epoch``, ``elapsed``, ``best_score`` (of ``score_key``: dev F1
+or accuracy), ``task`` (span or cloze), ``vocab`` (word/char lists, or the cloze vocabulary),
+``embedding`` (table shapes), ``data`` (where the data came from), ``rng`` (torch CPU/CUDA
+generator states).
 
 Writing goes to a temporary file in the same directory, is flushed to disk, then renamed over
 the target, so a crash (even ``kill -9``) leaves either the old file or the new one. Loading

@@ -1,9 +1,13 @@
-"""The training engine every span model shares: one loop, read top to bottom.
+"""The training engine every model shares: one loop, read top to bottom.
 
-``train()`` builds the model, optimiser (Adam with L2), warm-up schedule and EMA, then runs
+``train()`` builds the model, optimiser (Adam or RMSProp, with L2), warm-up schedule and EMA, then runs
 steps over length-bucketed batches until ``max_steps``, ``time_budget`` or a SIGINT/SIGTERM,
 evaluating on a fixed dev subset with the EMA weights swapped in, keeping the best checkpoint
-by dev F1 and a ``last.pt`` every ``checkpoint_every`` steps. A stopped run resumes exactly:
+by the task's dev score (F1 for SQuAD, accuracy for cloze) and a ``last.pt`` every
+``checkpoint_every`` steps. What is trained on is a task (:mod:`rckit.training.tasks`): its
+batches, its loss and its dev metric; a prepared SQuAD directory means the span task.
+
+A stopped run resumes exactly:
 the sampler's order is a function of (seed, epoch), the checkpoint records the position in
 the epoch and the RNG state, so N steps equal k steps + resume + N - k steps.
 
@@ -26,27 +30,28 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from rckit.data.batching import BucketBatchSampler
-from rckit.data.squad import load_json
-from rckit.evaluation.predict import autocast, predict_split
-from rckit.evaluation.squad_metrics import per_question_scores
+from rckit.evaluation.predict import autocast
 from rckit.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rckit.training.distributed import any_true, barrier, init_distributed
 from rckit.training.ema import EMA
-from rckit.training.losses import span_loss
+from rckit.training.tasks import SpanTask
 
 
 @dataclass
 class TrainConfig:
     batch_size: int = 32  # global: split across processes under torchrun
+    optimizer: str = "adam"  # "adam" (beta1, beta2, eps) or "rmsprop" (rmsprop_alpha, momentum, eps)
     lr: float = 1e-3
     warmup_steps: int = 1000  # lr = lr * log(step + 1) / log(warmup_steps), then constant
     beta1: float = 0.8
     beta2: float = 0.999
     eps: float = 1e-7
+    rmsprop_alpha: float = 0.95  # RMSProp's decay of the squared-gradient average
+    momentum: float = 0.9  # RMSProp only
     weight_decay: float = 3e-7  # L2 on every trainable parameter (added to the gradient)
     grad_clip: float = 5.0
-    ema_decay: float = 0.9999
-    max_c_len: int = 400  # training only; evaluation reads every context whole
+    ema_decay: float = 0.9999  # 0: no averaging, evaluation and checkpoints use the raw weights
+    max_c_len: int = 400  # training only; evaluation reads every context whole (cloze: document length)
     max_q_len: int = 50
     long_contexts: str = "truncate"  # "truncate" (keep if the answer fits) or "drop"
     max_answer_len: int = 30
@@ -57,14 +62,6 @@ class TrainConfig:
     amp: str = "auto"  # "bf16", "fp32" or "auto" (bf16 on CUDA with bf16 support, else fp32)
     seed: int = 0
     pool_batches: int = 50
-
-
-def embedding_shapes(prepared) -> dict:
-    """What a model needs to rebuild its embedding tables before loading a state dict."""
-    cv = prepared.char_vectors
-    return {"words": int(prepared.word_vectors.shape[0]), "word_dim": int(prepared.word_vectors.shape[1]),
-            "n_trainable_words": prepared.vocabs.words.n_trainable, "n_chars": len(prepared.vocabs.chars),
-            "char_vectors_dim": None if cv is None else int(cv.shape[1])}
 
 
 def warmup_factor(step: int, warmup: int) -> float:
@@ -84,17 +81,14 @@ def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
     raise ValueError(f"amp must be bf16, fp32 or auto, got {cfg.amp!r}")
 
 
-def training_indices(split, cfg: TrainConfig) -> np.ndarray:
-    """Examples with a usable answer inside the training context limit."""
-    a = split.a
-    ok = a["y_start"] >= 0
-    if cfg.long_contexts == "drop":
-        ok &= split.c_len <= cfg.max_c_len
-    elif cfg.long_contexts == "truncate":
-        ok &= a["y_end"] < cfg.max_c_len
-    else:
-        raise ValueError(f"long_contexts must be truncate or drop, got {cfg.long_contexts!r}")
-    return np.flatnonzero(ok)
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                                weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.eps,
+                                   momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    raise ValueError(f"optimizer must be adam or rmsprop, got {cfg.optimizer!r}")
 
 
 def eval_subset(n: int, k: int, seed: int) -> np.ndarray:
@@ -154,7 +148,7 @@ def train(
     model_cls,
     model_cfg,
     cfg: TrainConfig,
-    prepared,
+    data,
     run_dir: str | Path,
     max_steps: int | None = None,
     time_budget: float | None = None,
@@ -162,7 +156,10 @@ def train(
     device: str | torch.device = "cpu",
     progress: bool = True,
 ) -> dict:
-    """Train and return a summary (steps, best dev EM/F1, seconds). See the module docstring."""
+    """Train and return a summary (steps, best dev score, seconds). See the module docstring.
+
+    ``data``: a task from :mod:`rckit.training.tasks`, or prepared SQuAD data (the span task).
+    """
     device = torch.device(device)
     dist = init_distributed(device)
     if dist.enabled and device.type == "cuda":
@@ -179,55 +176,53 @@ def train(
             raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
 
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model = model_cls(model_cfg, prepared.embedding_info()).to(device)
+    task = data if hasattr(data, "score_key") else SpanTask(data, cfg)
+    model = model_cls(model_cfg, task.model_inputs()).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    opt = make_optimizer(params, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_factor(s, cfg.warmup_steps))
     ema = EMA(model, cfg.ema_decay)
 
-    train_split, dev_split = prepared.split("train"), prepared.split("dev")
-    rows = training_indices(train_split, cfg)
+    rows = task.train_rows
     sampler = BucketBatchSampler(
-        np.minimum(train_split.c_len[rows], cfg.max_c_len),
+        task.train_lengths,
         cfg.batch_size // dist.world_size,
         seed=cfg.seed,
         pool_batches=cfg.pool_batches,
         num_replicas=dist.world_size,
         rank=dist.rank,
     )
-    dev_rows = eval_subset(len(dev_split), cfg.eval_questions, cfg.seed)
-    dev_file = prepared.meta["splits"]["dev"]["file"]
-    dev_version = prepared.meta["splits"]["dev"]["version"]
-    dev_raw = None  # parsed lazily, rank 0 only
+    dev_rows = eval_subset(task.n_dev, cfg.eval_questions, cfg.seed)
 
     step = epoch = batch_in_epoch = 0
     elapsed = 0.0
-    best_f1 = -1.0
+    best_score = -1.0
     if resume:
         if not last_path.exists():
             raise FileNotFoundError(f"--resume: no checkpoint at {last_path}")
         ckpt = load_checkpoint(last_path)
         if ckpt["model_name"] != model_name or ckpt["model_config"] != asdict(model_cfg):
             raise CheckpointError(f"{last_path}: written by a different model or config; refusing to resume")
-        if ckpt["vocab"]["words"] != prepared.vocabs.words.itos:
-            raise CheckpointError(f"{last_path}: vocabulary differs from the prepared data; refusing to resume")
+        task.check_resume(ckpt, last_path)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
         ema.load_state_dict(ckpt["ema"])
         step, epoch, batch_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"]
-        elapsed, best_f1 = ckpt["elapsed"], ckpt["best_f1"]
+        elapsed, best_score = ckpt["elapsed"], ckpt["best_score"]
         _set_rng_state(ckpt["rng"], device)
         if main:
             _trim_metrics(metrics_path, step)
     if main:
         (run_dir / "config.json").write_text(
             json.dumps({"model": model_name, "model_config": asdict(model_cfg), "train_config": asdict(cfg),
-                        "data": {"prepared": str(prepared.root), "key": prepared.meta["key"], "dev_file": dev_file}},
+                        "task": task.kind, "data": task.describe()},
                        indent=1)
         )
 
-    net = DistributedDataParallel(model, broadcast_buffers=False) if dist.enabled else model
+    find_unused = getattr(model, "find_unused_parameters", False)  # DCN+ experts, QANet per-batch layer drop
+    net = DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=find_unused) \
+        if dist.enabled else model
     dtype = amp_dtype(cfg, device)
 
     def checkpoint(path: Path) -> None:
@@ -246,11 +241,9 @@ def train(
                 "epoch": epoch,
                 "batch_in_epoch": batch_in_epoch,
                 "elapsed": elapsed,
-                "best_f1": best_f1,
-                "vocab": prepared.vocabs.to_json(),
-                "embedding": embedding_shapes(prepared),
-                "data": {"key": prepared.meta["key"], "prepared": str(prepared.root), "dev_file": dev_file,
-                         "dev_version": dev_version},
+                "best_score": best_score,
+                "score_key": task.score_key,
+                **task.checkpoint_fields(),  # task, vocab, embedding, data
                 "rng": _rng_state(device),
             },
             path,
@@ -262,15 +255,8 @@ def train(
                 fh.write(json.dumps(record) + "\n")
 
     def evaluate() -> dict:
-        nonlocal dev_raw
-        if dev_raw is None:
-            dev_raw = load_json(dev_file)
         with ema.swapped_in(model):
-            preds = predict_split(model, dev_split, dev_rows, 32, cfg.max_answer_len, device, dtype)
-        per_q = per_question_scores(dev_raw, preds, dev_version)
-        chosen = [per_q[dev_split.qids[i]] for i in dev_rows]
-        return {"dev_em": 100.0 * sum(e for e, _ in chosen) / len(chosen),
-                "dev_f1": 100.0 * sum(f for _, f in chosen) / len(chosen), "dev_questions": len(chosen)}
+            return task.evaluate(model, dev_rows, device, dtype)
 
     bar = None
     if main and progress:
@@ -288,10 +274,10 @@ def train(
             batches = list(sampler)
             while batch_in_epoch < len(batches):
                 ids = rows[batches[batch_in_epoch]]
-                batch = train_split.collate(ids, cfg.max_c_len, cfg.max_q_len).to(device, non_blocking=True)
+                batch = task.collate(ids).to(device, non_blocking=True)
                 with autocast(device, dtype):
                     out = net(batch)
-                loss = span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+                loss = task.loss(model, out, batch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -327,9 +313,10 @@ def train(
                     result = evaluate()
                     log({"step": step, "time": round(elapsed, 2), **result})
                     if bar is not None:
-                        bar.write(f"step {step}: dev EM {result['dev_em']:.2f} F1 {result['dev_f1']:.2f}")
-                    if result["dev_f1"] > best_f1:
-                        best_f1 = result["dev_f1"]
+                        shown = " ".join(f"{k[4:]} {result[k]:.2f}" for k in task.metric_keys)
+                        bar.write(f"step {step}: dev {shown}")
+                    if result[task.score_key] > best_score:
+                        best_score = result[task.score_key]
                         checkpoint(best_path)
                     plot_learning_curve(metrics_path, run_dir / "learning_curve.png")
                     window_t += time.perf_counter() - t_eval  # keep evaluation out of examples/s
@@ -346,14 +333,14 @@ def train(
     if bar is not None:
         bar.close()
     summary = {"steps": step, "epochs": epoch + batch_in_epoch / max(1, len(sampler)), "seconds": round(elapsed, 1),
-               "best_dev_f1": best_f1, "stopped_by": stopped_by, "run_dir": str(run_dir)}
+               f"best_{task.score_key}": best_score, "stopped_by": stopped_by, "run_dir": str(run_dir)}
     if main:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
 def plot_learning_curve(metrics_path: Path, out: Path) -> None:
-    """Loss and dev EM/F1 against step and against wall-clock time."""
+    """Loss and dev scores (EM/F1 or accuracy) against step and against wall-clock time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -361,7 +348,9 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
 
     recs = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
     train = [r for r in recs if "loss" in r]
-    dev = [r for r in recs if "dev_f1" in r]
+    dev = [r for r in recs if any(k.startswith("dev_") for k in r)]
+    # dev_em/dev_f1 for spans, dev_acc for cloze: whichever the run logged.
+    keys = [k for k in ("dev_f1", "dev_em", "dev_acc") if any(k in r for r in dev)]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     for col, x in enumerate(("step", "time")):
         scale = 60.0 if x == "time" else 1.0
@@ -372,8 +361,8 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
         ax.set_ylabel("training loss")
         ax.grid(alpha=0.3)
         ax = axes[1, col]
-        ax.plot([r[x] / scale for r in dev], [r["dev_f1"] for r in dev], marker="o", label="F1")
-        ax.plot([r[x] / scale for r in dev], [r["dev_em"] for r in dev], marker="s", label="EM")
+        for key, marker in zip(keys, "os^"):
+            ax.plot([r[x] / scale for r in dev], [r[key] for r in dev], marker=marker, label=key[4:].upper())
         ax.set_xlabel(label)
         ax.set_ylabel("dev score (subset)")
         ax.grid(alpha=0.3)

@@ -1,0 +1,390 @@
+"""Dynamic Coattention Networks: DCN (Xiong, Zhong & Socher 2017) and DCN+ (Xiong, Zhong & Socher 2018).
+
+Batch-first, document of ``m`` tokens, question of ``n``, hidden size ``l`` (``hidden``).
+
+Input (both models, :class:`TokenInput`): fixed GloVe word vectors (the trainable rows of
+:class:`~rckit.data.embeddings.EmbeddingInfo` excepted), optionally ``[x_w; char-CNN]``. The
+DCN+ paper's strongest setting adds CoVe vectors; CoVe is not available here.
+``TokenInput.forward(..., extra=)`` is where contextual vectors (B, T, ``extra_dim``) would be
+concatenated; the models pass ``None`` and ``extra_dim`` must stay 0 until a batch carries them.
+
+DCN encoder (Sec. 2.1-2.2):
+
+    D = LSTM_enc(x^D), Q' = LSTM_enc(x^Q)             one shared (unidirectional) LSTM, width l
+    D <- [D; d_0], Q' <- [Q'; q_0], Q = tanh(W Q' + b)  sentinels at position len (coattention.py)
+    L = D Q^T, A^Q, A^D, C^Q = S^Q, C^D = [S^D; C^D]   (rckit.layers.coattention)
+    u_t = BiLSTM([d_t; c^D_t])                        U (B, m, 2l), the sentinel dropped
+
+DCN+ encoder (deep residual coattention, Sec. 2.1 of DCN+); widths as the paper writes them:
+
+    E_1 = biLSTM_1(x) for D and Q (shared)           (B, ., l): l/2 per direction
+    coattn_1(E_1^D, tanh(W E_1^Q + b)) -> S_1^D, S_1^Q, C_1^D       width l
+    E_2 = biLSTM_2(S_1) for D and Q (shared)         (B, ., 2l)
+    coattn_2(E_2^D, E_2^Q) -> S_2^D, S_2^Q, C_2^D                   width 2l, own sentinels;
+                                                    the paper writes the tanh projection for E_1^Q only
+    U = biLSTM([E_1^D; E_2^D; S_1^D; S_2^D; C_1^D; C_2^D])          (B, m, 2l), input 9l
+
+Dynamic pointing decoder (shared, :class:`DynamicDecoder`), ``i = 1..iterations``:
+
+    h_i = LSTM_dec(h_{i-1}, [u_{s_{i-1}}; u_{e_{i-1}}])           nn.LSTMCell, h_0 = 0, s_0 = e_0 = 0
+    alpha_t = HMN_start(u_t, h_i, u_{s_{i-1}}, u_{e_{i-1}}),  s_i = argmax_t alpha_t
+    beta_t  = HMN_end(u_t, h_i, u_{s_{i-1}}, u_{e_{i-1}}),    e_i = argmax_t beta_t
+    HMN: r = tanh(W_D [h_i; u_s; u_e]), m1 = max(W1 [u_t; r] + b1), m2 = max(W2 m1 + b2),
+         HMN = max(W3 [m1; m2] + b3), maxout pool ``pool``
+
+Both HMNs are fed the previous span (the paper's reading; some reimplementations feed s_i to
+the end HMN). ``W1 [u_t; r]`` is split as ``W1_u u_t + W1_r r``: the ``u_t`` part does not change
+between iterations and is computed once. Early stop is per example and the same in training
+and evaluation: once an example's span equals the previous iteration's, it is done and its
+later logits are copies of its last ones; the loop ends when every example is done.
+``DCNOutput.active[i]`` marks the examples still running at iteration ``i``; the
+cross-entropy sums over those iterations only (each distinct estimate counted once), averaged
+over answerable examples (``y_start = -1``: left out).
+
+DCN+ decoder: the first maxout layer of both HMNs is a sparse top-2 mixture of maxout experts
+(:class:`~rckit.layers.maxout.MixtureOfMaxouts`, ``n_experts``; our choice, not in the seed
+note), with noisy top-2 gating in training and an importance (load-balancing) term added to
+the loss with weight ``moe_balance`` (without them unchosen experts never get a gradient and
+routing collapses; at initialisation some experts already get no row of a batch). Word dropout drops a token's
+whole input vector with probability ``word_dropout`` (survivors scaled by ``1/(1-p)``).
+
+Mixed objective (DCN+ Sec. 3), ``mixed_objective=True``:
+
+    loss = L_ce / (2 s_ce^2) + L_rl / (2 s_rl^2) + log s_ce^2 + log s_rl^2
+    L_rl = -mean_b R_b * sum_i [log p_i^start(s^_i) + log p_i^end(e^_i)]      (eq. 16)
+    R = F1(ans(s^_T, e^_T)) - F1(ans(s_T, e_T))
+
+In training the forward runs the decoder a second time, sampling (s^_i, e^_i) from the start
+and end distributions with the sampled span fed back (p(s^_i | s^_{i-1}, e^_{i-1}) as in eq. 16);
+it stops per example when its sampled span repeats. The greedy run (the baseline, no
+gradient through R) is the ordinary forward. ``log s^2`` is a learned parameter with a soft
+floor ``log_sigma2_floor`` (softplus): L_rl is negative whenever the greedy span beats the
+sample, and without a floor ``1/(2 s_rl^2)`` then grows without bound.
+
+Sizes: the paper presets use l = 200, pool 16, 4 iterations, contexts cut at 600 tokens. The
+CPU presets (45 minutes on 2 cores) cut l to 96 (DCN) and 64 (DCN+, whose encoder runs three
+biLSTMs and a 9l-wide fusion), the pool to 8, the iterations to 2, the experts to 4 and the
+contexts to 300 tokens, and leave out the char CNN: the sequential LSTMs and the HMNs over
+every position at every iteration are the cost, and a smaller model sees several times more
+examples in the budget, which matters more than capacity in a run that covers about one epoch.
+Dropout (our reading: on encoder outputs and U) is 0.3 in the paper presets, 0.1 on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rckit.data.batching import Batch
+from rckit.data.embeddings import EmbeddingInfo
+from rckit.layers.coattention import Coattention
+from rckit.layers.dropout import Dropout
+from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
+from rckit.layers.lstm import PeepholeLSTM
+from rckit.layers.masking import mask_logits, zero_padding
+from rckit.layers.maxout import Maxout, MixtureOfMaxouts
+
+
+@dataclass
+class DCNConfig:
+    hidden: int = 200  # l
+    pool: int = 16  # maxout pool size
+    iterations: int = 4  # most decoder iterations
+    dropout: float = 0.3  # encoder outputs and U
+    use_chars: bool = False  # concatenate a char-CNN vector to the word vector
+    char_dim: int = 100  # ignored when EmbeddingInfo.char_vectors is given (its width wins)
+    char_conv_width: int = 5
+    extra_dim: int = 0  # width of contextual vectors (CoVe) passed to TokenInput; 0 = none
+    freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
+
+
+@dataclass
+class DCNPlusConfig(DCNConfig):
+    word_dropout: float = 0.075  # drop whole token vectors
+    n_experts: int = 8  # mixture of maxout experts in the HMNs' first layer; 0 = plain maxout
+    moe_balance: float = 0.01  # weight of the load-balancing term
+    mixed_objective: bool = True  # CE + self-critical RL with learned weights
+    log_sigma2_floor: float = -2.0  # soft floor of the learned log sigma^2
+
+
+@dataclass
+class SampledRollout:
+    start: torch.Tensor  # (B,) long, s^_T
+    end: torch.Tensor  # (B,) long, e^_T
+    log_prob: torch.Tensor  # (B,) float32, sum over active iterations of log p(s^_i) + log p(e^_i)
+
+
+@dataclass
+class DCNOutput:
+    start_logits: torch.Tensor  # (B, m) final iteration, padded positions at finfo(dtype).min
+    end_logits: torch.Tensor  # (B, m)
+    start_iters: torch.Tensor  # (I, B, m) every iteration (frozen copies after an example stops)
+    end_iters: torch.Tensor  # (I, B, m)
+    starts: torch.Tensor  # (I, B) long, greedy s_i
+    ends: torch.Tensor  # (I, B) long, greedy e_i
+    active: torch.Tensor  # (I, B) bool, example still running at iteration i
+    balance: torch.Tensor | None = None  # MoE load-balancing term (scalar), DCN+ only
+    sample: SampledRollout | None = None  # DCN+ mixed objective, training only
+
+
+class TokenInput(nn.Module):
+    """Per token ``[GloVe; char-CNN?; extra?]`` with optional whole-token dropout."""
+
+    def __init__(self, emb: EmbeddingInfo, c: DCNConfig, word_dropout: float = 0.0):
+        super().__init__()
+        V = emb.word_vectors.shape[0]
+        self.word = PartiallyFrozenEmbedding(emb.word_vectors, emb.n_trainable_words if c.freeze_pretrained_words else V)
+        self.char = None
+        char_dim = 0
+        if c.use_chars:
+            char_dim = emb.char_vectors.shape[1] if emb.char_vectors is not None else c.char_dim
+            self.char = CharCNN(emb.n_chars, char_dim, char_dim, c.char_conv_width, emb.char_vectors)
+        self.extra_dim = c.extra_dim
+        self.out_dim = self.word.embedding_dim + char_dim + c.extra_dim
+        self.word_dropout = word_dropout
+
+    def forward(self, words: torch.Tensor, chars: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        parts = [self.word(words)]  # (B, T, Dw)
+        if self.char is not None:
+            parts.append(self.char(chars))  # (B, T, Dc)
+        if (extra is None) != (self.extra_dim == 0):
+            raise ValueError(f"extra_dim={self.extra_dim} but extra vectors {'not ' if extra is None else ''}given")
+        if extra is not None:
+            parts.append(extra)  # (B, T, extra_dim), e.g. CoVe
+        x = torch.cat(parts, dim=-1)  # (B, T, out_dim)
+        if self.training and self.word_dropout > 0.0:
+            keep = torch.rand(x.shape[:2], device=x.device) >= self.word_dropout  # (B, T)
+            x = x * keep.unsqueeze(-1).to(x.dtype) / (1.0 - self.word_dropout)
+        return x
+
+
+class HighwayMaxout(nn.Module):
+    """HMN(u_t, h_i, u_s, u_e) for every position t at once; ``n_experts > 0``: MoE first layer."""
+
+    def __init__(self, l: int, pool: int, n_experts: int = 0):
+        super().__init__()
+        self.l = l
+        self.W_D = nn.Linear(5 * l, l, bias=False)
+        self.m1 = MixtureOfMaxouts(3 * l, l, pool, n_experts) if n_experts > 0 else Maxout(3 * l, l, pool)
+        self.m2 = Maxout(l, l, pool)
+        self.m3 = Maxout(2 * l, 1, pool)
+
+    def precompute(self, U: torch.Tensor) -> torch.Tensor | None:
+        """``W1_u u_t + b1`` (B, m, l*pool), the part of the first layer fixed across iterations."""
+        if isinstance(self.m1, MixtureOfMaxouts):
+            return None
+        lin = self.m1.linear
+        return F.linear(U, lin.weight[:, : 2 * self.l], lin.bias)
+
+    def forward(self, U: torch.Tensor, U_pre: torch.Tensor | None, h: torch.Tensor, u_s: torch.Tensor,
+                u_e: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits (B, m) at every position (padding not yet masked) and the MoE balance term."""
+        r = torch.tanh(self.W_D(torch.cat([h, u_s, u_e], dim=-1)))  # (B, l)
+        balance = None
+        if U_pre is None:
+            x = torch.cat([U, r.unsqueeze(1).expand(-1, U.shape[1], -1)], dim=-1)  # (B, m, 3l)
+            m1, balance = self.m1(x, mask)  # (B, m, l)
+        else:
+            r_part = F.linear(r, self.m1.linear.weight[:, 2 * self.l:])  # (B, l*pool)
+            m1 = self.m1.pool_max(U_pre + r_part.unsqueeze(1))  # (B, m, l)
+        m2 = self.m2(m1)  # (B, m, l)
+        return self.m3(torch.cat([m1, m2], dim=-1)).squeeze(-1), balance  # (B, m)
+
+
+def _gather(U: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``U[b, idx[b]]``: (B, m, d), (B,) -> (B, d)."""
+    return U.gather(1, idx.view(-1, 1, 1).expand(-1, 1, U.shape[2])).squeeze(1)
+
+
+class DynamicDecoder(nn.Module):
+    """Iterative start/end pointing over U; greedy (argmax) or sampled spans."""
+
+    def __init__(self, l: int, pool: int, iterations: int, n_experts: int = 0):
+        super().__init__()
+        self.l, self.iterations = l, iterations
+        self.cell = nn.LSTMCell(4 * l, l)
+        self.start_hmn = HighwayMaxout(l, pool, n_experts)
+        self.end_hmn = HighwayMaxout(l, pool, n_experts)
+
+    def forward(self, U: torch.Tensor, mask: torch.Tensor, sample: bool = False) -> dict:
+        B = U.shape[0]
+        s = e = torch.zeros(B, dtype=torch.long, device=U.device)
+        h = c = U.new_zeros(B, self.l)
+        done = torch.zeros(B, dtype=torch.bool, device=U.device)
+        pre_s, pre_e = self.start_hmn.precompute(U), self.end_hmn.precompute(U)
+        alphas, betas, starts, ends, active, balances = [], [], [], [], [], []
+        for i in range(self.iterations):
+            u_s, u_e = _gather(U, s), _gather(U, e)  # (B, 2l) each
+            h_new, c_new = self.cell(torch.cat([u_s, u_e], dim=-1), (h, c))  # (B, l) each
+            row_mask = mask & ~done.unsqueeze(1)  # rows that count for the MoE balance
+            alpha, bal_s = self.start_hmn(U, pre_s, h_new, u_s, u_e, row_mask)
+            beta, bal_e = self.end_hmn(U, pre_e, h_new, u_s, u_e, row_mask)
+            alpha, beta = mask_logits(alpha, mask), mask_logits(beta, mask)  # (B, m) each
+            if sample:
+                s_new = torch.distributions.Categorical(logits=alpha.detach().float()).sample()  # (B,)
+                e_new = torch.distributions.Categorical(logits=beta.detach().float()).sample()
+            else:
+                s_new, e_new = alpha.detach().argmax(1), beta.detach().argmax(1)  # (B,)
+            if i > 0:  # a finished example keeps its last logits, span and state
+                keep = done.unsqueeze(1)  # (B, 1)
+                alpha, beta = torch.where(keep, alphas[-1], alpha), torch.where(keep, betas[-1], beta)
+                s_new, e_new = torch.where(done, s, s_new), torch.where(done, e, e_new)
+                h, c = torch.where(keep, h, h_new), torch.where(keep, c, c_new)
+            else:
+                h, c = h_new, c_new
+            active.append(~done)
+            done = done | ((s_new == s) & (e_new == e))
+            s, e = s_new, e_new
+            alphas.append(alpha)
+            betas.append(beta)
+            starts.append(s)
+            ends.append(e)
+            balances += [b for b in (bal_s, bal_e) if b is not None]
+            if i + 1 < self.iterations and bool(done.all()):
+                break
+        for _ in range(self.iterations - len(alphas)):  # everyone stopped early: pad with copies
+            alphas.append(alphas[-1])
+            betas.append(betas[-1])
+            starts.append(s)
+            ends.append(e)
+            active.append(torch.zeros_like(done))
+        return {
+            "start_iters": torch.stack(alphas), "end_iters": torch.stack(betas),  # (I, B, m) each
+            "starts": torch.stack(starts), "ends": torch.stack(ends), "active": torch.stack(active),  # (I, B)
+            "balance": torch.stack(balances).mean() if balances else None,
+        }
+
+
+def iteration_log_probs(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[index]`` in float32: (I, B, m), (I, B) -> (I, B)."""
+    return logits.float().log_softmax(-1).gather(2, index.unsqueeze(2)).squeeze(2)
+
+
+def iterative_span_loss(out: DCNOutput, y_start: torch.Tensor, y_end: torch.Tensor) -> torch.Tensor:
+    """CE of start and end summed over each example's active iterations, mean over answerable examples."""
+    valid = (y_start >= 0) & (y_end >= 0)  # (B,)
+    I = out.start_iters.shape[0]
+    ys, ye = y_start.clamp(min=0).expand(I, -1), y_end.clamp(min=0).expand(I, -1)  # (I, B)
+    ce = -(iteration_log_probs(out.start_iters, ys) + iteration_log_probs(out.end_iters, ye))  # (I, B)
+    ce = torch.where(out.active, ce, torch.zeros_like(ce)).sum(0)  # (B,)
+    return torch.where(valid, ce, torch.zeros_like(ce)).sum() / valid.sum().clamp(min=1)
+
+
+def self_critical_loss(out: DCNOutput, batch: Batch, reward_fn) -> torch.Tensor:
+    """L_rl = -mean over answerable examples of ``R * log p(sampled trajectory)``, R = F1(sample) - F1(greedy).
+
+    The reward is computed without gradient (the greedy baseline is not differentiated).
+    """
+    valid = (batch.y_start >= 0) & (batch.y_end >= 0)  # (B,)
+    starts = torch.stack([out.sample.start, out.starts[-1]], dim=1)  # (B, 2): sampled, greedy
+    ends = torch.stack([out.sample.end, out.ends[-1]], dim=1)
+    with torch.no_grad():
+        f1 = reward_fn(batch.index, starts, ends).to(out.sample.log_prob)  # (B, 2)
+        R = f1[:, 0] - f1[:, 1]  # (B,)
+    rl = torch.where(valid, -R * out.sample.log_prob, torch.zeros_like(R))  # (B,)
+    return rl.sum() / valid.sum().clamp(min=1)
+
+
+class DCN(nn.Module):
+    def __init__(self, config: DCNConfig, emb: EmbeddingInfo):
+        super().__init__()
+        self.config = c = config
+        l = c.hidden
+        self.embed = TokenInput(emb, c)
+        self.encoder = PeepholeLSTM(self.embed.out_dim, l, peephole=None)
+        self.coattention = Coattention(l, project_question=True)
+        self.fusion = PeepholeLSTM(3 * l, l, bidirectional=True, peephole=None)
+        self.decoder = DynamicDecoder(l, c.pool, c.iterations)
+        self.dropout = Dropout(c.dropout)
+
+    def encode(self, batch: Batch) -> torch.Tensor:
+        """U (B, m, 2l), zero at padding."""
+        c_mask, q_mask = batch.c_mask, batch.q_mask
+        D = self.dropout(self.encoder(self.embed(batch.c_words, batch.c_chars), c_mask)[0])  # (B, m, l)
+        Q = self.dropout(self.encoder(self.embed(batch.q_words, batch.q_chars), q_mask)[0])  # (B, n, l)
+        co = self.coattention(D, Q, c_mask, q_mask)
+        U = self.fusion(torch.cat([D, co.S_D, co.C_D], dim=-1), c_mask)[0]  # (B, m, 2l)
+        return zero_padding(self.dropout(U), c_mask)
+
+    def forward(self, batch: Batch) -> DCNOutput:
+        run = self.decoder(self.encode(batch), batch.c_mask)
+        return DCNOutput(start_logits=run["start_iters"][-1], end_logits=run["end_iters"][-1], **run)
+
+    def loss(self, out: DCNOutput, batch: Batch, reward_fn=None) -> torch.Tensor:
+        """Cross-entropy summed over decoder iterations; ``reward_fn`` is not used."""
+        return iterative_span_loss(out, batch.y_start, batch.y_end)
+
+
+class DCNPlus(nn.Module):
+    def __init__(self, config: DCNPlusConfig, emb: EmbeddingInfo):
+        super().__init__()
+        if config.hidden % 2:
+            raise ValueError(f"DCN+ hidden must be even (biLSTM_1 has hidden/2 per direction), got {config.hidden}")
+        self.config = c = config
+        l = c.hidden
+        self.embed = TokenInput(emb, c, c.word_dropout)
+        self.enc1 = PeepholeLSTM(self.embed.out_dim, l // 2, bidirectional=True, peephole=None)  # E_1: l
+        self.coattn1 = Coattention(l, project_question=True)
+        self.enc2 = PeepholeLSTM(l, l, bidirectional=True, peephole=None)  # E_2: 2l
+        self.coattn2 = Coattention(2 * l, project_question=False)
+        self.fusion = PeepholeLSTM(9 * l, l, bidirectional=True, peephole=None)  # U: 2l
+        self.decoder = DynamicDecoder(l, c.pool, c.iterations, c.n_experts)
+        self.dropout = Dropout(c.dropout)
+        # For the engine: the mixed objective needs the F1 reward; experts without rows in a
+        # batch get no gradient, so DistributedDataParallel must look for unused parameters.
+        self.uses_reward = c.mixed_objective
+        self.find_unused_parameters = c.n_experts > 0
+        if c.mixed_objective:
+            # raw parameters of log sigma^2 for (ce, rl), set so that log sigma^2 starts at 0
+            raw = math.log(math.expm1(-c.log_sigma2_floor)) if c.log_sigma2_floor < 0 else 0.0
+            self.log_sigma2_raw = nn.Parameter(torch.full((2,), raw))
+
+    def encode(self, batch: Batch) -> torch.Tensor:
+        """U (B, m, 2l), zero at padding."""
+        c_mask, q_mask = batch.c_mask, batch.q_mask
+        E1_D = self.dropout(self.enc1(self.embed(batch.c_words, batch.c_chars), c_mask)[0])  # (B, m, l)
+        E1_Q = self.dropout(self.enc1(self.embed(batch.q_words, batch.q_chars), q_mask)[0])  # (B, n, l)
+        co1 = self.coattn1(E1_D, E1_Q, c_mask, q_mask)
+        E2_D = self.dropout(self.enc2(co1.S_D, c_mask)[0])  # (B, m, 2l)
+        E2_Q = self.dropout(self.enc2(co1.S_Q, q_mask)[0])  # (B, n, 2l)
+        co2 = self.coattn2(E2_D, E2_Q, c_mask, q_mask)
+        x = torch.cat([E1_D, E2_D, co1.S_D, co2.S_D, co1.C_D, co2.C_D], dim=-1)  # (B, m, 9l)
+        U = self.fusion(x, c_mask)[0]  # (B, m, 2l)
+        return zero_padding(self.dropout(U), c_mask)
+
+    def forward(self, batch: Batch) -> DCNOutput:
+        U = self.encode(batch)
+        run = self.decoder(U, batch.c_mask)
+        sample = None
+        if self.training and self.config.mixed_objective:
+            rl = self.decoder(U, batch.c_mask, sample=True)
+            logp = iteration_log_probs(rl["start_iters"], rl["starts"]) + iteration_log_probs(rl["end_iters"], rl["ends"])
+            logp = torch.where(rl["active"], logp, torch.zeros_like(logp)).sum(0)  # (B,)
+            sample = SampledRollout(start=rl["starts"][-1], end=rl["ends"][-1], log_prob=logp)
+        return DCNOutput(start_logits=run["start_iters"][-1], end_logits=run["end_iters"][-1], sample=sample, **run)
+
+    def log_sigma2(self) -> torch.Tensor:
+        """(log sigma_ce^2, log sigma_rl^2), softly kept above ``log_sigma2_floor``."""
+        return self.config.log_sigma2_floor + F.softplus(self.log_sigma2_raw)
+
+    def loss(self, out: DCNOutput, batch: Batch, reward_fn=None) -> torch.Tensor:
+        """CE (+ self-critical RL with learned weights when training with ``mixed_objective``) + MoE balance.
+
+        ``reward_fn(batch.index (B,), starts (B, K), ends (B, K)) -> (B, K)`` F1 of each span.
+        Without a sampled rollout (evaluation mode) the loss is the cross-entropy alone.
+        """
+        c = self.config
+        loss = iterative_span_loss(out, batch.y_start, batch.y_end)
+        if out.sample is not None:
+            if reward_fn is None:
+                raise ValueError("DCN+ with mixed_objective needs reward_fn in training")
+            rl = self_critical_loss(out, batch, reward_fn)
+            s = self.log_sigma2()  # (2,)
+            loss = loss * torch.exp(-s[0]) / 2 + rl * torch.exp(-s[1]) / 2 + s.sum()
+        if out.balance is not None:
+            loss = loss + c.moe_balance * out.balance.float()
+        return loss.float()
