@@ -67,7 +67,9 @@ biLSTMs and a 9l-wide fusion), the pool to 8, the iterations to 2, the experts t
 contexts to 300 tokens, and leave out the char CNN: the sequential LSTMs and the HMNs over
 every position at every iteration are the cost, and a smaller model sees several times more
 examples in the budget, which matters more than capacity in a run that covers about one epoch.
-Dropout (our reading: on encoder outputs and U) is 0.3 in the paper presets, 0.1 on CPU.
+Dropout (our reading: on encoder outputs and U) is 0.3 in the paper presets, 0.1 on CPU. The
+CPU presets average no weights (``ema_decay`` 0): in QANet's 45-minute run a 0.9999 EMA lagged
+the raw weights by 9 F1 (RESULTS.md), and a run of a few thousand steps has the same problem.
 """
 
 from __future__ import annotations
