@@ -78,6 +78,8 @@ def test_cloze_train_evaluate_via_cli(cloze_dir, tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["examples"] == 10  # every dev example
     assert len(json.loads(preds.read_text())) == 10
+    assert main(["predict", str(run), "--context", "a b", "--question", "c ?"]) == 2
+    assert "cloze model" in capsys.readouterr().err
 
 
 def test_cloze_model_without_data_is_a_clear_error(tmp_path, capsys):

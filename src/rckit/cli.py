@@ -431,6 +431,9 @@ def cmd_predict(args) -> int:
 
     device = pick_device(args.device)
     model, vocabs, ckpt = load_model(args.run, device)
+    if ckpt.get("task") == "cloze":
+        raise ValueError(f"{args.run} is a cloze model: it picks an @entity marker, not a span of a context; "
+                         "score it with `rckit evaluate`")
     res = answer(model, vocabs, args.context, args.question, ckpt["train_config"].get("max_answer_len", 30), device)
     print(json.dumps(res, ensure_ascii=False) if args.json else res["answer"])
     return 0
