@@ -18,37 +18,11 @@ from rckit.layers.maxout import MixtureOfMaxouts
 from rckit.models.dcn import DCN, DCNConfig, DCNPlus, DCNPlusConfig, self_critical_loss
 from rckit.training.rewards import SpanF1Reward
 
-V, N_TRAINABLE, N_CHARS, W = 60, 6, 20, 4
+from test_qanet import N_CHARS, N_TRAINABLE, V, synthetic_batch, word_chars
+
 TINY_DCN = DCNConfig(hidden=16, pool=4, iterations=3, dropout=0.0, use_chars=True, char_dim=8, char_conv_width=3)
 TINY_PLUS = DCNPlusConfig(hidden=16, pool=4, iterations=3, dropout=0.0, use_chars=True, char_dim=8, char_conv_width=3,
                           word_dropout=0.0, n_experts=4)
-
-
-def word_chars(ids: torch.Tensor) -> torch.Tensor:
-    """A fixed spelling per word id, (..., W); 1-3 real chars, id 0 (<pad>) has none."""
-    chars = torch.stack([ids % 7 + 2, ids % 11 + 2, ids % 13 + 2, torch.zeros_like(ids)], dim=-1)  # (..., W)
-    chars[..., 2] = torch.where(ids % 2 == 0, chars[..., 2], 0)
-    return torch.where((ids > 0).unsqueeze(-1), chars, 0)
-
-
-def synthetic_batch(n: int, seed: int) -> Batch:
-    """Contexts of distinct random words; the question is the answer span's words, in order."""
-    g = torch.Generator().manual_seed(seed)
-    Tc, Tq = 14, 3
-    c_words = torch.zeros(n, Tc, dtype=torch.long)
-    q_words = torch.zeros(n, Tq, dtype=torch.long)
-    y_start = torch.zeros(n, dtype=torch.long)
-    y_end = torch.zeros(n, dtype=torch.long)
-    for i in range(n):
-        lc = int(torch.randint(8, Tc + 1, (1,), generator=g))
-        lq = int(torch.randint(1, Tq + 1, (1,), generator=g))
-        c_words[i, :lc] = torch.randperm(V - 1, generator=g)[:lc] + 1  # ids 1..V-1, no repeats
-        s = int(torch.randint(0, lc - lq + 1, (1,), generator=g))
-        q_words[i, :lq] = c_words[i, s:s + lq]
-        y_start[i], y_end[i] = s, s + lq - 1
-    return Batch(c_words=c_words, c_chars=word_chars(c_words), c_mask=c_words != 0,
-                 q_words=q_words, q_chars=word_chars(q_words), q_mask=q_words != 0,
-                 y_start=y_start, y_end=y_end, index=torch.arange(n))
 
 
 def pad_batch(batch: Batch, extra_c: int = 7, extra_q: int = 4, extra_w: int = 3) -> Batch:

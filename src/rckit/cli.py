@@ -344,7 +344,9 @@ def cmd_train(args) -> int:
     device = pick_device(args.device)
     dist = init_distributed(device)
     if getattr(mcfg, "head", None) == "cloze":
-        data = cloze_task(args, tcfg)
+        from rckit.training.tasks import ClozeTask
+
+        data = ClozeTask(cloze_data(args, tcfg.seed), tcfg)
     else:
         if dist.is_main:  # one process builds the cache; the others then load it
             data = prepare_from_args(args)
@@ -361,14 +363,13 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cloze_task(args, tcfg):
+def cloze_data(args, seed: int):
     from rckit.data.cloze_data import load_cloze_data
-    from rckit.training.tasks import ClozeTask
 
     if not args.cloze_data:
         raise ValueError("a cloze model needs --cloze-data DIR (e.g. from `rckit prepare squad-cloze --out DIR`)")
     embeddings = str(Path(args.embeddings).resolve()) if args.embeddings else "glove-6b-50d"
-    return ClozeTask(load_cloze_data(args.cloze_data, embeddings=embeddings, seed=tcfg.seed), tcfg)
+    return load_cloze_data(args.cloze_data, embeddings=embeddings, seed=seed)
 
 
 def evaluate_cloze(args, model, ckpt, device) -> int:
@@ -463,7 +464,7 @@ def cmd_bench(args) -> int:
 def cmd_sweep(args) -> int:
     from rckit.models import MODELS
     from rckit.training.sweep import GRIDS, parse_grid, run_sweep
-    from rckit.training.tasks import SpanTask
+    from rckit.training.tasks import ClozeTask, SpanTask
 
     mcfg, tcfg = model_configs(args.model, args.preset, args.set)
     grid = {} if args.only_grid else dict(GRIDS.get(args.model, {}))
@@ -472,8 +473,7 @@ def cmd_sweep(args) -> int:
         raise ValueError(f"no default grid for {args.model}: give --grid KEY=V1,V2 ...")
     device = pick_device(args.device)
     if getattr(mcfg, "head", None) == "cloze":
-        data = cloze_task(args, tcfg).data
-        from rckit.training.tasks import ClozeTask
+        data = cloze_data(args, tcfg.seed)
 
         def make_task(t):
             return ClozeTask(data, t)

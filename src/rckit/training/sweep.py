@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from dataclasses import replace
 from pathlib import Path
 
 DEEP_LSTM_READER_GRID = {
@@ -102,7 +101,6 @@ def run_sweep(model_name: str, model_cls, mcfg, tcfg, make_task, out: str | Path
         if (run_dir / "summary.json").exists():
             continue
         m, t = _apply(mcfg, tcfg, point)
-        t = replace(t, seed=tcfg.seed)
         print(f"trial {i + 1}/{len(points)}: {point}", flush=True)
         train(model_name, model_cls, m, t, make_task(t), run_dir, max_steps=max_steps, time_budget=budget,
               resume=(run_dir / "last.pt").exists(), device=device, progress=progress)
