@@ -8,7 +8,10 @@ batch 32 on whole contexts, single-question latency, peak RSS) in a fresh subpro
 peak RSS is that variant's own. The ``before`` variant puts back the implementations this work replaced
 (they are kept below, verbatim in behaviour): the dense char CNN over all 16 char slots,
 ``F.dropout`` (one Bernoulli draw per element), the conv with a transposed 1x1 conv, padding
-zeroed with ``masked_fill``, sinusoids recomputed by every block, SDPA in bf16 under autocast.
+zeroed with ``masked_fill``, sinusoids recomputed by every block, SDPA in bf16 under autocast,
+the depthwise conv as oneDNN's grouped conv on transposed (B, C, T) tensors, padding products
+and attention masks even where nothing is padded. ``round 1`` puts back only the last two (the
+code as the first round of CPU work left it).
 ``-X`` rows put back only ``X`` (what removing that one optimisation costs); ``+X`` rows add
 an option that is off by default; ``malloc-tuned`` rows run with glibc's mmap/trim thresholds
 raised (an environment setting, not a code change). ``--variants`` picks rows, ``--repeat`` repeats each (this
@@ -36,6 +39,7 @@ if spec["threads"]:
     torch.set_num_threads(spec["threads"])
 
 import rckit.layers.attention as attention
+import rckit.layers.conv as conv_mod
 import rckit.layers.dropout as dropout_mod
 import rckit.layers.embedding as embedding
 import rckit.models.qanet as qanet
@@ -81,7 +85,14 @@ def bf16_attention(self, x, mask):  # SDPA in the autocast dtype
     return self.out(y.transpose(1, 2).reshape(B, T, d))  # (B, T, d)
 
 
+def grouped_conv_forward(self, x):  # the conv as it was: oneDNN's grouped conv on (B, C, T)
+    x = self.pointwise(self.depthwise(x.transpose(1, 2)))  # (B, C_out, T)
+    return x.transpose(1, 2)
+
+
 PATCHES = {
+    "dw_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", grouped_conv_forward),
+    "unpadded": lambda: setattr(qanet, "padding_mask", lambda mask: mask),
     "char_cnn": lambda: setattr(embedding.CharCNN, "forward", dense_char_cnn),
     "dropout": lambda: (setattr(dropout_mod, "dropout", bernoulli_dropout),
                         setattr(qanet.EncoderBlock, "residual", bernoulli_residual)),
@@ -101,7 +112,8 @@ for override in spec["set"]:
 main(argv)  # prints the bench result as one JSON line
 """
 
-ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention"]
+ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded"]
+SESSION_3 = ["dw_conv", "unpadded"]  # the second round of CPU work (BENCHMARKS.md)
 
 
 # glibc serves blocks above its mmap threshold (at most 32 MB unless set) with fresh pages,
@@ -117,6 +129,11 @@ BATCH, CKPT = "model.layer_dropout=batch", "model.checkpoint_blocks=true"
 VARIANTS = {
     "before": variant(ALL_UNDO),
     "after": variant(),
+    "round 1": variant(SESSION_3),
+    "round 1 bf16": variant(SESSION_3, amp="bf16"),
+    "-dw_conv": variant(["dw_conv"]),
+    "-dw_conv bf16": variant(["dw_conv"], amp="bf16"),
+    "-unpadded": variant(["unpadded"]),
     "-char_cnn": variant(["char_cnn"]),
     "-dropout": variant(["dropout"]),
     "-padding": variant(["padding"]),

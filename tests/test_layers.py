@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import torch
 import torch.nn.functional as F
 
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
-from rckit.layers.conv import DepthwiseSeparableConv1d
+from rckit.layers.conv import DepthwiseSeparableConv1d, depthwise_conv1d
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.layers.highway import Highway
 from rckit.layers.masking import mask_logits, masked_softmax
@@ -49,6 +51,32 @@ def test_depthwise_separable_conv_equals_plain_conv():
     full = pw[:, :, 0].unsqueeze(2) * dw[:, 0, :].unsqueeze(0)  # (C_out, C_in, k)
     expected = F.conv1d(x.transpose(1, 2), full, conv.pointwise.bias, padding=2).transpose(1, 2)
     torch.testing.assert_close(conv(x), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 5, 7])
+def test_depthwise_conv1d_matches_grouped_conv_forward_and_backward(k):
+    torch.manual_seed(0)
+    C = 6
+    x = torch.randn(3, 11, C, dtype=torch.float64, requires_grad=True)  # (B, T, C)
+    w = torch.randn(C, 1, k, dtype=torch.float64, requires_grad=True)
+    ours = depthwise_conv1d(x, w)
+    ref = F.conv1d(x.transpose(1, 2), w, padding=k // 2, groups=C).transpose(1, 2)
+    torch.testing.assert_close(ours, ref)
+    g = torch.randn_like(ref)
+    gx, gw = torch.autograd.grad(ours, (x, w), g)
+    rx, rw = torch.autograd.grad(ref, (x, w), g)
+    torch.testing.assert_close(gx, rx)
+    torch.testing.assert_close(gw, rw)
+
+
+def test_depthwise_conv1d_runs_in_the_autocast_dtype():
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 9, 4), torch.randn(4, 1, 5)
+    with torch.autocast("cpu", torch.bfloat16):
+        y = depthwise_conv1d(x, w)
+    assert y.dtype == torch.bfloat16
+    ref = F.conv1d(x.transpose(1, 2), w, padding=2, groups=4).transpose(1, 2)
+    torch.testing.assert_close(y.float(), ref, rtol=3e-2, atol=3e-2)
 
 
 def test_trilinear_similarity_equals_naive_concat():

@@ -117,6 +117,25 @@ def test_padding_does_not_change_real_positions():
     torch.testing.assert_close(b.end_logits[:, :Tc][m], a.end_logits[m], rtol=0, atol=1e-5)
 
 
+def test_a_question_alone_equals_its_row_in_a_padded_batch():
+    # Alone, nothing is padded and the encoders take the no-mask path; in the batch they mask.
+    model, _ = make_model()
+    model.eval()
+    batch = synthetic_batch(4, seed=5)
+    assert not bool(batch.c_mask.all()) and not bool(batch.q_mask.all())
+    with torch.no_grad():
+        together = model(batch)
+        for i in range(4):
+            lc, lq = int(batch.c_mask[i].sum()), int(batch.q_mask[i].sum())
+            alone = model(Batch(
+                c_words=batch.c_words[i:i + 1, :lc], c_chars=batch.c_chars[i:i + 1, :lc], c_mask=batch.c_mask[i:i + 1, :lc],
+                q_words=batch.q_words[i:i + 1, :lq], q_chars=batch.q_chars[i:i + 1, :lq], q_mask=batch.q_mask[i:i + 1, :lq],
+                y_start=batch.y_start[i:i + 1], y_end=batch.y_end[i:i + 1], index=batch.index[i:i + 1],
+            ))
+            torch.testing.assert_close(alone.start_logits[0], together.start_logits[i, :lc], rtol=0, atol=1e-5)
+            torch.testing.assert_close(alone.end_logits[0], together.end_logits[i, :lc], rtol=0, atol=1e-5)
+
+
 def test_bf16_autocast_forward_is_finite():
     model, _ = make_model()
     batch = synthetic_batch(4, seed=4)

@@ -45,8 +45,10 @@ class MultiHeadSelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``x`` (B, T, d), ``mask`` (B, T) True on real tokens; returns (B, T, d).
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """``x`` (B, T, d), ``mask`` (B, T) True on real tokens, or ``None`` when nothing is
+        padded (SDPA then runs without a mask, about twice as fast for one question on CPU);
+        returns (B, T, d).
 
         Padded queries still attend to the real keys, so every row has at least one key as
         long as each sequence has one real token; their outputs are junk that callers mask.
@@ -55,7 +57,7 @@ class MultiHeadSelfAttention(nn.Module):
         H = self.n_heads
         qkv = self.qkv(x).view(B, T, 3, H, d // H)  # (B, T, 3, H, d_h)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, d_h)
-        key_mask = mask[:, None, None, :]  # (B, 1, 1, T), broadcast over heads and queries
+        key_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, T), broadcast over heads and queries
         dropout_p = self.dropout if self.training else 0.0
         if x.device.type == "cpu" and q.dtype != torch.float32:
             # CPU autocast would run SDPA in bf16, whose backward is 3-6x slower than fp32's

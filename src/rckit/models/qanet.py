@@ -60,7 +60,10 @@ Implementation choices that keep the function but not the exact float path (CPU 
 ``benchmarks/qanet_ablation.py``): the char CNN only computes at real characters (same
 values up to summation order); dropout masks come from 16-bit uniforms, so the drop rate is
 ``p`` rounded to a multiple of 2^-16 (:mod:`rckit.layers.dropout`); under bf16 autocast on
-CPU self-attention runs in fp32 (faster there, and more precise); the sinusoids are cached.
+CPU self-attention runs in fp32 (faster there, and more precise); the sinusoids are cached;
+the depthwise convs are shifted multiply-adds on channels-last tensors
+(:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
+(always, for one question) skips the padding products and the attention mask.
 ``checkpoint_blocks`` (off by default) recomputes each model-encoder block in the backward
 pass instead of keeping its activations: the same gradients (the RNG is replayed), about
 half the peak memory, about a third more training time.
@@ -134,6 +137,11 @@ def _sinusoids(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torc
         return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)  # (T, d)
 
 
+def padding_mask(mask: torch.Tensor) -> torch.Tensor | None:
+    """``mask`` if any position is padded, else ``None`` (what the encoders take for "no padding")."""
+    return None if bool(mask.all()) else mask
+
+
 class LayerDropDraws(nn.Module):
     """Uniform draws for per-batch stochastic depth, identical on every DDP rank.
 
@@ -196,9 +204,10 @@ class EncoderBlock(nn.Module):
                 y = dropout(y, self.p)
         return torch.add(x, y if keep is None else y * keep, alpha=scale)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, survival: list[float],
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float],
                 draws: list[float] | None = None) -> torch.Tensor:
-        """``x`` (B, T, d), ``mask`` (B, T); ``survival`` holds ``p_l`` for each sublayer.
+        """``x`` (B, T, d), ``mask`` (B, T), or ``None`` when no position is padded (nothing to
+        zero, no attention mask); ``survival`` holds ``p_l`` for each sublayer.
 
         ``draws`` (per-batch stochastic depth, training only): one uniform per sublayer; the
         sublayer is skipped when its draw is ``>= p_l``. ``None``: per-example masks.
@@ -212,7 +221,8 @@ class EncoderBlock(nn.Module):
         for norm, conv in zip(self.conv_norms, self.convs):
             p_l = next(p)
             if next(u) < p_l:
-                x = self.residual(x, torch.relu(conv(zero_padding(norm(x), mask))), p_l, per_example)
+                h = norm(x) if mask is None else zero_padding(norm(x), mask)
+                x = self.residual(x, torch.relu(conv(h)), p_l, per_example)
         p_l = next(p)
         if next(u) < p_l:
             x = self.residual(x, self.att(self.att_norm(x), mask), p_l, per_example)
@@ -235,7 +245,7 @@ class EncoderStack(nn.Module):
         self.survival = [1.0 - (l / self.L) * (1.0 - layer_survival) for l in range(1, self.L + 1)]
         self.checkpoint_blocks = checkpoint_blocks
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, draws: list[float] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, draws: list[float] | None = None) -> torch.Tensor:
         """``draws``: ``L`` uniforms for per-batch stochastic depth, or ``None`` (per example)."""
         recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
         start = 0
@@ -277,13 +287,14 @@ class QANet(nn.Module):
 
     def forward(self, batch: Batch) -> QANetOutput:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_mask, self.draws(self.emb_enc))  # (B, Tc, d)
-        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_mask, self.draws(self.emb_enc))  # (B, Tq, d)
+        c_pad, q_pad = padding_mask(c_mask), padding_mask(q_mask)
+        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))  # (B, Tc, d)
+        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))  # (B, Tq, d)
         x = self.cq_att(C, Q, c_mask, q_mask)  # (B, Tc, 4d)
         x = self.dropout(self.cq_proj(x))  # (B, Tc, d)
-        M0 = self.model_enc(x, c_mask, self.draws(self.model_enc))
-        M1 = self.model_enc(M0, c_mask, self.draws(self.model_enc))
-        M2 = self.model_enc(M1, c_mask, self.draws(self.model_enc))
+        M0 = self.model_enc(x, c_pad, self.draws(self.model_enc))
+        M1 = self.model_enc(M0, c_pad, self.draws(self.model_enc))
+        M2 = self.model_enc(M1, c_pad, self.draws(self.model_enc))
         start = self.w1(torch.cat([M0, M1], dim=-1)).squeeze(-1)  # (B, Tc)
         end = self.w2(torch.cat([M0, M2], dim=-1)).squeeze(-1)  # (B, Tc)
         return QANetOutput(start_logits=mask_logits(start, c_mask), end_logits=mask_logits(end, c_mask))
