@@ -208,6 +208,7 @@ def test_char_cnn_on_real_chars_equals_dense_conv():
     for g, ref in zip((p.grad for p in cnn.parameters()), ref_grads):
         torch.testing.assert_close(g, ref, rtol=1e-5, atol=1e-6)
     assert (packed[2] == 0).all()
+    assert (cnn(torch.zeros(2, 3, 4, dtype=torch.long)) == 0).all()  # a batch without a single char
 
 
 def test_self_attention_under_bf16_autocast_runs_attention_in_fp32():
