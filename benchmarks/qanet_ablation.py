@@ -12,8 +12,8 @@ zeroed with ``masked_fill``, sinusoids recomputed by every block, SDPA in bf16 u
 the depthwise conv as oneDNN's grouped conv on transposed (B, C, T) tensors, padding products
 and attention masks even where nothing is padded. ``round 1`` puts back only the round-2
 changes (the depthwise conv, the no-padding path, and the char CNN's unfolded (R, k*Dc)
-patches in place of one conv over a zero-separated sequence), i.e. the code as the first
-round of CPU work left it.
+patches in place of one conv over a zero-separated sequence, autograd through the fp32 SDPA
+in place of ``Fp32Attention``), i.e. the code as the first round of CPU work left it.
 ``-X`` rows put back only ``X`` (what removing that one optimisation costs); ``+X`` rows add
 an option that is off by default; ``malloc-tuned`` rows run with glibc's mmap/trim thresholds
 raised (an environment setting, not a code change). ``--variants`` picks rows, ``--repeat`` repeats each (this
@@ -116,6 +116,7 @@ def grouped_conv_forward(self, x):  # the conv as it was: oneDNN's grouped conv 
 
 PATCHES = {
     "char_patches": lambda: setattr(embedding.CharCNN, "forward", patch_char_cnn),
+    "attention_fn": lambda: setattr(attention, "_CPU_FLASH", None),
     "dw_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", grouped_conv_forward),
     "unpadded": lambda: setattr(qanet, "padding_mask", lambda mask: mask),
     "char_cnn": lambda: setattr(embedding.CharCNN, "forward", dense_char_cnn),
@@ -138,7 +139,7 @@ main(argv)  # prints the bench result as one JSON line
 """
 
 ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded"]
-ROUND_2 = ["dw_conv", "unpadded", "char_patches"]  # the second round of CPU work (BENCHMARKS.md)
+ROUND_2 = ["dw_conv", "unpadded", "char_patches", "attention_fn"]  # the second round of CPU work (BENCHMARKS.md)
 
 
 # glibc serves blocks above its mmap threshold (at most 32 MB unless set) with fresh pages,
@@ -161,6 +162,7 @@ VARIANTS = {
     "-unpadded": variant(["unpadded"]),
     "-char_seq_conv": variant(["char_patches"]),
     "-char_seq_conv bf16": variant(["char_patches"], amp="bf16"),
+    "-attention_fn bf16": variant(["attention_fn"], amp="bf16"),
     "-char_cnn": variant(["char_cnn"]),
     "-dropout": variant(["dropout"]),
     "-padding": variant(["padding"]),

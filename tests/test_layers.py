@@ -211,6 +211,26 @@ def test_char_cnn_on_real_chars_equals_dense_conv():
     assert (cnn(torch.zeros(2, 3, 4, dtype=torch.long)) == 0).all()  # a batch without a single char
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_fp32_attention_function_equals_autograd_through_fp32_sdpa(masked):
+    from rckit.layers.attention import Fp32Attention, _additive
+
+    torch.manual_seed(0)
+    B, H, T, dh = 2, 3, 7, 4
+    q, k, v = (torch.randn(B, H, T, dh).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
+    mask[1, ..., 5:] = False
+    key_mask = mask if masked else None
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=key_mask).to(torch.bfloat16)
+    ours = Fp32Attention.apply(q, k, v, _additive(mask) if masked else None)
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, ref)
+    g = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(ours, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a, b)
+
+
 def test_self_attention_under_bf16_autocast_runs_attention_in_fp32():
     torch.manual_seed(0)
     att = MultiHeadSelfAttention(16, n_heads=2)

@@ -35,6 +35,42 @@ from torch import nn
 from rckit.layers.masking import masked_softmax
 
 
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+def _additive(key_mask: torch.Tensor) -> torch.Tensor:
+    """Boolean key mask -> the additive fp32 mask the flash kernel takes (0 or -inf)."""
+    return torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device).masked_fill_(~key_mask, -math.inf)
+
+
+class Fp32Attention(torch.autograd.Function):
+    """SDPA in fp32 on 16-bit ``q, k, v`` (CPU), keeping only the 16-bit inputs for backward.
+
+    Under bf16 autocast on CPU attention runs in fp32 (see ``MultiHeadSelfAttention``), and
+    autograd through ``F.scaled_dot_product_attention(q.float(), ...)`` keeps the three fp32
+    copies for the backward pass: 12 bytes per activation element, the largest item a QANet
+    encoder block saves. This function calls the same CPU flash kernel and its backward
+    (``aten::_scaled_dot_product_flash_attention_for_cpu[_backward]``) but saves the bf16
+    ``q, k, v`` (6 bytes, and the same tensor the qkv projection made) and casts them again in
+    backward; the fp32 output and log-sum-exp are kept as autograd would keep them, so the
+    gradients are the same. ``bias``: additive fp32 mask broadcastable to (B, H, T, T), or None.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias):
+        out, lse = _CPU_FLASH(q.float(), k.float(), v.float(), attn_mask=bias)  # (B, H, T, d_h), (B, H, T)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        gq, gk, gv = _CPU_FLASH_BACKWARD(grad.float().contiguous(), q.float(), k.float(), v.float(), out, lse, 0.0,
+                                         False, attn_mask=bias)
+        return gq.to(q.dtype), gk.to(k.dtype), gv.to(v.dtype), None
+
+
 class MultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -59,7 +95,10 @@ class MultiHeadSelfAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, d_h)
         key_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, T), broadcast over heads and queries
         dropout_p = self.dropout if self.training else 0.0
-        if x.device.type == "cpu" and q.dtype != torch.float32:
+        if x.device.type == "cpu" and q.dtype != torch.float32 and dropout_p == 0.0 and torch.is_grad_enabled() \
+                and _CPU_FLASH is not None:
+            y = Fp32Attention.apply(q, k, v, None if key_mask is None else _additive(key_mask))  # (B, H, T, d_h)
+        elif x.device.type == "cpu" and q.dtype != torch.float32:
             # CPU autocast would run SDPA in bf16, whose backward is 3-6x slower than fp32's
             # (torch 2.13 flash kernel, d_h = 16; forward about equal): fp32 is faster and exact.
             with torch.autocast("cpu", enabled=False):
