@@ -69,14 +69,24 @@ def test_depthwise_conv1d_matches_grouped_conv_forward_and_backward(k):
     torch.testing.assert_close(gw, rw)
 
 
-def test_depthwise_conv1d_runs_in_the_autocast_dtype():
+def test_depthwise_conv1d_computes_in_fp32_on_cpu():
     torch.manual_seed(0)
     x, w = torch.randn(2, 9, 4), torch.randn(4, 1, 5)
+    ref = F.conv1d(x.transpose(1, 2), w, padding=2, groups=4).transpose(1, 2)
     with torch.autocast("cpu", torch.bfloat16):
         y = depthwise_conv1d(x, w)
-    assert y.dtype == torch.bfloat16
-    ref = F.conv1d(x.transpose(1, 2), w, padding=2, groups=4).transpose(1, 2)
-    torch.testing.assert_close(y.float(), ref, rtol=3e-2, atol=3e-2)
+        y16 = depthwise_conv1d(x.bfloat16(), w)
+    assert y.dtype == torch.float32 and y16.dtype == torch.float32  # CPU: 16-bit input, fp32 taps
+    torch.testing.assert_close(y, ref)
+    torch.testing.assert_close(y16, ref, rtol=3e-2, atol=3e-2)
+    # bf16 input: the gradient comes back in bf16 and matches the fp32 one to bf16 precision
+    xb = x.bfloat16().requires_grad_()
+    wb = w.clone().requires_grad_()
+    gx, gw = torch.autograd.grad(depthwise_conv1d(xb, wb), (xb, wb), torch.ones(2, 9, 4))
+    rx, rw = torch.autograd.grad(depthwise_conv1d(xb.float(), wb), (xb, wb), torch.ones(2, 9, 4))
+    assert gx.dtype == torch.bfloat16 and gw.dtype == torch.float32
+    torch.testing.assert_close(gx.float(), rx.float(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(gw, rw)
 
 
 def test_trilinear_similarity_equals_naive_concat():

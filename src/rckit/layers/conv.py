@@ -5,16 +5,16 @@ A depthwise conv (one length-k filter per input channel, no bias) followed by a 
 ``W[o, i, t] = P[o, i] * D[i, t]`` with ``k * in + in * out`` parameters instead of
 ``k * in * out``.
 
-Every model in rckit keeps sequences channels-last, (B, T, C), and so does this module, all
-the way through. The depthwise conv is computed as ``k`` shifted multiply-adds over the
-zero-padded input, ``y[t] = sum_j D[:, j] * x[t + j - k//2]`` (cross-correlation, as
-``F.conv1d``), and the pointwise conv as a matmul with its (out, in) weight. On CPU this is
-several times faster than ``nn.Conv1d(groups=C)`` (oneDNN's depthwise 1-D conv, which also
-needs the tensor transposed to (B, C, T) and back): numbers in BENCHMARKS.md,
-``benchmarks/qanet_ablation.py`` row ``-dw_conv``. Under autocast the depthwise taps run in
-the autocast dtype, as ``F.conv1d`` would. The parameters are still ``nn.Conv1d`` modules
-(``depthwise.weight`` (C, 1, k), ``pointwise.weight`` (out, in, 1)), so state dicts are those
-of the plain layers.
+Every model in rckit keeps sequences channels-last, (B, T, C), and so does this module. In
+fp32 the depthwise conv is ``k`` shifted multiply-adds over the zero-padded input,
+``y[t] = sum_j D[:, j] * x[t + j - k//2]`` (cross-correlation, as ``F.conv1d``), with a
+hand-written backward that keeps only the input, and the pointwise conv is a matmul with its
+(out, in) weight: no transposes, and oneDNN's depthwise 1-D conv is slow for one question at a
+time (``benchmarks/qanet_ablation.py``, BENCHMARKS.md). Under autocast or for 16-bit input the
+module uses ``nn.Conv1d`` on (B, C, T) as before: there the shifted adds (16-bit elementwise
+arithmetic, or fp32 with casts around it) measured no faster than oneDNN's bf16 conv. The
+parameters are ``nn.Conv1d`` modules either way (``depthwise.weight`` (C, 1, k),
+``pointwise.weight`` (out, in, 1)).
 
 Padding is ``k // 2`` zeros on each side (same length out), so callers must zero padded
 positions first if they want padding not to leak into real ones.
@@ -27,15 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x`` (B, T, C) channels-last, ``weight`` (C, 1, k) with k odd; returns (B, T, C).
-
-    Equal to ``F.conv1d(x.transpose(1, 2), weight, padding=k // 2, groups=C).transpose(1, 2)``
-    up to float summation order. Autograd works through the in-place adds: each saves a view
-    of the padded input and one tap, so backward keeps one padded copy of ``x``.
-    """
-    if torch.is_autocast_enabled(x.device.type):
-        x = x.to(torch.get_autocast_dtype(x.device.type))
+def _shifted_taps(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``sum_j weight[:, 0, j] * x[:, t + j - k//2]`` over zero-padded (B, T, C) ``x``."""
     k, T = weight.shape[-1], x.shape[1]
     taps = weight[:, 0, :].t().to(x.dtype)  # (k, C)
     xp = F.pad(x, (0, 0, k // 2, k // 2))  # (B, T + k - 1, C)
@@ -43,6 +36,45 @@ def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     for j in range(1, k):
         y.addcmul_(xp[:, j:j + T], taps[j])
     return y
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    # 16-bit elementwise arithmetic is slower than fp32 on CPU.
+    return torch.float32 if x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+
+
+class _DepthwiseConv1d(torch.autograd.Function):
+    """Saves the input as given (bf16 under autocast: half the bytes of the fp32 copy it
+    computes with) and the weight; backward recomputes the padded fp32 input."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return _shifted_taps(x.to(_compute_dtype(x)), weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        xc = x.to(_compute_dtype(x))
+        g = grad.to(xc.dtype)
+        k, T = weight.shape[-1], x.shape[1]
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:  # the transposed conv: the same taps, flipped
+            grad_x = _shifted_taps(g, weight.flip(-1)).to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            xp = F.pad(xc, (0, 0, k // 2, k // 2))  # (B, T + k - 1, C)
+            gw = torch.stack([(g * xp[:, j:j + T]).sum((0, 1)) for j in range(k)])  # (k, C)
+            grad_w = gw.t().unsqueeze(1).to(weight.dtype)  # (C, 1, k)
+        return grad_x, grad_w
+
+
+def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x`` (B, T, C) channels-last, ``weight`` (C, 1, k) with k odd; returns (B, T, C).
+
+    Equal to ``F.conv1d(x.transpose(1, 2), weight, padding=k // 2, groups=C).transpose(1, 2)``
+    up to float summation order; on CPU a 16-bit ``x`` is computed (and returned) in fp32.
+    """
+    return _DepthwiseConv1d.apply(x, weight)
 
 
 class DepthwiseSeparableConv1d(nn.Module):
@@ -57,5 +89,8 @@ class DepthwiseSeparableConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (B, T, C_in) -> (B, T, C_out)."""
+        if torch.is_autocast_enabled(x.device.type) or x.dtype != torch.float32:
+            # 16-bit: oneDNN's grouped conv on (B, C, T) measured as fast or faster (BENCHMARKS.md).
+            return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)
         y = depthwise_conv1d(x, self.depthwise.weight)  # (B, T, C_in)
         return F.linear(y, self.pointwise.weight[:, :, 0], self.pointwise.bias)  # (B, T, C_out)
