@@ -11,9 +11,9 @@ peak RSS is that variant's own. The ``before`` variant puts back the implementat
 zeroed with ``masked_fill``, sinusoids recomputed by every block, SDPA in bf16 under autocast,
 the depthwise conv as oneDNN's grouped conv on transposed (B, C, T) tensors, padding products
 and attention masks even where nothing is padded. ``round 1`` puts back only the round-2
-changes (the depthwise conv, the no-padding path, and the char CNN's unfolded (R, k*Dc)
-patches in place of one conv over a zero-separated sequence, autograd through the fp32 SDPA
-in place of ``Fp32Attention``), i.e. the code as the first round of CPU work left it.
+changes (the fp32 depthwise conv, the no-padding path, autograd through the fp32 SDPA in
+place of ``Fp32Attention``), i.e. the code as the first round of CPU work left it. (Round 2
+also tried one char conv over a zero-separated sequence; it was reverted, BENCHMARKS.md.)
 ``-X`` rows put back only ``X`` (what removing that one optimisation costs); ``+X`` rows add
 an option that is off by default; ``malloc-tuned`` rows run with glibc's mmap/trim thresholds
 raised (an environment setting, not a code change). ``--variants`` picks rows, ``--repeat`` repeats each (this
@@ -57,28 +57,6 @@ def dense_char_cnn(self, chars):  # the char CNN as it was: every one of the W c
     return x.view(B, T, -1)  # (B, T, C)
 
 
-def patch_char_cnn(self, chars):  # round 1's char CNN: each char's k neighbours unfolded, one matmul
-    B, T, W = chars.shape
-    C, _, k = self.conv.weight.shape
-    h = k // 2
-    flat = chars.reshape(B * T, W)
-    real = flat != 0
-    span = (real.cumsum(1) > 0) & (real.flip(1).cumsum(1).flip(1) > 0)
-    word, pos = span.nonzero(as_tuple=True)
-    R = word.shape[0]
-    ids = flat[word, pos]
-    is_real = (ids != 0).unsqueeze(1)
-    x = self.dropout(self.embed(ids)) * is_real
-    if torch.is_autocast_enabled(x.device.type):
-        x = x.to(torch.get_autocast_dtype(x.device.type))
-    nb_word = F.pad(word, (h, h), value=-1).unfold(0, k, 1)
-    same_word = (nb_word == word.unsqueeze(1)).unsqueeze(2)
-    patches = F.pad(x, (0, 0, h, h)).unfold(0, k, 1).transpose(1, 2) * same_word
-    weight = self.conv.weight.permute(0, 2, 1).reshape(C, -1)
-    y = torch.relu(F.linear(patches.reshape(R, -1), weight, self.conv.bias)) * is_real
-    return y.new_zeros(B * T, C).index_reduce(0, word, y, "amax").view(B, T, C)
-
-
 def bernoulli_dropout(x, p, training=True):
     return F.dropout(x, p, training)
 
@@ -115,7 +93,6 @@ def grouped_conv_forward(self, x):  # the conv as it was: oneDNN's grouped conv 
 
 
 PATCHES = {
-    "char_patches": lambda: setattr(embedding.CharCNN, "forward", patch_char_cnn),
     "attention_fn": lambda: setattr(attention, "_CPU_FLASH", None),
     "dw_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", grouped_conv_forward),
     "unpadded": lambda: setattr(qanet, "padding_mask", lambda mask: mask),
@@ -139,7 +116,7 @@ main(argv)  # prints the bench result as one JSON line
 """
 
 ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded"]
-ROUND_2 = ["dw_conv", "unpadded", "char_patches", "attention_fn"]  # the second round of CPU work (BENCHMARKS.md)
+ROUND_2 = ["dw_conv", "unpadded", "attention_fn"]  # the second round of CPU work (BENCHMARKS.md)
 
 
 # glibc serves blocks above its mmap threshold (at most 32 MB unless set) with fresh pages,
@@ -160,8 +137,6 @@ VARIANTS = {
     "-dw_conv": variant(["dw_conv"]),
     "-dw_conv bf16": variant(["dw_conv"], amp="bf16"),
     "-unpadded": variant(["unpadded"]),
-    "-char_seq_conv": variant(["char_patches"]),
-    "-char_seq_conv bf16": variant(["char_patches"], amp="bf16"),
     "-attention_fn bf16": variant(["attention_fn"], amp="bf16"),
     "-char_cnn": variant(["char_cnn"]),
     "-dropout": variant(["dropout"]),

@@ -10,8 +10,8 @@ fp32 the depthwise conv is ``k`` shifted multiply-adds over the zero-padded inpu
 ``y[t] = sum_j D[:, j] * x[t + j - k//2]`` (cross-correlation, as ``F.conv1d``), with a
 hand-written backward that keeps only the input, and the pointwise conv is a matmul with its
 (out, in) weight: no transposes, and oneDNN's depthwise 1-D conv is slow for one question at a
-time (``benchmarks/qanet_ablation.py``, BENCHMARKS.md). Under autocast or for 16-bit input the
-module uses ``nn.Conv1d`` on (B, C, T) as before: there the shifted adds (16-bit elementwise
+time (``benchmarks/qanet_ablation.py``, BENCHMARKS.md). Under autocast, for 16-bit input and
+on GPUs the module uses ``nn.Conv1d`` on (B, C, T) as before: there the shifted adds (16-bit elementwise
 arithmetic, or fp32 with casts around it) measured no faster than oneDNN's bf16 conv. The
 parameters are ``nn.Conv1d`` modules either way (``depthwise.weight`` (C, 1, k),
 ``pointwise.weight`` (out, in, 1)).
@@ -44,8 +44,8 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 class _DepthwiseConv1d(torch.autograd.Function):
-    """Saves the input as given (bf16 under autocast: half the bytes of the fp32 copy it
-    computes with) and the weight; backward recomputes the padded fp32 input."""
+    """Saves the input as given (a 16-bit input: half the bytes of the fp32 copy it computes
+    with) and the weight; backward recomputes the padded input."""
 
     @staticmethod
     def forward(ctx, x, weight):
@@ -89,8 +89,9 @@ class DepthwiseSeparableConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (B, T, C_in) -> (B, T, C_out)."""
-        if torch.is_autocast_enabled(x.device.type) or x.dtype != torch.float32:
-            # 16-bit: oneDNN's grouped conv on (B, C, T) measured as fast or faster (BENCHMARKS.md).
+        if x.device.type != "cpu" or torch.is_autocast_enabled("cpu") or x.dtype != torch.float32:
+            # 16-bit on CPU: oneDNN's grouped conv on (B, C, T) measured as fast or faster
+            # (BENCHMARKS.md); on GPUs cuDNN's depthwise kernels (the shifted adds are unmeasured there).
             return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)
         y = depthwise_conv1d(x, self.depthwise.weight)  # (B, T, C_in)
         return F.linear(y, self.pointwise.weight[:, :, 0], self.pointwise.bias)  # (B, T, C_out)

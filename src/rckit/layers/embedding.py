@@ -11,13 +11,13 @@ start of the embedding encoder; we do it here so the encoder block only sees ``d
 The char CNN only computes at real characters. Batches pad every word to the longest one
 (16 characters) while SQuAD words average about 4, so a dense conv over (B*T, W) spends three
 quarters of its work, and a third of a QANet training step, on padding whose outputs are then
-masked away. Instead the real characters are gathered in reading order into one long
-sequence with ``k // 2`` zero rows between words (so a window sees zeros beyond its word's
-ends, exactly as the padded dense conv does), one ordinary conv runs over that sequence, its
-outputs at the real characters are gathered back, and the max over each word is a segment
-max. Same numbers as the dense conv up to float summation order. (An earlier version
-unfolded each character's ``k`` neighbours into a (R, k*Dc) matrix for one matmul: the same
-work, but it kept that k-times-wider matrix for the backward pass.)
+masked away. Instead the real characters are gathered in reading order (a word's characters
+are adjacent), each one's ``k`` neighbours are unfolded from that packed list, neighbours from
+another word are zeroed exactly as the padding would have been, and one (R, k*Dc) x (k*Dc, C)
+matmul gives the conv outputs; the max over each word is a segment max. Same numbers as the
+dense conv up to float summation order. (One conv over the characters laid end to end with
+``k // 2`` zero rows between words keeps a k-times-narrower tensor for backward, but measured
+slower for batched bf16 inference on CPU: BENCHMARKS.md, round 2.)
 """
 
 from __future__ import annotations
@@ -96,22 +96,20 @@ class CharCNN(nn.Module):
             return self.conv.weight.new_zeros(B, T, C)
         ids = flat[word, pos]  # (R,)
         is_real = (ids != 0).unsqueeze(1)  # (R, 1)
-        x = self.dropout(self.embed(ids)) * is_real.to(self.embed.weight.dtype)  # (R, Dc)
-        if torch.is_autocast_enabled(x.device.type):  # the conv's input in its dtype: half the copy
+        x = self.dropout(self.embed(ids)) * is_real  # (R, Dc)
+        if torch.is_autocast_enabled(x.device.type):  # build the k-times-wider patches in the matmul's dtype
             x = x.to(torch.get_autocast_dtype(x.device.type))
-        # One sequence of all the words, each followed by h zero rows (and h before the first),
-        # so that a window never reaches into another word: a neighbour outside the word is a
-        # zero, exactly as in the dense conv. Char r sits at r + h * (its word's rank + 1).
-        first = torch.ones_like(word, dtype=torch.bool)
-        first[1:] = word[1:] != word[:-1]
-        rank = first.cumsum(0) - 1  # (R,) 0-based rank of the char's word among non-empty words
-        at = torch.arange(R, device=x.device) + h * (rank + 1)  # (R,)
-        n_words = int(rank[-1]) + 1 if R else 0
-        seq = x.new_zeros(R + h * (n_words + 1), x.shape[1]).index_copy(0, at, x)  # (L, Dc)
-        # A "valid" conv over the sequence: output i is the window centred on row i + h.
-        y = F.conv1d(seq.t().unsqueeze(0), self.conv.weight, self.conv.bias)[0]  # (C, L - 2h)
-        y = y.t().index_select(0, at - h)  # (R, C)
-        y = torch.relu(y) * is_real.to(y.dtype)  # (R, C)
+        # Neighbour j of entry r is entry r + j - h; it belongs to the conv only if it is in the
+        # same word (the dense conv would have seen a zero there).
+        nb_word = F.pad(word, (h, h), value=-1).unfold(0, k, 1)  # (R, k)
+        same_word = (nb_word == word.unsqueeze(1)).unsqueeze(2)  # (R, k, 1)
+        # Window-major (R, k, Dc) so the masked copy runs along contiguous channels.
+        patches = F.pad(x, (0, 0, h, h)).unfold(0, k, 1).transpose(1, 2) * same_word  # (R, k, Dc)
+        weight = self.conv.weight.permute(0, 2, 1).reshape(C, -1)  # (C, k*Dc)
+        y = F.linear(patches.reshape(R, -1), weight, self.conv.bias)  # (R, C)
+        # After ReLU every real value is >= 0, so a max that starts from 0 equals a masked max,
+        # and words without chars (padded tokens) come out as zeros, as does a pad in a span.
+        y = torch.relu(y) * is_real  # (R, C)
         with warnings.catch_warnings():  # index_reduce is marked beta; amax and its grad are stable
             warnings.simplefilter("ignore", UserWarning)
             out = y.new_zeros(B * T, C).index_reduce(0, word, y, "amax")  # (N, C)
