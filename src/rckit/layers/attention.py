@@ -40,8 +40,10 @@ _CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attenti
 
 
 def _additive(key_mask: torch.Tensor) -> torch.Tensor:
-    """Boolean key mask -> the additive fp32 mask the flash kernel takes (0 or -inf)."""
-    return torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device).masked_fill_(~key_mask, -math.inf)
+    """Boolean key mask -> the additive fp32 mask the flash kernel takes (0 or ``finfo.min``,
+    as :func:`~rckit.layers.masking.mask_logits`: a row with every key masked stays finite)."""
+    return torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device).masked_fill_(
+        ~key_mask, torch.finfo(torch.float32).min)
 
 
 class Fp32Attention(torch.autograd.Function):
@@ -95,15 +97,15 @@ class MultiHeadSelfAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, d_h)
         key_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, T), broadcast over heads and queries
         dropout_p = self.dropout if self.training else 0.0
-        if x.device.type == "cpu" and q.dtype != torch.float32 and dropout_p == 0.0 and torch.is_grad_enabled() \
-                and _CPU_FLASH is not None:
-            y = Fp32Attention.apply(q, k, v, None if key_mask is None else _additive(key_mask))  # (B, H, T, d_h)
-        elif x.device.type == "cpu" and q.dtype != torch.float32:
+        if x.device.type == "cpu" and q.dtype != torch.float32:
             # CPU autocast would run SDPA in bf16, whose backward is 3-6x slower than fp32's
             # (torch 2.13 flash kernel, d_h = 16; forward about equal): fp32 is faster and exact.
-            with torch.autocast("cpu", enabled=False):
-                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=key_mask,
-                                                   dropout_p=dropout_p).to(q.dtype)  # (B, H, T, d_h)
+            if dropout_p == 0.0 and torch.is_grad_enabled() and _CPU_FLASH is not None:
+                y = Fp32Attention.apply(q, k, v, None if key_mask is None else _additive(key_mask))  # (B, H, T, d_h)
+            else:
+                with torch.autocast("cpu", enabled=False):
+                    y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=key_mask,
+                                                       dropout_p=dropout_p).to(q.dtype)  # (B, H, T, d_h)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)  # (B, H, T, d_h)
         y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
