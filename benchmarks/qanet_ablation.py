@@ -12,8 +12,12 @@ zeroed with ``masked_fill``, sinusoids recomputed by every block, SDPA in bf16 u
 the depthwise conv as oneDNN's grouped conv on transposed (B, C, T) tensors, padding products
 and attention masks even where nothing is padded. ``round 1`` puts back only the round-2
 changes (the fp32 depthwise conv, the no-padding path, autograd through the fp32 SDPA in
-place of ``Fp32Attention``), i.e. the code as the first round of CPU work left it. (Round 2
-also tried one char conv over a zero-separated sequence; it was reverted, BENCHMARKS.md.)
+place of ``Fp32Attention``) and the round-3 ones, i.e. the code as the first round of CPU work
+left it. (Round 2 also tried one char conv over a zero-separated sequence; it was reverted,
+BENCHMARKS.md.) ``round 2`` puts back the round-3 changes: the depthwise conv through oneDNN's
+NHWC 2-D kernel (``nhwc_conv``; round 2 had shifted adds in fp32 and the 1-D grouped conv
+under autocast), the char CNN's products-first matmul (``char_products``; round 2 unfolded
+(R, k, Dc) patches) and the fixed 2 MiB mmap threshold (``heap_limit``, memory.py).
 ``-X`` rows put back only ``X`` (what removing that one optimisation costs); ``+X`` rows add
 an option that is off by default; ``malloc-tuned`` rows run with glibc's mmap/trim thresholds
 raised (an environment setting, not a code change). ``--variants`` picks rows, ``--repeat`` repeats each (this
@@ -45,6 +49,7 @@ import rckit.layers.conv as conv_mod
 import rckit.layers.dropout as dropout_mod
 import rckit.layers.embedding as embedding
 import rckit.models.qanet as qanet
+import rckit.training.memory as memory
 
 
 def dense_char_cnn(self, chars):  # the char CNN as it was: every one of the W char slots
@@ -92,6 +97,64 @@ def grouped_conv_forward(self, x):  # the conv as it was: oneDNN's grouped conv 
     return x.transpose(1, 2)
 
 
+def round2_taps(x, weight):  # round 2's depthwise conv: k shifted multiply-adds on (B, T, C)
+    k, T = weight.shape[-1], x.shape[1]
+    taps = weight[:, 0, :].t().to(x.dtype)  # (k, C)
+    xp = F.pad(x, (0, 0, k // 2, k // 2))  # (B, T + k - 1, C)
+    y = xp[:, :T] * taps[0]
+    for j in range(1, k):
+        y.addcmul_(xp[:, j:j + T], taps[j])
+    return y
+
+
+class Round2Taps(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return round2_taps(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        k, T = weight.shape[-1], x.shape[1]
+        grad_x = round2_taps(grad, weight.flip(-1))
+        xp = F.pad(x, (0, 0, k // 2, k // 2))
+        gw = torch.stack([(grad * xp[:, j:j + T]).sum((0, 1)) for j in range(k)])  # (k, C)
+        return grad_x, gw.t().unsqueeze(1).to(weight.dtype)
+
+
+def round2_conv_forward(self, x):  # round 2: shifted adds in fp32 on CPU, else oneDNN's 1-D grouped conv
+    if x.device.type != "cpu" or torch.is_autocast_enabled("cpu") or x.dtype != torch.float32:
+        return grouped_conv_forward(self, x)
+    y = Round2Taps.apply(x, self.depthwise.weight)
+    return F.linear(y, self.pointwise.weight[:, :, 0], self.pointwise.bias)
+
+
+def round2_char_cnn(self, chars):  # round 2's char CNN: unfolded (R, k, Dc) patches, one matmul
+    B, T, W = chars.shape
+    C, _, k = self.conv.weight.shape
+    h = k // 2
+    flat = chars.reshape(B * T, W)
+    real = flat != 0
+    span = (real.cumsum(1) > 0) & (real.flip(1).cumsum(1).flip(1) > 0)
+    word, pos = span.nonzero(as_tuple=True)
+    R = word.shape[0]
+    if R == 0:
+        return self.conv.weight.new_zeros(B, T, C)
+    ids = flat[word, pos]
+    is_real = (ids != 0).unsqueeze(1)
+    x = self.dropout(self.embed(ids)) * is_real
+    if torch.is_autocast_enabled(x.device.type):
+        x = x.to(torch.get_autocast_dtype(x.device.type))
+    nb_word = F.pad(word, (h, h), value=-1).unfold(0, k, 1)
+    same_word = (nb_word == word.unsqueeze(1)).unsqueeze(2)
+    patches = F.pad(x, (0, 0, h, h)).unfold(0, k, 1).transpose(1, 2) * same_word  # (R, k, Dc)
+    weight = self.conv.weight.permute(0, 2, 1).reshape(C, -1)
+    y = torch.relu(F.linear(patches.reshape(R, -1), weight, self.conv.bias)) * is_real
+    out = y.new_zeros(B * T, C).index_reduce(0, word, y, "amax")
+    return out.view(B, T, C)
+
+
 PATCHES = {
     "attention_fn": lambda: setattr(attention, "_CPU_FLASH", None),
     "dw_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", grouped_conv_forward),
@@ -102,6 +165,9 @@ PATCHES = {
     "padding": lambda: setattr(qanet, "zero_padding", masked_fill_padding),
     "pe_cache": lambda: setattr(qanet, "positional_encoding", uncached_pe),
     "fp32_attention": lambda: setattr(attention.MultiHeadSelfAttention, "forward", bf16_attention),
+    "nhwc_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", round2_conv_forward),
+    "char_products": lambda: setattr(embedding.CharCNN, "forward", round2_char_cnn),
+    "heap_limit": lambda: setattr(memory, "limit_heap_growth", lambda *a, **k: False),
 }
 for name in spec["undo"]:
     PATCHES[name]()
@@ -115,8 +181,10 @@ for override in spec["set"]:
 main(argv)  # prints the bench result as one JSON line
 """
 
-ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded"]
+ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded", "heap_limit"]
 ROUND_2 = ["dw_conv", "unpadded", "attention_fn"]  # the second round of CPU work (BENCHMARKS.md)
+ROUND_3 = ["nhwc_conv", "char_products", "heap_limit"]  # the third
+ROUND_1 = ROUND_2 + ["char_products", "heap_limit"]  # "dw_conv" already puts back round 1's conv
 
 
 # glibc serves blocks above its mmap threshold (at most 32 MB unless set) with fresh pages,
@@ -132,8 +200,15 @@ BATCH, CKPT = "model.layer_dropout=batch", "model.checkpoint_blocks=true"
 VARIANTS = {
     "before": variant(ALL_UNDO),
     "after": variant(),
-    "round 1": variant(ROUND_2),
-    "round 1 bf16": variant(ROUND_2, amp="bf16"),
+    "round 2": variant(ROUND_3),
+    "round 2 bf16": variant(ROUND_3, amp="bf16"),
+    "-nhwc_conv": variant(["nhwc_conv"]),
+    "-nhwc_conv bf16": variant(["nhwc_conv"], amp="bf16"),
+    "-char_products bf16": variant(["char_products"], amp="bf16"),
+    "-heap_limit": variant(["heap_limit"]),
+    "-heap_limit bf16": variant(["heap_limit"], amp="bf16"),
+    "round 1": variant(ROUND_1),
+    "round 1 bf16": variant(ROUND_1, amp="bf16"),
     "-dw_conv": variant(["dw_conv"]),
     "-dw_conv bf16": variant(["dw_conv"], amp="bf16"),
     "-unpadded": variant(["unpadded"]),

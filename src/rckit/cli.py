@@ -503,6 +503,9 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from rckit.training.memory import limit_heap_growth
+
+    limit_heap_growth()  # big tensors are mmapped and returned when freed (a CPU run's peak RSS: memory.py)
     try:
         return COMMANDS[args.command](args)
     except (FileNotFoundError, ValueError) as e:

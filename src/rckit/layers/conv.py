@@ -5,14 +5,15 @@ A depthwise conv (one length-k filter per input channel, no bias) followed by a 
 ``W[o, i, t] = P[o, i] * D[i, t]`` with ``k * in + in * out`` parameters instead of
 ``k * in * out``.
 
-Every model in rckit keeps sequences channels-last, (B, T, C), and so does this module. In
-fp32 the depthwise conv is ``k`` shifted multiply-adds over the zero-padded input,
-``y[t] = sum_j D[:, j] * x[t + j - k//2]`` (cross-correlation, as ``F.conv1d``), with a
-hand-written backward that keeps only the input, and the pointwise conv is a matmul with its
-(out, in) weight: no transposes, and oneDNN's depthwise 1-D conv is slow for one question at a
-time (``benchmarks/qanet_ablation.py``, BENCHMARKS.md). Under autocast, for 16-bit input and
-on GPUs the module uses ``nn.Conv1d`` on (B, C, T) as before: there the shifted adds (16-bit elementwise
-arithmetic, or fp32 with casts around it) measured no faster than oneDNN's bf16 conv. The
+Every model in rckit keeps sequences channels-last, (B, T, C), and so does this module. On
+CPU the depthwise conv runs as a 2-D depthwise conv over a (B, C, 1, T) view of the
+channels-last tensor: oneDNN takes that layout (NHWC) without a reorder and its depthwise
+kernel is 10-60x faster there than on (B, C, T) 1-D input (``benchmarks/depthwise_conv.py``).
+Its backward is written by hand: the input gradient is the same conv with the taps flipped,
+the weight gradient ``k`` sums of shifted products in fp32 (autograd's conv backward is
+several times slower in this layout). Under CPU autocast the conv runs in the autocast dtype,
+as ``nn.Conv1d`` would. The pointwise conv is a matmul with its (out, in) weight. On GPUs the
+module uses ``nn.Conv1d`` on (B, C, T) (cuDNN; the 2-D view is unmeasured there). The
 parameters are ``nn.Conv1d`` modules either way (``depthwise.weight`` (C, 1, k),
 ``pointwise.weight`` (out, in, 1)).
 
@@ -27,42 +28,32 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def _shifted_taps(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``sum_j weight[:, 0, j] * x[:, t + j - k//2]`` over zero-padded (B, T, C) ``x``."""
-    k, T = weight.shape[-1], x.shape[1]
-    taps = weight[:, 0, :].t().to(x.dtype)  # (k, C)
-    xp = F.pad(x, (0, 0, k // 2, k // 2))  # (B, T + k - 1, C)
-    y = xp[:, :T] * taps[0]  # (B, T, C), a fresh tensor
-    for j in range(1, k):
-        y.addcmul_(xp[:, j:j + T], taps[j])
-    return y
-
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    # 16-bit elementwise arithmetic is slower than fp32 on CPU.
-    return torch.float32 if x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+def _conv_nhwc(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Depthwise conv of (B, T, C) ``x`` with (C, 1, k) ``weight`` (same dtype) through the
+    (B, C, 1, T) channels-last view; returns (B, T, C) contiguous."""
+    k = weight.shape[-1]
+    y = F.conv2d(x.transpose(1, 2).unsqueeze(2), weight.unsqueeze(2), padding=(0, k // 2), groups=x.shape[2])
+    return y.squeeze(2).transpose(1, 2).contiguous()  # (B, T, C); a view when oneDNN kept NHWC
 
 
 class _DepthwiseConv1d(torch.autograd.Function):
-    """Saves the input as given (a 16-bit input: half the bytes of the fp32 copy it computes
-    with) and the weight; backward recomputes the padded input."""
+    """Saves the input and the weight; the weight gradient is accumulated in fp32."""
 
     @staticmethod
     def forward(ctx, x, weight):
         ctx.save_for_backward(x, weight)
-        return _shifted_taps(x.to(_compute_dtype(x)), weight)
+        return _conv_nhwc(x, weight.to(x.dtype))
 
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        xc = x.to(_compute_dtype(x))
-        g = grad.to(xc.dtype)
         k, T = weight.shape[-1], x.shape[1]
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:  # the transposed conv: the same taps, flipped
-            grad_x = _shifted_taps(g, weight.flip(-1)).to(x.dtype)
-        if ctx.needs_input_grad[1]:
-            xp = F.pad(xc, (0, 0, k // 2, k // 2))  # (B, T + k - 1, C)
+            grad_x = _conv_nhwc(grad.to(x.dtype), weight.flip(-1).to(x.dtype))
+        if ctx.needs_input_grad[1]:  # grad_w[c, j] = sum_{b,t} grad[b, t, c] * x[b, t + j - k//2, c]
+            acc = torch.promote_types(x.dtype, torch.float32)
+            g, xp = grad.to(acc), F.pad(x.to(acc), (0, 0, k // 2, k // 2))  # (B, T, C), (B, T + k - 1, C)
             gw = torch.stack([(g * xp[:, j:j + T]).sum((0, 1)) for j in range(k)])  # (k, C)
             grad_w = gw.t().unsqueeze(1).to(weight.dtype)  # (C, 1, k)
         return grad_x, grad_w
@@ -72,7 +63,7 @@ def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x`` (B, T, C) channels-last, ``weight`` (C, 1, k) with k odd; returns (B, T, C).
 
     Equal to ``F.conv1d(x.transpose(1, 2), weight, padding=k // 2, groups=C).transpose(1, 2)``
-    up to float summation order; on CPU a 16-bit ``x`` is computed (and returned) in fp32.
+    up to float summation order, computed (and returned) in ``x``'s dtype.
     """
     return _DepthwiseConv1d.apply(x, weight)
 
@@ -89,9 +80,10 @@ class DepthwiseSeparableConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (B, T, C_in) -> (B, T, C_out)."""
-        if x.device.type != "cpu" or torch.is_autocast_enabled("cpu") or x.dtype != torch.float32:
-            # 16-bit on CPU: oneDNN's grouped conv on (B, C, T) measured as fast or faster
-            # (BENCHMARKS.md); on GPUs cuDNN's depthwise kernels (the shifted adds are unmeasured there).
+        if x.device.type != "cpu":  # cuDNN's depthwise kernels
             return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)
-        y = depthwise_conv1d(x, self.depthwise.weight)  # (B, T, C_in)
+        if torch.is_autocast_enabled("cpu"):  # what autocast would do to a conv: compute in its dtype
+            x = x.to(torch.get_autocast_dtype("cpu"))
+        with torch.autocast("cpu", enabled=False):
+            y = depthwise_conv1d(x, self.depthwise.weight)  # (B, T, C_in)
         return F.linear(y, self.pointwise.weight[:, :, 0], self.pointwise.bias)  # (B, T, C_out)

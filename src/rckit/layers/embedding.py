@@ -12,12 +12,12 @@ The char CNN only computes at real characters. Batches pad every word to the lon
 (16 characters) while SQuAD words average about 4, so a dense conv over (B*T, W) spends three
 quarters of its work, and a third of a QANet training step, on padding whose outputs are then
 masked away. Instead the real characters are gathered in reading order (a word's characters
-are adjacent), each one's ``k`` neighbours are unfolded from that packed list, neighbours from
-another word are zeroed exactly as the padding would have been, and one (R, k*Dc) x (k*Dc, C)
-matmul gives the conv outputs; the max over each word is a segment max. Same numbers as the
-dense conv up to float summation order. (One conv over the characters laid end to end with
-``k // 2`` zero rows between words keeps a k-times-narrower tensor for backward, but measured
-slower for batched bf16 inference on CPU: BENCHMARKS.md, round 2.)
+are adjacent), one (R, Dc) x (Dc, k*C) matmul gives every character's product with each of
+the ``k`` taps, and each output sums its ``k`` neighbours' products for the matching tap,
+leaving out neighbours from another word exactly as the padding would have been; the max over
+each word is a segment max. Same numbers as the dense conv up to float summation order.
+Backward keeps only the (R, Dc) characters, not ``k``-times-wider unfolded patches (the
+earlier form here, BENCHMARKS.md round 3).
 """
 
 from __future__ import annotations
@@ -97,16 +97,19 @@ class CharCNN(nn.Module):
         ids = flat[word, pos]  # (R,)
         is_real = (ids != 0).unsqueeze(1)  # (R, 1)
         x = self.dropout(self.embed(ids)) * is_real  # (R, Dc)
-        if torch.is_autocast_enabled(x.device.type):  # build the k-times-wider patches in the matmul's dtype
+        if torch.is_autocast_enabled(x.device.type):
             x = x.to(torch.get_autocast_dtype(x.device.type))
-        # Neighbour j of entry r is entry r + j - h; it belongs to the conv only if it is in the
-        # same word (the dense conv would have seen a zero there).
-        nb_word = F.pad(word, (h, h), value=-1).unfold(0, k, 1)  # (R, k)
-        same_word = (nb_word == word.unsqueeze(1)).unsqueeze(2)  # (R, k, 1)
-        # Window-major (R, k, Dc) so the masked copy runs along contiguous channels.
-        patches = F.pad(x, (0, 0, h, h)).unfold(0, k, 1).transpose(1, 2) * same_word  # (R, k, Dc)
-        weight = self.conv.weight.permute(0, 2, 1).reshape(C, -1)  # (C, k*Dc)
-        y = F.linear(patches.reshape(R, -1), weight, self.conv.bias)  # (R, C)
+        # Every tap's product first, one (R, Dc) x (Dc, k*C) matmul: z[r, j] = W_j^T x[r]. Then
+        # y[r] = b + sum_j z[r + j - h, j], counting tap j only where entry r + j - h is in the
+        # same word as r (the dense conv would have seen a zero there).
+        weight = self.conv.weight.permute(1, 2, 0).reshape(-1, k * C)  # (Dc, k*C), column j*C + c = W[c, :, j]
+        z = F.pad((x @ weight.to(x.dtype)).view(R, k, C), (0, 0, 0, 0, h, h))  # (R + 2h, k, C), row r + h = entry r
+        nb_word = F.pad(word, (h, h), value=-1).unfold(0, k, 1)  # (R, k): word of entry r + j - h
+        same_word = (nb_word == word.unsqueeze(1)).to(z.dtype).unsqueeze(2)  # (R, k, 1)
+        y = self.conv.bias.to(z.dtype) + z[h:h + R, h]  # (R, C): tap h is the entry itself, always in its word
+        for j in range(k):
+            if j != h:
+                y = y + z[j:j + R, j] * same_word[:, j]  # (R, C)
         # After ReLU every real value is >= 0, so a max that starts from 0 equals a masked max,
         # and words without chars (padded tokens) come out as zeros, as does a pad in a span.
         y = torch.relu(y) * is_real  # (R, C)

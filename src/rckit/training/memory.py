@@ -1,0 +1,40 @@
+"""Keep the heap from growing past what a CPU training run actually holds.
+
+glibc's malloc serves blocks above its mmap threshold with their own ``mmap`` and gives them
+back on ``free``; smaller blocks come from the heap, which only shrinks from its top. The
+threshold starts at 128 KiB and, by default, rises to the size of every mmapped block that is
+freed (up to 32 MiB). A training step frees activations of a few MiB each, so after the first
+steps they all land in the heap, and as bucketed batches change length the freed holes no
+longer fit the next batch's tensors: the heap keeps growing. On the QANet paper preset (bf16,
+batch 32, contexts up to 400 tokens) the process's peak RSS reached about 4.1 GiB for a live
+peak of about 2.5 GiB (BENCHMARKS.md, round 3).
+
+:func:`limit_heap_growth` fixes the threshold (which also turns off its rise): tensors of 2 MiB
+and more get their own mapping and their memory goes back to the system the moment they are
+freed; small ones stay in the heap. The cost is a page fault per 4 KiB of each large tensor's
+first touch (measured in BENCHMARKS.md). A no-op where the C library is not glibc. The
+standard ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
+DEFAULT_THRESHOLD = 2 * 2**20
+
+
+def limit_heap_growth(threshold: int = DEFAULT_THRESHOLD) -> bool:
+    """Serve allocations of ``threshold`` bytes and more by mmap. True if glibc took the setting."""
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt(M_MMAP_THRESHOLD, int(threshold)) == 1
