@@ -167,7 +167,8 @@ PATCHES = {
     "fp32_attention": lambda: setattr(attention.MultiHeadSelfAttention, "forward", bf16_attention),
     "nhwc_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", round2_conv_forward),
     "char_products": lambda: setattr(embedding.CharCNN, "forward", round2_char_cnn),
-    "heap_limit": lambda: setattr(memory, "limit_heap_growth", lambda *a, **k: False),
+    "heap_limit": lambda: (setattr(memory, "limit_heap_growth", lambda *a, **k: False),
+                           setattr(memory, "heap_for_inference", lambda *a, **k: False)),
 }
 for name in spec["undo"]:
     PATCHES[name]()

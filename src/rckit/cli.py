@@ -334,8 +334,10 @@ def cmd_train(args) -> int:
     from dataclasses import replace
 
     from rckit.models import MODELS
+    from rckit.training import memory
     from rckit.training.loop import train
 
+    memory.limit_heap_growth()  # big tensors mmapped, returned when freed: a CPU run's peak RSS (memory.py)
     mcfg, tcfg = model_configs(args.model, args.preset, args.set)
     if args.checkpoint_every:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
@@ -503,9 +505,6 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from rckit.training.memory import limit_heap_growth
-
-    limit_heap_growth()  # big tensors are mmapped and returned when freed (a CPU run's peak RSS: memory.py)
     try:
         return COMMANDS[args.command](args)
     except (FileNotFoundError, ValueError) as e:

@@ -61,8 +61,8 @@ Implementation choices that keep the function but not the exact float path (CPU 
 values up to summation order); dropout masks come from 16-bit uniforms, so the drop rate is
 ``p`` rounded to a multiple of 2^-16 (:mod:`rckit.layers.dropout`); under bf16 autocast on
 CPU self-attention runs in fp32 (faster there, and more precise); the sinusoids are cached;
-on CPU in fp32 the depthwise convs are shifted multiply-adds on channels-last tensors
-(:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
+on CPU the depthwise convs run as oneDNN's 2-D depthwise kernel on a channels-last view, with
+a hand-written backward (:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
 (always, for one question) skips the padding products and the attention mask.
 ``checkpoint_blocks`` (off by default) recomputes each model-encoder block in the backward
 pass instead of keeping its activations: the same gradients (the RNG is replayed), about

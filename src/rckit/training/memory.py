@@ -11,9 +11,14 @@ peak of about 2.5 GiB (BENCHMARKS.md, round 3).
 
 :func:`limit_heap_growth` fixes the threshold (which also turns off its rise): tensors of 2 MiB
 and more get their own mapping and their memory goes back to the system the moment they are
-freed; small ones stay in the heap. The cost is a page fault per 4 KiB of each large tensor's
-first touch (measured in BENCHMARKS.md). A no-op where the C library is not glibc. The
-standard ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins.
+freed; small ones stay in the heap. The price is a page fault per 4 KiB of each large tensor's
+first touch, which measured a few per cent of a bf16 training step and much more for fp32
+steps (whose activations are twice the size) and for inference (BENCHMARKS.md, round 3). So
+``rckit train`` and the training part of ``rckit bench`` use it, and inference sets the
+threshold to glibc's ceiling (:func:`heap_for_inference`: everything under 32 MiB from the
+heap, where the dynamic threshold ends up anyway). A no-op where the C library is not glibc.
+The standard ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins; set it to
+33554432 to train without the limit.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ import os
 import sys
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
-DEFAULT_THRESHOLD = 2 * 2**20
+TRAINING_THRESHOLD = 2 * 2**20
+INFERENCE_THRESHOLD = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
 
 
-def limit_heap_growth(threshold: int = DEFAULT_THRESHOLD) -> bool:
-    """Serve allocations of ``threshold`` bytes and more by mmap. True if glibc took the setting."""
+def set_mmap_threshold(nbytes: int) -> bool:
+    """``mallopt(M_MMAP_THRESHOLD, nbytes)``; True if glibc took the setting."""
     if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
     try:
@@ -37,4 +43,14 @@ def limit_heap_growth(threshold: int = DEFAULT_THRESHOLD) -> bool:
     except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt(M_MMAP_THRESHOLD, int(threshold)) == 1
+    return mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
+
+
+def limit_heap_growth(threshold: int = TRAINING_THRESHOLD) -> bool:
+    """Serve allocations of ``threshold`` bytes and more by mmap (for training)."""
+    return set_mmap_threshold(threshold)
+
+
+def heap_for_inference() -> bool:
+    """Serve everything under 32 MiB from the heap (no page faults once it has grown)."""
+    return set_mmap_threshold(INFERENCE_THRESHOLD)
