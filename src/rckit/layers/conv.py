@@ -65,6 +65,8 @@ def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     Equal to ``F.conv1d(x.transpose(1, 2), weight, padding=k // 2, groups=C).transpose(1, 2)``
     up to float summation order, computed (and returned) in ``x``'s dtype.
     """
+    if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        return _conv_nhwc(x, weight.to(x.dtype))  # inference: no autograd.Function to go through
     return _DepthwiseConv1d.apply(x, weight)
 
 

@@ -13,7 +13,8 @@ The char CNN only computes at real characters. Batches pad every word to the lon
 quarters of its work, and a third of a QANet training step, on padding whose outputs are then
 masked away. Instead the real characters are gathered in reading order (a word's characters
 are adjacent), one (R, Dc) x (Dc, k*C) matmul gives every character's product with each of
-the ``k`` taps, and each output sums its ``k`` neighbours' products for the matching tap,
+the ``k`` taps, and each output sums its ``k`` neighbours' products for the matching tap
+(``_TapSum``, with a backward that writes each tap's gradient in place),
 leaving out neighbours from another word exactly as the padding would have been; the max over
 each word is a segment max. Same numbers as the dense conv up to float summation order.
 Backward keeps only the (R, Dc) characters, not ``k``-times-wider unfolded patches (the
@@ -64,6 +65,33 @@ class PartiallyFrozenEmbedding(nn.Module):
         return torch.where((ids < n).unsqueeze(-1), trainable, frozen)
 
 
+class _TapSum(torch.autograd.Function):
+    """``y[r] = sum_j keep[r, j] * z[r + j, j]`` for ``z`` (R + k - 1, k, C), ``keep`` (R, k).
+
+    Autograd through ``k`` slices of ``z`` would build ``k`` zero-filled copies of ``z``'s
+    gradient and add them up; here it is one zero fill and ``k`` strided writes.
+    """
+
+    @staticmethod
+    def forward(ctx, z, keep):
+        R, k = keep.shape
+        ctx.save_for_backward(keep)
+        ctx.z_shape = z.shape
+        y = z[0:R, 0] * keep[:, 0:1]  # (R, C), a fresh tensor
+        for j in range(1, k):
+            y.addcmul_(z[j:j + R, j], keep[:, j:j + 1])
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        R, k = keep.shape
+        grad_z = grad.new_zeros(ctx.z_shape)  # (R + k - 1, k, C)
+        for j in range(k):
+            torch.mul(grad, keep[:, j:j + 1], out=grad_z[j:j + R, j])
+        return grad_z, None
+
+
 class CharCNN(nn.Module):
     """Characters -> one vector per word: embed, conv over the word, ReLU, max over real chars."""
 
@@ -103,13 +131,10 @@ class CharCNN(nn.Module):
         # y[r] = b + sum_j z[r + j - h, j], counting tap j only where entry r + j - h is in the
         # same word as r (the dense conv would have seen a zero there).
         weight = self.conv.weight.permute(1, 2, 0).reshape(-1, k * C)  # (Dc, k*C), column j*C + c = W[c, :, j]
-        z = F.pad((x @ weight.to(x.dtype)).view(R, k, C), (0, 0, 0, 0, h, h))  # (R + 2h, k, C), row r + h = entry r
+        z = (F.pad(x, (0, 0, h, h)) @ weight.to(x.dtype)).view(R + 2 * h, k, C)  # row r + h: entry r's products
         nb_word = F.pad(word, (h, h), value=-1).unfold(0, k, 1)  # (R, k): word of entry r + j - h
-        same_word = (nb_word == word.unsqueeze(1)).to(z.dtype).unsqueeze(2)  # (R, k, 1)
-        y = self.conv.bias.to(z.dtype) + z[h:h + R, h]  # (R, C): tap h is the entry itself, always in its word
-        for j in range(k):
-            if j != h:
-                y = y + z[j:j + R, j] * same_word[:, j]  # (R, C)
+        same_word = (nb_word == word.unsqueeze(1)).to(z.dtype)  # (R, k)
+        y = _TapSum.apply(z, same_word) + self.conv.bias.to(z.dtype)  # (R, C)
         # After ReLU every real value is >= 0, so a max that starts from 0 equals a masked max,
         # and words without chars (padded tokens) come out as zeros, as does a pad in a span.
         y = torch.relu(y) * is_real  # (R, C)
