@@ -334,10 +334,8 @@ def cmd_train(args) -> int:
     from dataclasses import replace
 
     from rckit.models import MODELS
-    from rckit.training import memory
     from rckit.training.loop import train
 
-    memory.limit_heap_growth()  # big tensors mmapped, returned when freed: a CPU run's peak RSS (memory.py)
     mcfg, tcfg = model_configs(args.model, args.preset, args.set)
     if args.checkpoint_every:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)

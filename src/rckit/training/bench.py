@@ -4,8 +4,8 @@ Training examples/s: forward + backward + Adam step on batches of ``batch_size``
 the first ``n_questions`` dev questions, bucketed by length as in training (contexts cut at
 400 tokens). Inference examples/s: batch 32, whole contexts, span decoding included.
 Latency: one question at a time (batch 1), median and 90th percentile. Peak memory: the
-process's peak resident set (CPU) or peak allocated CUDA memory. The heap is set up as
-``rckit train`` sets it for the training part, for inference after it (``memory.py``).
+process's peak resident set (CPU) or peak allocated CUDA memory. In bf16 on CPU the heap is
+set up as ``rckit train`` sets it for the training part, for inference after it (``memory.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             return model.loss(out, batch, reward_fn=reward)
         return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
 
-    memory.limit_heap_growth()  # as `rckit train` does (memory.py)
+    if device.type == "cpu" and dtype is not None:
+        memory.limit_heap_growth()  # as `rckit train` does for 16-bit CPU training (memory.py)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-4)
@@ -72,7 +73,8 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
     train_eps = n_train / (time.perf_counter() - t0)
 
     # Inference, batch 32, whole contexts.
-    memory.heap_for_inference()
+    if device.type == "cpu" and dtype is not None:
+        memory.heap_for_inference()
     model.eval()
     eval_batches = [split.collate(idx[b]) for b in BucketBatchSampler(split.c_len[idx], 32, shuffle=False)]
     with torch.no_grad():

@@ -12,12 +12,13 @@ peak of about 2.5 GiB (BENCHMARKS.md, round 3).
 :func:`limit_heap_growth` fixes the threshold (which also turns off its rise): tensors of 2 MiB
 and more get their own mapping and their memory goes back to the system the moment they are
 freed; small ones stay in the heap. The price is a page fault per 4 KiB of each large tensor's
-first touch, which measured a few per cent of a bf16 training step and much more for fp32
-steps (whose activations are twice the size) and for inference (BENCHMARKS.md, round 3). So
-``rckit train`` and the training part of ``rckit bench`` use it, and inference sets the
-threshold to glibc's ceiling (:func:`heap_for_inference`: everything under 32 MiB from the
-heap, where the dynamic threshold ends up anyway). A no-op where the C library is not glibc.
-The standard ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins; set it to
+first touch. With bf16 autocast it measured within the noise of the training speed (peak RSS
+4.16 -> 3.29 GB on the QANet paper preset); in fp32, where nearly every activation is over
+2 MiB, training was 20-30 % slower (BENCHMARKS.md, round 3). So the training loop (and the
+training part of ``rckit bench``) sets it for 16-bit CPU training only, and inference after
+it puts the threshold at glibc's ceiling (:func:`heap_for_inference`: everything under 32 MiB
+from the heap, where the dynamic threshold ends up anyway). A no-op where the C library is not
+glibc. The standard ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins; set it to
 33554432 to train without the limit.
 """
 
