@@ -17,7 +17,7 @@ left it. (Round 2 also tried one char conv over a zero-separated sequence; it wa
 BENCHMARKS.md.) ``round 2`` puts back the round-3 changes: the depthwise conv through oneDNN's
 NHWC 2-D kernel (``nhwc_conv``; round 2 had shifted adds in fp32 and the 1-D grouped conv
 under autocast), the char CNN's products-first matmul (``char_products``; round 2 unfolded
-(R, k, Dc) patches) and the fixed 2 MiB mmap threshold (``heap_limit``, memory.py).
+(R, k, Dc) patches). ``+heap_limit`` runs ``rckit bench --heap-limit-mb 2`` (memory.py).
 ``-X`` rows put back only ``X`` (what removing that one optimisation costs); ``+X`` rows add
 an option that is off by default; ``malloc-tuned`` rows run with glibc's mmap/trim thresholds
 raised (an environment setting, not a code change). ``--variants`` picks rows, ``--repeat`` repeats each (this
@@ -49,7 +49,6 @@ import rckit.layers.conv as conv_mod
 import rckit.layers.dropout as dropout_mod
 import rckit.layers.embedding as embedding
 import rckit.models.qanet as qanet
-import rckit.training.memory as memory
 
 
 def dense_char_cnn(self, chars):  # the char CNN as it was: every one of the W char slots
@@ -167,8 +166,6 @@ PATCHES = {
     "fp32_attention": lambda: setattr(attention.MultiHeadSelfAttention, "forward", bf16_attention),
     "nhwc_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", round2_conv_forward),
     "char_products": lambda: setattr(embedding.CharCNN, "forward", round2_char_cnn),
-    "heap_limit": lambda: (setattr(memory, "limit_heap_growth", lambda *a, **k: False),
-                           setattr(memory, "heap_for_inference", lambda *a, **k: False)),
 }
 for name in spec["undo"]:
     PATCHES[name]()
@@ -179,13 +176,14 @@ argv = ["bench", "qanet", "--preset", "paper", "--data-dir", data_dir, "--amp", 
         "--steps", str(spec["steps"]), "--questions", str(spec["questions"])]
 for override in spec["set"]:
     argv += ["--set", override]
+argv += spec["extra"]
 main(argv)  # prints the bench result as one JSON line
 """
 
-ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded", "heap_limit"]
+ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded"]
 ROUND_2 = ["dw_conv", "unpadded", "attention_fn"]  # the second round of CPU work (BENCHMARKS.md)
-ROUND_3 = ["nhwc_conv", "char_products", "heap_limit"]  # the third
-ROUND_1 = ROUND_2 + ["char_products", "heap_limit"]  # "dw_conv" already puts back round 1's conv
+ROUND_3 = ["nhwc_conv", "char_products"]  # the third
+ROUND_1 = ROUND_2 + ["char_products"]  # "dw_conv" already puts back round 1's conv
 
 
 # glibc serves blocks above its mmap threshold (at most 32 MB unless set) with fresh pages,
@@ -193,8 +191,12 @@ ROUND_1 = ROUND_2 + ["char_products", "heap_limit"]  # "dw_conv" already puts ba
 MALLOC_TUNED = {"MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
 
 
-def variant(undo=(), set_=(), amp="fp32", threads=0, env=None):
-    return {"undo": list(undo), "set": list(set_), "amp": amp, "threads": threads, "env": env or {}}
+def variant(undo=(), set_=(), amp="fp32", threads=0, env=None, extra=()):
+    return {"undo": list(undo), "set": list(set_), "amp": amp, "threads": threads, "env": env or {},
+            "extra": list(extra)}
+
+
+HEAP = ["--heap-limit-mb", "2"]  # rckit bench's own option (memory.py), off by default
 
 
 BATCH, CKPT = "model.layer_dropout=batch", "model.checkpoint_blocks=true"
@@ -206,8 +208,8 @@ VARIANTS = {
     "-nhwc_conv": variant(["nhwc_conv"]),
     "-nhwc_conv bf16": variant(["nhwc_conv"], amp="bf16"),
     "-char_products bf16": variant(["char_products"], amp="bf16"),
-    "-heap_limit": variant(["heap_limit"]),
-    "-heap_limit bf16": variant(["heap_limit"], amp="bf16"),
+    "+heap_limit": variant(extra=HEAP),
+    "+heap_limit bf16": variant(amp="bf16", extra=HEAP),
     "round 1": variant(ROUND_1),
     "round 1 bf16": variant(ROUND_1, amp="bf16"),
     "-dw_conv": variant(["dw_conv"]),

@@ -236,3 +236,16 @@ def test_torchrun_two_processes(cli_data, tmp_path):
     assert ckpt["step"] == 6
     recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if "loss" in r] == list(range(1, 7))  # one writer, no duplicates
+
+
+@pytest.mark.parametrize("heap_limit_mb", [0.0, 2.0])
+def test_bench_reports_every_figure_with_and_without_the_heap_limit(prepared, heap_limit_mb):
+    from rckit.training.bench import bench
+
+    torch.manual_seed(0)
+    model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
+    res = bench(model, prepared.split("dev"), "cpu", torch.bfloat16, batch_size=2, train_steps=2, n_questions=8,
+                latency_questions=3, warmup=1, heap_limit_mb=heap_limit_mb)
+    assert res["train_examples_per_s"] > 0 and res["inference_examples_per_s"] > 0
+    assert 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
+    assert res["peak_rss_mb"] > 0 and res["heap_limit_mb"] == heap_limit_mb and res["dtype"] == "bf16"

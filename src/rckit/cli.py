@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, metavar="N", help="write last.pt every N steps")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--heap-limit-mb", type=float, default=0.0, metavar="N",
+                   help="CPU: allocations of N MiB and more get their own mapping, returned when freed: a lower "
+                   "peak RSS, slower steps (e.g. 2; default 0: glibc's own threshold; BENCHMARKS.md round 3)")
 
     p = sub.add_parser(
         "evaluate",
@@ -126,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--steps", type=int, default=20, help="timed training steps")
     p.add_argument("--questions", type=int, default=1024, help="size of the dev slice")
+    p.add_argument("--heap-limit-mb", type=float, default=0.0, metavar="N",
+                   help="as `rckit train --heap-limit-mb`, for the training part")
     p.add_argument("--json", action="store_true")
     _add_data_args(p)
 
@@ -334,8 +339,11 @@ def cmd_train(args) -> int:
     from dataclasses import replace
 
     from rckit.models import MODELS
+    from rckit.training import memory
     from rckit.training.loop import train
 
+    if args.heap_limit_mb > 0:
+        memory.limit_heap_growth(int(args.heap_limit_mb * 2**20))
     mcfg, tcfg = model_configs(args.model, args.preset, args.set)
     if args.checkpoint_every:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
@@ -455,7 +463,7 @@ def cmd_bench(args) -> int:
     model = MODELS[args.model][1](mcfg, prepared.embedding_info()).to(device)
     split = prepared.split("dev")
     res = bench(model, split, device, torch.bfloat16 if args.amp == "bf16" else None, train_steps=args.steps,
-                n_questions=args.questions)
+                n_questions=args.questions, heap_limit_mb=args.heap_limit_mb)
     res = {"model": args.model, "preset": args.preset, **res}
     print(json.dumps(res) if args.json else "\n".join(f"{k:26s} {v}" for k, v in res.items()))
     return 0

@@ -4,8 +4,9 @@ Training examples/s: forward + backward + Adam step on batches of ``batch_size``
 the first ``n_questions`` dev questions, bucketed by length as in training (contexts cut at
 400 tokens). Inference examples/s: batch 32, whole contexts, span decoding included.
 Latency: one question at a time (batch 1), median and 90th percentile. Peak memory: the
-process's peak resident set (CPU) or peak allocated CUDA memory. In bf16 on CPU the heap is
-set up as ``rckit train`` sets it for the training part, for inference after it (``memory.py``).
+process's peak resident set (CPU) or peak allocated CUDA memory. ``heap_limit_mb``: as
+``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after it
+(``memory.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from rckit.training.losses import span_loss
 
 
 def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_questions=1024, latency_questions=100,
-          max_c_len=400, warmup=3) -> dict:
+          max_c_len=400, warmup=3, heap_limit_mb=0.0) -> dict:
     device = torch.device(device)
     idx = np.arange(min(n_questions, len(split)))
     idx = idx[split.a["y_start"][idx] >= 0]
@@ -48,8 +49,8 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             return model.loss(out, batch, reward_fn=reward)
         return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
 
-    if device.type == "cpu" and dtype is not None:
-        memory.limit_heap_growth()  # as `rckit train` does for 16-bit CPU training (memory.py)
+    if heap_limit_mb > 0:
+        memory.limit_heap_growth(int(heap_limit_mb * 2**20))  # as `rckit train --heap-limit-mb` (memory.py)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-4)
@@ -73,7 +74,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
     train_eps = n_train / (time.perf_counter() - t0)
 
     # Inference, batch 32, whole contexts.
-    if device.type == "cpu" and dtype is not None:
+    if heap_limit_mb > 0:
         memory.heap_for_inference()
     model.eval()
     eval_batches = [split.collate(idx[b]) for b in BucketBatchSampler(split.c_len[idx], 32, shuffle=False)]
@@ -115,6 +116,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         "device": str(device),
         "threads": torch.get_num_threads(),
         "trainable_parameters": sum(p.numel() for p in params),
+        "heap_limit_mb": heap_limit_mb,
     }
     if device.type == "cuda":
         res["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)

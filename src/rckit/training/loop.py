@@ -30,7 +30,6 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from rckit.data.batching import BucketBatchSampler
-from rckit.training import memory
 from rckit.evaluation.predict import autocast
 from rckit.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rckit.training.distributed import any_true, barrier, init_distributed
@@ -225,8 +224,6 @@ def train(
     net = DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=find_unused) \
         if dist.enabled else model
     dtype = amp_dtype(cfg, device)
-    if device.type == "cpu" and dtype is not None:
-        memory.limit_heap_growth()  # 16-bit CPU training: big tensors mmapped, the peak RSS falls (memory.py)
 
     def checkpoint(path: Path) -> None:
         if not main:

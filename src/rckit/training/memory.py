@@ -9,17 +9,18 @@ longer fit the next batch's tensors: the heap keeps growing. On the QANet paper 
 batch 32, contexts up to 400 tokens) the process's peak RSS reached about 4.1 GiB for a live
 peak of about 2.5 GiB (BENCHMARKS.md, round 3).
 
-:func:`limit_heap_growth` fixes the threshold (which also turns off its rise): tensors of 2 MiB
-and more get their own mapping and their memory goes back to the system the moment they are
-freed; small ones stay in the heap. The price is a page fault per 4 KiB of each large tensor's
-first touch. With bf16 autocast it measured within the noise of the training speed (peak RSS
-4.16 -> 3.29 GB on the QANet paper preset); in fp32, where nearly every activation is over
-2 MiB, training was 20-30 % slower (BENCHMARKS.md, round 3). So the training loop (and the
-training part of ``rckit bench``) sets it for 16-bit CPU training only, and inference after
-it puts the threshold at glibc's ceiling (:func:`heap_for_inference`: everything under 32 MiB
-from the heap, where the dynamic threshold ends up anyway). A no-op where the C library is not
-glibc. The standard ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins; set it to
-33554432 to train without the limit.
+:func:`limit_heap_growth` fixes the threshold (which also turns off its rise): tensors of that
+size and more get their own mapping and their memory goes back to the system the moment they
+are freed; small ones stay in the heap. The price is a page fault per 4 KiB of each large
+tensor's first touch. On the QANet paper preset with bf16 autocast, 2 MiB took the peak RSS of
+``rckit bench`` from about 4.1 to 3.3 GiB and its training speed down by about a fifth; in
+fp32 (where nearly every activation is over 2 MiB) from about 6 to 4.2 GiB at 20-30 % of the
+speed (BENCHMARKS.md, round 3). So it is a choice, ``rckit train --heap-limit-mb N`` (off by
+default), for runs that must fit in memory. ``rckit bench --heap-limit-mb N`` sets it for its
+training part and then puts the threshold at glibc's ceiling for inference
+(:func:`heap_for_inference`: everything under 32 MiB from the heap, where the dynamic threshold
+ends up anyway). A no-op where the C library is not glibc; the standard
+``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins.
 """
 
 from __future__ import annotations
