@@ -8,7 +8,8 @@ A depthwise conv (one length-k filter per input channel, no bias) followed by a 
 Every model in rckit keeps sequences channels-last, (B, T, C), and so does this module. On
 CPU the depthwise conv runs as a 2-D depthwise conv over a (B, C, 1, T) view of the
 channels-last tensor: oneDNN takes that layout (NHWC) without a reorder and its depthwise
-kernel is 10-60x faster there than on (B, C, T) 1-D input (``benchmarks/depthwise_conv.py``).
+kernel is 10-60x faster there than on (B, C, T) 1-D input (BENCHMARKS.md, QANet round 3;
+``benchmarks/qanet_ablation.py`` row ``-nhwc_conv``).
 Its backward is written by hand: the input gradient is the same conv with the taps flipped,
 the weight gradient ``k`` sums of shifted products in fp32 (autograd's conv backward is
 several times slower in this layout). Under CPU autocast the conv runs in the autocast dtype,

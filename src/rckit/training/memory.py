@@ -13,9 +13,9 @@ peak of about 2.5 GiB (BENCHMARKS.md, round 3).
 size and more get their own mapping and their memory goes back to the system the moment they
 are freed; small ones stay in the heap. The price is a page fault per 4 KiB of each large
 tensor's first touch. On the QANet paper preset with bf16 autocast, 2 MiB took the peak RSS of
-``rckit bench`` from about 4.1 to 3.3 GiB and its training speed down by about a fifth; in
-fp32 (where nearly every activation is over 2 MiB) from about 6 to 4.2 GiB at 20-30 % of the
-speed (BENCHMARKS.md, round 3). So it is a choice, ``rckit train --heap-limit-mb N`` (off by
+``rckit bench`` from 4,048-4,108 to 3,270-3,280 MiB and its training speed down by about a
+fifth; in fp32 (where nearly every activation is over 2 MiB) training was 20-30 % slower
+(BENCHMARKS.md, round 3). So it is a choice, ``rckit train --heap-limit-mb N`` (off by
 default), for runs that must fit in memory. ``rckit bench --heap-limit-mb N`` sets it for its
 training part and then puts the threshold at glibc's ceiling for inference
 (:func:`heap_for_inference`: everything under 32 MiB from the heap, where the dynamic threshold
