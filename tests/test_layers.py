@@ -226,7 +226,7 @@ def test_char_cnn_on_real_chars_equals_dense_conv():
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_fp32_attention_function_equals_autograd_through_fp32_sdpa(masked):
+def test_fp32_attention_function_matches_fp32_sdpa_to_bf16_precision(masked):
     from rckit.layers.attention import Fp32Attention, _additive
 
     torch.manual_seed(0)
@@ -235,14 +235,19 @@ def test_fp32_attention_function_equals_autograd_through_fp32_sdpa(masked):
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
     mask[1, ..., 5:] = False
     key_mask = mask if masked else None
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=key_mask).to(torch.bfloat16)
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=key_mask)
     ours = Fp32Attention.apply(q, k, v, _additive(mask) if masked else None)
     assert ours.dtype == torch.bfloat16
-    torch.testing.assert_close(ours, ref)
-    g = torch.randn_like(ref)
-    for a, b in zip(torch.autograd.grad(ours, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+    torch.testing.assert_close(ours, ref.to(torch.bfloat16))  # the forward is the fp32 kernel's, rounded once
+    g = torch.randn_like(ours)
+    grads = torch.autograd.grad(ours, (q, k, v), g)
+    refs = torch.autograd.grad(ref, (q, k, v), g.double())  # float64 all the way, rounded to bf16 at the leaves
+    for a, b in zip(grads, refs):
         assert a.dtype == torch.bfloat16
-        torch.testing.assert_close(a, b)
+        # The backward reads the bf16 output (D = dO . O): q and k gradients are off by about bf16 rounding
+        # (2^-9 = 0.2 %; measured 0.2-0.4 %), v's gradient does not use it.
+        assert float((a.double() - b.double()).norm() / b.double().norm()) < 1e-2
+    torch.testing.assert_close(grads[2], refs[2])
 
 
 def test_self_attention_under_bf16_autocast_runs_attention_in_fp32():

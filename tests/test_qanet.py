@@ -259,3 +259,29 @@ def test_positional_encoding_cache_matches_the_formula():
         model.eval()(synthetic_batch(2, seed=9))
     out = model.train()(synthetic_batch(2, seed=9))
     out.start_logits[0, 0].backward()
+
+
+def test_residual_folds_the_relu_into_the_dropout_mask():
+    from rckit.models.qanet import EncoderBlock
+
+    block = EncoderBlock(16, n_convs=1, kernel=3, n_heads=2, dropout=0.3).train()
+    x = torch.randn(4, 6, 16)
+    y = torch.randn(4, 6, 16, requires_grad=True)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    torch.manual_seed(0)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fused = block.residual(x, y, 0.8, per_example=True, relu=True)
+    torch.manual_seed(0)
+    ref = block.residual(x, torch.relu(y), 0.8, per_example=True)  # the same masks: the same RNG draws
+    torch.testing.assert_close(fused, ref)
+    g = torch.randn_like(x)
+    torch.testing.assert_close(torch.autograd.grad(fused, y, g)[0], torch.autograd.grad(ref, y, g)[0])
+    assert ((fused - x) != 0).float().mean() < 0.5  # ReLU and dropout both zeroed something
+    assert [t.dtype for t in saved] == [torch.bool]  # backward keeps one boolean mask, not the ReLU's output
+    block.eval()
+    torch.testing.assert_close(block.residual(x, y, 0.8, per_example=True, relu=True), x + torch.relu(y))

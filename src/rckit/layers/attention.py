@@ -47,29 +47,33 @@ def _additive(key_mask: torch.Tensor) -> torch.Tensor:
 
 
 class Fp32Attention(torch.autograd.Function):
-    """SDPA in fp32 on 16-bit ``q, k, v`` (CPU), keeping only the 16-bit inputs for backward.
+    """SDPA in fp32 on 16-bit ``q, k, v`` (CPU), keeping only 16-bit tensors for backward.
 
     Under bf16 autocast on CPU attention runs in fp32 (see ``MultiHeadSelfAttention``), and
     autograd through ``F.scaled_dot_product_attention(q.float(), ...)`` keeps the three fp32
-    copies for the backward pass: 12 bytes per activation element, the largest item a QANet
-    encoder block saves. This function calls the same CPU flash kernel and its backward
-    (``aten::_scaled_dot_product_flash_attention_for_cpu[_backward]``) but saves the bf16
-    ``q, k, v`` (6 bytes, and the same tensor the qkv projection made) and casts them again in
-    backward; the fp32 output and log-sum-exp are kept as autograd would keep them, so the
-    gradients are the same. ``bias``: additive fp32 mask broadcastable to (B, H, T, T), or None.
+    inputs and the fp32 output for the backward pass: 16 bytes per activation element, the
+    largest item a QANet encoder block saves. This function calls the same CPU flash kernel and
+    its backward (``aten::_scaled_dot_product_flash_attention_for_cpu[_backward]``) but saves
+    the bf16 ``q, k, v`` (the tensor the qkv projection made) and the bf16 output it returns
+    (which the output projection keeps anyway), and casts them again in backward: no extra
+    bytes at all. The backward kernel uses the output only for ``D_i = dO_i . O_i``; taking
+    ``O`` at bf16 precision there is what bf16 flash-attention kernels on GPUs do, and changes
+    the gradients by about bf16 rounding. The log-sum-exp stays fp32.
+    ``bias``: additive fp32 mask broadcastable to (B, H, T, T), or None.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, bias):
         out, lse = _CPU_FLASH(q.float(), k.float(), v.float(), attn_mask=bias)  # (B, H, T, d_h), (B, H, T)
+        out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, bias, out, lse)
-        return out.to(q.dtype)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, bias, out, lse = ctx.saved_tensors
-        gq, gk, gv = _CPU_FLASH_BACKWARD(grad.float().contiguous(), q.float(), k.float(), v.float(), out, lse, 0.0,
-                                         False, attn_mask=bias)
+        gq, gk, gv = _CPU_FLASH_BACKWARD(grad.float().contiguous(), q.float(), k.float(), v.float(), out.float(), lse,
+                                         0.0, False, attn_mask=bias)
         return gq.to(q.dtype), gk.to(k.dtype), gv.to(v.dtype), None
 
 

@@ -60,7 +60,9 @@ Implementation choices that keep the function but not the exact float path (CPU 
 ``benchmarks/qanet_ablation.py``): the char CNN only computes at real characters (same
 values up to summation order); dropout masks come from 16-bit uniforms, so the drop rate is
 ``p`` rounded to a multiple of 2^-16 (:mod:`rckit.layers.dropout`); under bf16 autocast on
-CPU self-attention runs in fp32 (faster there, and more precise); the sinusoids are cached;
+CPU self-attention runs in fp32 (faster there, and more precise; its backward reads the bf16
+output, :class:`~rckit.layers.attention.Fp32Attention`); each conv sublayer's ReLU is folded into
+its dropout mask, so backward keeps one boolean mask (``EncoderBlock.residual``); the sinusoids are cached;
 on CPU the depthwise convs run as oneDNN's 2-D depthwise kernel on a channels-last view, with
 a hand-written backward (:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
 (always, for one question) skips the padding products and the attention mask.
@@ -185,23 +187,30 @@ class EncoderBlock(nn.Module):
     def n_sublayers(self) -> int:
         return len(self.convs) + 2
 
-    def residual(self, x: torch.Tensor, y: torch.Tensor, survival: float, per_example: bool) -> torch.Tensor:
-        """``x + dropout(y) * keep / p_l``, ``keep`` a per-example Bernoulli(p_l) or 1.
+    def residual(self, x: torch.Tensor, y: torch.Tensor, survival: float, per_example: bool,
+                 relu: bool = False) -> torch.Tensor:
+        """``x + dropout(f(y)) * keep / p_l``, ``keep`` a per-example Bernoulli(p_l) or 1, ``f``
+        the ReLU if ``relu`` else the identity.
 
-        On CPU the dropout mask, the per-example mask and all the scales are folded into one
-        boolean product and the ``alpha`` of the add: two passes over (B, T, d).
+        On CPU the dropout mask, the per-example mask, the ReLU's ``y > 0`` and all the scales
+        are folded into one boolean product and the ``alpha`` of the add: two passes over
+        (B, T, d), and backward keeps that one boolean mask (1 byte an element) where a ReLU
+        would keep its 16- or 32-bit output as well.
         """
         if not self.training:
-            return x + y
+            return x + (torch.relu(y) if relu else y)
         keep, scale = None, 1.0 / survival
         if per_example and survival < 1.0:
             keep = torch.rand(x.shape[0], 1, 1, device=x.device) < survival  # (B, 1, 1)
-        if self.p > 0.0:
-            if x.device.type == "cpu":
-                drop, inv_keep = keep_mask(y.shape, self.p, y.device)
-                keep, scale = drop if keep is None else drop & keep, scale * inv_keep
-            else:
-                y = dropout(y, self.p)
+        if self.p > 0.0 and x.device.type == "cpu":
+            drop, inv_keep = keep_mask(y.shape, self.p, y.device)
+            keep, scale = drop if keep is None else drop & keep, scale * inv_keep
+            if relu:
+                keep, relu = keep & (y > 0), False
+        if relu:
+            y = torch.relu(y)
+        if self.p > 0.0 and x.device.type != "cpu":
+            y = dropout(y, self.p)
         return torch.add(x, y if keep is None else y * keep, alpha=scale)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float],
@@ -222,7 +231,7 @@ class EncoderBlock(nn.Module):
             p_l = next(p)
             if next(u) < p_l:
                 h = norm(x) if mask is None else zero_padding(norm(x), mask)
-                x = self.residual(x, torch.relu(conv(h)), p_l, per_example)
+                x = self.residual(x, conv(h), p_l, per_example, relu=True)
         p_l = next(p)
         if next(u) < p_l:
             x = self.residual(x, self.att(self.att_norm(x), mask), p_l, per_example)
