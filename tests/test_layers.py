@@ -227,27 +227,28 @@ def test_char_cnn_on_real_chars_equals_dense_conv():
 
 @pytest.mark.parametrize("masked", [False, True])
 def test_fp32_attention_function_matches_fp32_sdpa_to_bf16_precision(masked):
-    from rckit.layers.attention import Fp32Attention, _additive
+    from rckit.layers.attention import Fp32Attention, _additive, _heads
 
     torch.manual_seed(0)
     B, H, T, dh = 2, 3, 7, 4
-    q, k, v = (torch.randn(B, H, T, dh).bfloat16().requires_grad_() for _ in range(3))
+    qkv = torch.randn(B, T, 3 * H * dh).bfloat16().requires_grad_()
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
     mask[1, ..., 5:] = False
     key_mask = mask if masked else None
-    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=key_mask)
-    ours = Fp32Attention.apply(q, k, v, _additive(mask) if masked else None)
-    assert ours.dtype == torch.bfloat16
+    ref = F.scaled_dot_product_attention(*_heads(qkv.double(), H), attn_mask=key_mask)  # (B, H, T, dh)
+    ref = ref.transpose(1, 2).reshape(B, T, H * dh)
+    ours = Fp32Attention.apply(qkv, H, _additive(mask) if masked else None)
+    assert ours.dtype == torch.bfloat16 and ours.shape == (B, T, H * dh)
     torch.testing.assert_close(ours, ref.to(torch.bfloat16))  # the forward is the fp32 kernel's, rounded once
     g = torch.randn_like(ours)
-    grads = torch.autograd.grad(ours, (q, k, v), g)
-    refs = torch.autograd.grad(ref, (q, k, v), g.double())  # float64 all the way, rounded to bf16 at the leaves
-    for a, b in zip(grads, refs):
-        assert a.dtype == torch.bfloat16
+    (grad,) = torch.autograd.grad(ours, qkv, g)
+    (ref_grad,) = torch.autograd.grad(ref, qkv, g.double())  # float64 all the way, rounded to bf16 at the leaf
+    assert grad.dtype == torch.bfloat16
+    for a, b in zip(_heads(grad, H), _heads(ref_grad, H)):
         # The backward reads the bf16 output (D = dO . O): q and k gradients are off by about bf16 rounding
         # (2^-9 = 0.2 %; measured 0.2-0.4 %), v's gradient does not use it.
         assert float((a.double() - b.double()).norm() / b.double().norm()) < 1e-2
-    torch.testing.assert_close(grads[2], refs[2])
+    torch.testing.assert_close(_heads(grad, H)[2], _heads(ref_grad, H)[2])
 
 
 def test_self_attention_under_bf16_autocast_runs_attention_in_fp32():

@@ -46,35 +46,55 @@ def _additive(key_mask: torch.Tensor) -> torch.Tensor:
         ~key_mask, torch.finfo(torch.float32).min)
 
 
-class Fp32Attention(torch.autograd.Function):
-    """SDPA in fp32 on 16-bit ``q, k, v`` (CPU), keeping only 16-bit tensors for backward.
+def _heads(qkv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, ...]:
+    """(B, T, 3d) -> q, k, v, each (B, H, T, d_h), views (no copy)."""
+    B, T, _ = qkv.shape
+    return qkv.view(B, T, 3, n_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
 
+
+class Fp32Attention(torch.autograd.Function):
+    """Multi-head SDPA in fp32 on the 16-bit output of the qkv projection (CPU).
+
+    Takes ``qkv`` (B, T, 3d) in bf16 and returns the heads' outputs as (B, T, d) in bf16.
     Under bf16 autocast on CPU attention runs in fp32 (see ``MultiHeadSelfAttention``), and
     autograd through ``F.scaled_dot_product_attention(q.float(), ...)`` keeps the three fp32
     inputs and the fp32 output for the backward pass: 16 bytes per activation element, the
     largest item a QANet encoder block saves. This function calls the same CPU flash kernel and
     its backward (``aten::_scaled_dot_product_flash_attention_for_cpu[_backward]``) but saves
-    the bf16 ``q, k, v`` (the tensor the qkv projection made) and the bf16 output it returns
-    (which the output projection keeps anyway), and casts them again in backward: no extra
-    bytes at all. The backward kernel uses the output only for ``D_i = dO_i . O_i``; taking
+    the bf16 ``qkv`` and the bf16 output it returns (which the output projection keeps anyway),
+    and casts them again in backward: no extra bytes at all. The kernels take the heads as
+    strided views, so each cast is one pass, and the backward writes the q, k and v gradients
+    straight into one (B, T, 3d) tensor (autograd through the head split would cast, stack and
+    permute them). The backward kernel uses the output only for ``D_i = dO_i . O_i``; taking
     ``O`` at bf16 precision there is what bf16 flash-attention kernels on GPUs do, and changes
     the gradients by about bf16 rounding. The log-sum-exp stays fp32.
     ``bias``: additive fp32 mask broadcastable to (B, H, T, T), or None.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, bias):
-        out, lse = _CPU_FLASH(q.float(), k.float(), v.float(), attn_mask=bias)  # (B, H, T, d_h), (B, H, T)
-        out = out.to(q.dtype)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        return out
+    def forward(ctx, qkv, n_heads, bias):
+        B, T, _ = qkv.shape
+        out, lse = _CPU_FLASH(*_heads(qkv.float(), n_heads), attn_mask=bias)  # (B, H, T, d_h), (B, H, T)
+        y = out.transpose(1, 2).reshape(B, T, -1).to(qkv.dtype)  # (B, T, d)
+        ctx.n_heads = n_heads
+        ctx.save_for_backward(qkv, bias, y, lse)
+        return y
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        gq, gk, gv = _CPU_FLASH_BACKWARD(grad.float().contiguous(), q.float(), k.float(), v.float(), out.float(), lse,
-                                         0.0, False, attn_mask=bias)
-        return gq.to(q.dtype), gk.to(k.dtype), gv.to(v.dtype), None
+        qkv, bias, y, lse = ctx.saved_tensors
+        B, T, d3 = qkv.shape
+        H = ctx.n_heads
+
+        def heads(t):  # (B, T, d) -> fp32 (B, H, T, d_h)
+            return t.float().view(B, T, H, -1).transpose(1, 2)
+
+        gq, gk, gv = _CPU_FLASH_BACKWARD(heads(grad), *_heads(qkv.float(), H), heads(y), lse, 0.0, False,
+                                         attn_mask=bias)
+        g = qkv.new_empty(B, T, 3, H, d3 // (3 * H))
+        for i, gi in enumerate((gq, gk, gv)):
+            g[:, :, i].copy_(gi.transpose(1, 2))
+        return g.view(B, T, d3), None, None
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -96,24 +116,22 @@ class MultiHeadSelfAttention(nn.Module):
         long as each sequence has one real token; their outputs are junk that callers mask.
         """
         B, T, d = x.shape
-        H = self.n_heads
-        qkv = self.qkv(x).view(B, T, 3, H, d // H)  # (B, T, 3, H, d_h)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, d_h)
+        qkv = self.qkv(x)  # (B, T, 3d)
         key_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, T), broadcast over heads and queries
         dropout_p = self.dropout if self.training else 0.0
-        if x.device.type == "cpu" and q.dtype != torch.float32:
+        if x.device.type == "cpu" and qkv.dtype != torch.float32:
             # CPU autocast would run SDPA in bf16, whose backward is 3-6x slower than fp32's
             # (torch 2.13 flash kernel, d_h = 16; forward about equal): fp32 is faster and exact.
             if dropout_p == 0.0 and torch.is_grad_enabled() and _CPU_FLASH is not None:
-                y = Fp32Attention.apply(q, k, v, None if key_mask is None else _additive(key_mask))  # (B, H, T, d_h)
-            else:
-                with torch.autocast("cpu", enabled=False):
-                    y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=key_mask,
-                                                       dropout_p=dropout_p).to(q.dtype)  # (B, H, T, d_h)
+                y = Fp32Attention.apply(qkv, self.n_heads, None if key_mask is None else _additive(key_mask))
+                return self.out(y)  # (B, T, d)
+            with torch.autocast("cpu", enabled=False):
+                y = F.scaled_dot_product_attention(*_heads(qkv.float(), self.n_heads), attn_mask=key_mask,
+                                                   dropout_p=dropout_p).to(qkv.dtype)  # (B, H, T, d_h)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)  # (B, H, T, d_h)
-        y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
-        return self.out(y)
+            y = F.scaled_dot_product_attention(*_heads(qkv, self.n_heads), attn_mask=key_mask,
+                                               dropout_p=dropout_p)  # (B, H, T, d_h)
+        return self.out(y.transpose(1, 2).reshape(B, T, d))  # (B, T, d)
 
 
 class ContextQueryAttention(nn.Module):
