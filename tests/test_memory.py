@@ -41,3 +41,51 @@ def test_limit_heap_growth_gives_freed_tensors_back():
     assert resident_after_free("limit") < 40
     # inference puts the threshold at glibc's ceiling: 4 MiB blocks come from the heap again
     assert resident_after_free("inference") > 100
+
+
+# Fill eight 32 MiB tensors and print the MiB of the process backed by huge pages.
+THP_CHILD = r"""
+import sys
+from rckit.training.memory import use_huge_pages
+print(use_huge_pages())
+import torch
+big = [torch.ones(2**23) for _ in range(8)]
+print(sum(int(l.split()[1]) for l in open("/proc/self/smaps") if l.startswith("AnonHugePages:")) / 1024)
+"""
+
+
+def huge_page_mode() -> str:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return "none"
+    return text.split("[")[1].split("]")[0]
+
+
+@pytest.mark.skipif(huge_page_mode() not in ("madvise", "always"), reason="kernel without transparent huge pages")
+def test_use_huge_pages_backs_large_tensors_with_huge_pages():
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+
+    def run(extra):
+        out = subprocess.run([sys.executable, "-c", THP_CHILD], capture_output=True, text=True, env={**env, **extra},
+                             check=True).stdout.split()
+        return out[0] == "True", float(out[1])
+
+    on, huge = run({})
+    assert on and huge >= 64  # most of the 256 MiB; the kernel may fall back to small pages for some
+    off, huge = run({"THP_MEM_ALLOC_ENABLE": "0"})  # the user's setting wins
+    assert not off
+    if huge_page_mode() == "madvise":  # only madvised memory gets huge pages
+        assert huge < 8
+
+
+def test_the_cli_turns_huge_pages_on_before_torch_is_imported():
+    code = ("import os, sys; from rckit.cli import main; main(['score', 'no-such.json', 'no-such.json']); "
+            "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    expected = "1" if sys.platform.startswith("linux") else "None"
+    assert out.split()[-2] == expected
+    code = "import torch; from rckit.training.memory import use_huge_pages; print(use_huge_pages())"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True).stdout.strip() == "False"  # too late once torch is in

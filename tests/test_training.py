@@ -247,5 +247,8 @@ def test_bench_reports_every_figure_with_and_without_the_heap_limit(prepared, he
     res = bench(model, prepared.split("dev"), "cpu", torch.bfloat16, batch_size=2, train_steps=2, n_questions=8,
                 latency_questions=3, warmup=1, heap_limit_mb=heap_limit_mb)
     assert res["train_examples_per_s"] > 0 and res["inference_examples_per_s"] > 0
+    assert res["train_first_pass_examples_per_s"] > 0
     assert 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
     assert res["peak_rss_mb"] > 0 and res["heap_limit_mb"] == heap_limit_mb and res["dtype"] == "bf16"
+    with pytest.raises(ValueError, match="batch"):  # fewer questions than one training batch
+        bench(model, prepared.split("dev"), "cpu", None, batch_size=16, n_questions=8)

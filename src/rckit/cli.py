@@ -510,6 +510,9 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rckit.training import memory
+
+    memory.use_huge_pages()  # before anything imports torch
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

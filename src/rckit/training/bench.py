@@ -2,7 +2,12 @@
 
 Training examples/s: forward + backward + Adam step on batches of ``batch_size`` questions from
 the first ``n_questions`` dev questions, bucketed by length as in training (contexts cut at
-400 tokens). Inference examples/s: batch 32, whole contexts, span decoding included.
+400 tokens), over ``train_steps`` steps that follow one untimed pass over every batch: the
+steady state of a training run. The first pass is reported on its own
+(``train_first_pass_examples_per_s``): it also pays for what a run pays once, the heap growing
+to the largest batch (page faults) and oneDNN building its kernels for each new shape; on the
+QANet paper preset (CPU, bf16) it ran at 17-19 examples/s where the steps after it ran at
+20-21 (BENCHMARKS.md, round 4). Inference examples/s: batch 32, whole contexts, span decoding included.
 Latency: one question at a time (batch 1), median and 90th percentile. Peak memory: the
 process's peak resident set (CPU) or peak allocated CUDA memory. ``heap_limit_mb``: as
 ``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after it
@@ -27,6 +32,7 @@ from rckit.training.losses import span_loss
 
 def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_questions=1024, latency_questions=100,
           max_c_len=400, warmup=3, heap_limit_mb=0.0) -> dict:
+    """``warmup``: untimed inference batches and questions; training warms up with a whole pass."""
     device = torch.device(device)
     idx = np.arange(min(n_questions, len(split)))
     idx = idx[split.a["y_start"][idx] >= 0]
@@ -56,22 +62,25 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
     opt = torch.optim.Adam(params, lr=1e-4)
     sampler = BucketBatchSampler(np.minimum(split.c_len[idx], max_c_len), batch_size, seed=0)
     batches = [split.collate(idx[b], max_c_len, 50) for b in sampler if len(b) == batch_size]
-    n_train = 0
-    for k in range(warmup + train_steps):
-        batch = batches[k % len(batches)].to(device)
-        if k == warmup:
-            sync()
-            t0 = time.perf_counter()
-        with autocast(device, dtype):
-            out = model(batch)
-        loss = loss_fn(out, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if k >= warmup:
-            n_train += len(batch)
-    sync()
-    train_eps = n_train / (time.perf_counter() - t0)
+    if not batches:
+        raise ValueError(f"{len(idx)} answerable questions in the first {n_questions}: not one training batch of "
+                         f"{batch_size}")
+    def train(steps):  # examples/s over ``steps`` steps, cycling through the batches
+        sync()
+        t0 = time.perf_counter()
+        for k in range(steps):
+            batch = batches[k % len(batches)].to(device)
+            with autocast(device, dtype):
+                out = model(batch)
+            loss = loss_fn(out, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        sync()
+        return steps * batch_size / (time.perf_counter() - t0)
+
+    first_pass_eps = train(len(batches))
+    train_eps = train(train_steps)
 
     # Inference, batch 32, whole contexts.
     if heap_limit_mb > 0:
@@ -107,6 +116,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         times = times[warmup:]
     res = {
         "train_examples_per_s": round(train_eps, 2),
+        "train_first_pass_examples_per_s": round(first_pass_eps, 2),
         "inference_examples_per_s": round(infer_eps, 2),
         "latency_ms_median": round(1000 * statistics.median(times), 2),
         "latency_ms_p90": round(1000 * float(np.percentile(times, 90)), 2),
