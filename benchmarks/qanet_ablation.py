@@ -13,11 +13,14 @@ the depthwise conv as oneDNN's grouped conv on transposed (B, C, T) tensors, pad
 and attention masks even where nothing is padded. ``round 1`` puts back only the round-2
 changes (the fp32 depthwise conv, the no-padding path, autograd through the fp32 SDPA in
 place of ``Fp32Attention``) and the round-3 ones, i.e. the code as the first round of CPU work
-left it. (Round 2 also tried one char conv over a zero-separated sequence; it was reverted,
+left it (with round 4 put back too). (Round 2 also tried one char conv over a zero-separated sequence; it was reverted,
 BENCHMARKS.md.) ``round 2`` puts back the round-3 changes: the depthwise conv through oneDNN's
 NHWC 2-D kernel (``nhwc_conv``; round 2 had shifted adds in fp32 and the 1-D grouped conv
 under autocast), the char CNN's products-first matmul (``char_products``; round 2 unfolded
-(R, k, Dc) patches). ``+heap_limit`` runs ``rckit bench --heap-limit-mb 2`` (memory.py).
+(R, k, Dc) patches), and the round-4 ones. ``round 3`` puts back the round-4 changes: the
+attention function that took q, k, v apart and kept its fp32 output for backward
+(``round3_attention``), the ReLU that kept its output for backward (``relu_mask``), and 4 KiB
+pages (huge pages off, ``-huge_pages``). ``+heap_limit`` runs ``rckit bench --heap-limit-mb 2`` (memory.py).
 ``-X`` rows put back only ``X`` (what removing that one optimisation costs); ``+X`` rows add
 an option that is off by default; ``malloc-tuned`` rows run with glibc's mmap/trim thresholds
 raised (an environment setting, not a code change). ``--variants`` picks rows, ``--repeat`` repeats each (this
@@ -154,7 +157,44 @@ def round2_char_cnn(self, chars):  # round 2's char CNN: unfolded (R, k, Dc) pat
     return out.view(B, T, C)
 
 
+class Round3Attention(torch.autograd.Function):  # round 3: separate q, k, v; the fp32 output kept for backward
+    @staticmethod
+    def forward(ctx, q, k, v, bias):
+        out, lse = attention._CPU_FLASH(q.float(), k.float(), v.float(), attn_mask=bias)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        gq, gk, gv = attention._CPU_FLASH_BACKWARD(grad.float().contiguous(), q.float(), k.float(), v.float(), out,
+                                                   lse, 0.0, False, attn_mask=bias)
+        return gq.to(q.dtype), gk.to(k.dtype), gv.to(v.dtype), None
+
+
+round4_attention = attention.MultiHeadSelfAttention.forward
+
+
+def round3_attention(self, x, mask):
+    if not (torch.is_grad_enabled() and torch.is_autocast_enabled("cpu") and attention._CPU_FLASH is not None):
+        return round4_attention(self, x, mask)
+    B, T, d = x.shape
+    q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4).unbind(0)
+    bias = None if mask is None else attention._additive(mask[:, None, None, :])
+    y = Round3Attention.apply(q, k, v, bias)  # (B, H, T, d_h)
+    return self.out(y.transpose(1, 2).reshape(B, T, d))
+
+
+fused_residual = qanet.EncoderBlock.residual
+
+
+def relu_apart(self, x, y, survival, per_example, relu=False):  # round 3: the ReLU's output kept for backward
+    return fused_residual(self, x, torch.relu(y) if relu else y, survival, per_example)
+
+
 PATCHES = {
+    "round3_attention": lambda: setattr(attention.MultiHeadSelfAttention, "forward", round3_attention),
+    "relu_mask": lambda: setattr(qanet.EncoderBlock, "residual", relu_apart),
     "attention_fn": lambda: setattr(attention, "_CPU_FLASH", None),
     "dw_conv": lambda: setattr(conv_mod.DepthwiseSeparableConv1d, "forward", grouped_conv_forward),
     "unpadded": lambda: setattr(qanet, "padding_mask", lambda mask: mask),
@@ -183,6 +223,7 @@ main(argv)  # prints the bench result as one JSON line
 ALL_UNDO = ["char_cnn", "dropout", "padding", "pe_cache", "fp32_attention", "dw_conv", "unpadded"]
 ROUND_2 = ["dw_conv", "unpadded", "attention_fn"]  # the second round of CPU work (BENCHMARKS.md)
 ROUND_3 = ["nhwc_conv", "char_products"]  # the third
+ROUND_4 = ["round3_attention", "relu_mask"]  # the fourth, with huge pages off (NO_THP)
 ROUND_1 = ROUND_2 + ["char_products"]  # "dw_conv" already puts back round 1's conv
 
 
@@ -196,6 +237,9 @@ def variant(undo=(), set_=(), amp="fp32", threads=0, env=None, extra=()):
             "extra": list(extra)}
 
 
+# `rckit` turns huge pages on before importing torch (memory.use_huge_pages); the child imports
+# torch first, so run() sets the variable for it, and these rows turn it off.
+NO_THP = {"THP_MEM_ALLOC_ENABLE": "0"}
 HEAP = ["--heap-limit-mb", "2"]  # rckit bench's own option (memory.py), off by default
 
 
@@ -203,15 +247,21 @@ BATCH, CKPT = "model.layer_dropout=batch", "model.checkpoint_blocks=true"
 VARIANTS = {
     "before": variant(ALL_UNDO),
     "after": variant(),
-    "round 2": variant(ROUND_3),
-    "round 2 bf16": variant(ROUND_3, amp="bf16"),
+    "round 3": variant(ROUND_4, env=NO_THP),
+    "round 3 bf16": variant(ROUND_4, amp="bf16", env=NO_THP),
+    "-huge_pages": variant(env=NO_THP),
+    "-huge_pages bf16": variant(amp="bf16", env=NO_THP),
+    "-round3_attention bf16": variant(["round3_attention"], amp="bf16"),
+    "-relu_mask bf16": variant(["relu_mask"], amp="bf16"),
+    "round 2": variant(ROUND_3 + ROUND_4, env=NO_THP),
+    "round 2 bf16": variant(ROUND_3 + ROUND_4, amp="bf16", env=NO_THP),
     "-nhwc_conv": variant(["nhwc_conv"]),
     "-nhwc_conv bf16": variant(["nhwc_conv"], amp="bf16"),
     "-char_products bf16": variant(["char_products"], amp="bf16"),
     "+heap_limit": variant(extra=HEAP),
     "+heap_limit bf16": variant(amp="bf16", extra=HEAP),
-    "round 1": variant(ROUND_1),
-    "round 1 bf16": variant(ROUND_1, amp="bf16"),
+    "round 1": variant(ROUND_1 + ROUND_4, env=NO_THP),
+    "round 1 bf16": variant(ROUND_1 + ROUND_4, amp="bf16", env=NO_THP),
     "-dw_conv": variant(["dw_conv"]),
     "-dw_conv bf16": variant(["dw_conv"], amp="bf16"),
     "-unpadded": variant(["unpadded"]),
@@ -244,7 +294,7 @@ def run(name: str, spec: dict, args) -> dict:
     spec = {**spec, "steps": args.steps, "questions": args.questions}
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", CHILD, args.data_dir, json.dumps(spec)], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONWARNINGS": "ignore", **spec["env"]})
+                       env={**os.environ, "PYTHONWARNINGS": "ignore", "THP_MEM_ALLOC_ENABLE": "1", **spec["env"]})
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     if p.returncode != 0 or not lines:
         raise SystemExit(f"variant {name!r} failed:\n{p.stderr[-3000:]}")

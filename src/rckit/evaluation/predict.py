@@ -17,7 +17,7 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def predict_split(
     model: torch.nn.Module,
     split: SquadSplit,
@@ -56,7 +56,7 @@ def predict_split(
     return preds
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def answer(model, vocabs, context: str, question: str, max_answer_len: int = 30, device="cpu") -> dict:
     """Answer one question; returns the text, its character span and the span's log-probability."""
     from rckit.data.prepare import featurize

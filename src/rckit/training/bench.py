@@ -87,7 +87,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         memory.heap_for_inference()
     model.eval()
     eval_batches = [split.collate(idx[b]) for b in BucketBatchSampler(split.c_len[idx], 32, shuffle=False)]
-    with torch.no_grad():
+    with torch.inference_mode():
         for b in eval_batches[:warmup]:
             with autocast(device, dtype):
                 model(b.to(device))

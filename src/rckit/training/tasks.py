@@ -123,7 +123,7 @@ def cloze_loss(logits: torch.Tensor, answer: torch.Tensor, valid: torch.Tensor |
     return torch.where(valid, ce, torch.zeros_like(ce)).sum() / valid.sum().clamp(min=1)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def predict_cloze(model, split, rows, batch_size: int, device, dtype, max_doc_len: int | None = None) -> np.ndarray:
     """The predicted entity number for each of ``rows``, in that order."""
     from rckit.data.batching import BucketBatchSampler
