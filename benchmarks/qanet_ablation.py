@@ -286,7 +286,7 @@ VARIANTS = {
     "+batch +ckpt malloc-tuned": variant(set_=[BATCH, CKPT], env=MALLOC_TUNED),
 }
 
-COLUMNS = [("train_examples_per_s", "train ex/s"), ("inference_examples_per_s", "infer ex/s"),
+COLUMNS = [("train_examples_per_s", "train ex/s"), ("train_first_pass_examples_per_s", "1st pass"), ("inference_examples_per_s", "infer ex/s"),
            ("latency_ms_median", "lat ms"), ("latency_ms_p90", "p90 ms"), ("peak_rss_mb", "peak MB")]
 
 
