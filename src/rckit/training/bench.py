@@ -5,9 +5,10 @@ the first ``n_questions`` dev questions, bucketed by length as in training (cont
 400 tokens), over ``train_steps`` steps that follow one untimed pass over every batch: the
 steady state of a training run. The first pass is reported on its own
 (``train_first_pass_examples_per_s``): it also pays for what a run pays once, the heap growing
-to the largest batch (page faults) and oneDNN building its kernels for each new shape; on the
-QANet paper preset (CPU, bf16) it ran at 17-19 examples/s where the steps after it ran at
-20-21 (BENCHMARKS.md, round 4). Inference examples/s: batch 32, whole contexts, span decoding included.
+to the largest batch (page faults) and oneDNN building its kernels for each new shape. On the
+QANet paper preset (CPU, bf16, huge pages off) 23 steps from the start averaged 17.2-17.8
+examples/s where 80 averaged 20.8-20.9; with huge pages (``memory.use_huge_pages``, on in
+``rckit``) the first pass runs about as fast as the steps after it (BENCHMARKS.md, round 4). Inference examples/s: batch 32, whole contexts, span decoding included.
 Latency: one question at a time (batch 1), median and 90th percentile. Peak memory: the
 process's peak resident set (CPU) or peak allocated CUDA memory. ``heap_limit_mb``: as
 ``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after it
