@@ -22,7 +22,8 @@ training part and then puts the threshold at glibc's ceiling for inference
 ends up anyway). A no-op where the C library is not glibc; the standard
 ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins.
 
-:func:`use_huge_pages` (on for every ``rckit`` command) sets PyTorch's ``THP_MEM_ALLOC_ENABLE``:
+:func:`use_huge_pages` (on for every ``rckit`` command where the kernel has transparent huge pages
+in ``always`` or ``madvise`` mode) sets PyTorch's ``THP_MEM_ALLOC_ENABLE``:
 its CPU allocator then asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``)
 on every tensor of 2 MiB or more. One page fault then maps 2 MiB instead of 4 KiB, which is
 what a CPU run spends its first steps on while the heap grows to the largest batches (on this
@@ -82,5 +83,16 @@ def use_huge_pages() -> bool:
     if THP_ENV not in os.environ:
         if "torch" in sys.modules:  # too late: the allocator has read the environment already
             return False
+        if huge_page_mode() in ("never", None):  # nothing to ask for (and torch would warn that madvise failed)
+            return False
         os.environ[THP_ENV] = "1"
     return os.environ[THP_ENV] == "1"
+
+
+def huge_page_mode() -> str | None:
+    """The kernel's transparent-huge-page mode (``always``, ``madvise``, ``never``), or None."""
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else None
