@@ -8,7 +8,8 @@ steady state of a training run. The first pass is reported on its own
 to the largest batch (page faults) and oneDNN building its kernels for each new shape. On the
 QANet paper preset (CPU, bf16, huge pages off) 23 steps from the start averaged 17.2-17.8
 examples/s where 80 averaged 20.8-20.9; with huge pages (``memory.use_huge_pages``, on in
-``rckit``) the first pass runs about as fast as the steps after it (BENCHMARKS.md, round 4). Inference examples/s: batch 32, whole contexts, span decoding included.
+``rckit``) the first pass runs about as fast as the steps after it (BENCHMARKS.md, round 4).
+Inference examples/s: batch 32, whole contexts, span decoding included.
 Latency: one question at a time (batch 1), median and 90th percentile. Peak memory: the
 process's peak resident set (CPU) or peak allocated CUDA memory. ``heap_limit_mb``: as
 ``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after it
@@ -66,6 +67,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
     if not batches:
         raise ValueError(f"{len(idx)} answerable questions in the first {n_questions}: not one training batch of "
                          f"{batch_size}")
+
     def train(steps):  # examples/s over ``steps`` steps, cycling through the batches
         sync()
         t0 = time.perf_counter()
