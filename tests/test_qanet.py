@@ -285,3 +285,23 @@ def test_residual_folds_the_relu_into_the_dropout_mask():
     assert [t.dtype for t in saved] == [torch.bool]  # backward keeps one boolean mask, not the ReLU's output
     block.eval()
     torch.testing.assert_close(block.residual(x, y, 0.8, per_example=True, relu=True), x + torch.relu(y))
+
+
+def test_eval_encodes_a_context_shared_by_several_questions_once():
+    model, _ = make_model()
+    model.eval()
+    batch = synthetic_batch(5, seed=4)
+    for name in ("c_words", "c_chars", "c_mask"):  # questions 0, 2 and 4 ask about one paragraph
+        t = getattr(batch, name)
+        t[2] = t[0]
+        t[4] = t[0]
+    seen = []
+    model.embed.register_forward_hook(lambda mod, args, out: seen.append(out.shape[0]))
+    with torch.no_grad():
+        out = model(batch)
+        assert seen[0] == 3  # the contexts: 3 distinct of 5 (then the 5 questions)
+        for i in range(5):  # each question alone: nothing to share
+            alone = model(Batch(**{k: v[i:i + 1] if isinstance(v, torch.Tensor) else v
+                                   for k, v in vars(batch).items()}))
+            torch.testing.assert_close(alone.start_logits[0], out.start_logits[i], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(alone.end_logits[0], out.end_logits[i], rtol=1e-5, atol=1e-5)

@@ -65,7 +65,9 @@ output, :class:`~rckit.layers.attention.Fp32Attention`); each conv sublayer's Re
 its dropout mask, so backward keeps one boolean mask (``EncoderBlock.residual``); the sinusoids are cached;
 on CPU the depthwise convs run as oneDNN's 2-D depthwise kernel on a channels-last view, with
 a hand-written backward (:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
-(always, for one question) skips the padding products and the attention mask.
+(always, for one question) skips the padding products and the attention mask; outside training
+questions of one batch that share a context share its embedding and embedding-encoder pass
+(:meth:`QANet.encode_contexts`).
 ``checkpoint_blocks`` (off by default) recomputes each model-encoder block in the backward
 pass instead of keeping its activations: the same gradients (the RNG is replayed), about
 half the peak memory, about a third more training time.
@@ -294,10 +296,30 @@ class QANet(nn.Module):
         """Per-batch stochastic depth: one uniform per sublayer of ``stack``, fresh for each pass."""
         return self.layer_drops.draw(stack.L) if self.training and self.layer_drops is not None else None
 
+    def encode_contexts(self, batch: Batch, c_pad: torch.Tensor | None) -> torch.Tensor:
+        """Embedding + embedding encoder of the contexts, (B, Tc, d).
+
+        Outside training each distinct context of the batch is encoded once and shared: these
+        layers do not see the question, and questions on one paragraph share it (SQuAD v1.1 dev
+        has about 5 a paragraph; length-sorted evaluation batches of 32 hold 4-7 distinct
+        contexts). In training every example keeps its own dropout masks, so nothing is shared.
+        """
+        if self.training:
+            return self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))
+        B = batch.c_words.shape[0]
+        rows = torch.cat([batch.c_words, batch.c_chars.reshape(B, -1)], dim=1)  # (B, Tc * (1 + W))
+        distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
+        if len(distinct) == B:
+            return self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad)
+        first = torch.full((len(distinct),), B, device=inverse.device).scatter_reduce(
+            0, inverse, torch.arange(B, device=inverse.device), "amin")  # one example of each context
+        C = self.emb_enc(self.embed(batch.c_words[first], batch.c_chars[first]), padding_mask(batch.c_mask[first]))
+        return C[inverse]  # (B, Tc, d)
+
     def forward(self, batch: Batch) -> QANetOutput:
         c_mask, q_mask = batch.c_mask, batch.q_mask
         c_pad, q_pad = padding_mask(c_mask), padding_mask(q_mask)
-        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))  # (B, Tc, d)
+        C = self.encode_contexts(batch, c_pad)  # (B, Tc, d)
         Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))  # (B, Tq, d)
         x = self.cq_att(C, Q, c_mask, q_mask)  # (B, Tc, 4d)
         x = self.dropout(self.cq_proj(x))  # (B, Tc, d)
