@@ -223,6 +223,41 @@ def test_char_cnn_on_real_chars_equals_dense_conv():
         torch.testing.assert_close(g, ref, rtol=1e-5, atol=1e-6)
     assert (packed[2] == 0).all()
     assert (cnn(torch.zeros(2, 3, 4, dtype=torch.long)) == 0).all()  # a batch without a single char
+    cnn.eval()  # outside training: the products of each distinct char id, gathered
+    torch.testing.assert_close(cnn(chars), out, rtol=1e-5, atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(cnn(chars).float(), out, rtol=2e-2, atol=2e-2)
+    assert (cnn(torch.zeros(2, 3, 4, dtype=torch.long)) == 0).all()
+
+
+def test_input_embedding_embeds_each_distinct_token_once_outside_training():
+    from rckit.data.embeddings import EmbeddingInfo
+    from rckit.layers.embedding import InputEmbedding
+
+    torch.manual_seed(0)
+    emb = EmbeddingInfo(word_vectors=torch.randn(40, 6), n_trainable_words=3, n_chars=20)
+    layer = InputEmbedding(emb, d_model=8, char_dim=5, char_conv_width=3, dropout=0.2, char_dropout=0.1)
+    words = torch.randint(0, 40, (3, 11))
+    words[1, 4:] = words[0, :7]  # repeats across rows, and padding (id 0) in rows 0 and 2
+    words[0, 9:], words[2, 6:] = 0, 0
+    chars = torch.where((words > 0).unsqueeze(-1), (words.unsqueeze(-1) * torch.tensor([1, 3, 7]) + 1) % 20, 0)
+    chars[2, 0] = torch.tensor([5, 6, 0])  # one word id spelled two ways: two distinct tokens
+    chars[2, 1] = torch.tensor([5, 7, 0])
+    words[2, 1] = words[2, 0]
+    n_distinct = len(torch.unique(torch.cat([words.reshape(-1, 1), chars.reshape(33, -1)], 1), dim=0))
+    assert n_distinct < 33
+    seen = []
+    layer.char.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[:2]))
+    layer.eval()
+    with torch.no_grad():
+        out = layer(words, chars)
+        assert seen == [(1, n_distinct)]  # the char CNN saw each distinct token once
+        torch.testing.assert_close(out, layer.embed_positions(words, chars), rtol=1e-5, atol=1e-6)
+    layer.train()  # training: every position on its own, with its own dropout masks
+    seen.clear()
+    out = layer(words, chars)
+    assert seen == [(3, 11)]
+    assert not torch.equal(out[1, 4], out[0, 0])
 
 
 @pytest.mark.parametrize("masked", [False, True])

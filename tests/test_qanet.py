@@ -295,11 +295,16 @@ def test_eval_encodes_a_context_shared_by_several_questions_once():
         t = getattr(batch, name)
         t[2] = t[0]
         t[4] = t[0]
-    seen = []
-    model.embed.register_forward_hook(lambda mod, args, out: seen.append(out.shape[0]))
+    seen, tokens = [], []
+    model.emb_enc.register_forward_hook(lambda mod, args, out: seen.append(out.shape[0]))
+    model.embed.char.register_forward_hook(lambda mod, args, out: tokens.append(args[0].shape[1]))
     with torch.no_grad():
         out = model(batch)
-        assert seen[0] == 3  # the contexts: 3 distinct of 5 (then the 5 questions)
+        assert seen == [3, 5]  # the contexts: 3 distinct of 5, then the 5 questions
+        # One embedding call over the tokens of those 3 contexts and the 5 questions, each
+        # distinct token once (a token's chars are a function of its id here).
+        n_distinct = len(torch.unique(torch.cat([batch.c_words[[0, 1, 3]].flatten(), batch.q_words.flatten()])))
+        assert tokens == [n_distinct]
         for i in range(5):  # each question alone: nothing to share
             alone = model(Batch(**{k: v[i:i + 1] if isinstance(v, torch.Tensor) else v
                                    for k, v in vars(batch).items()}))

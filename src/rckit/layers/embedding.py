@@ -124,14 +124,24 @@ class CharCNN(nn.Module):
             return self.conv.weight.new_zeros(B, T, C)
         ids = flat[word, pos]  # (R,)
         is_real = (ids != 0).unsqueeze(1)  # (R, 1)
-        x = self.dropout(self.embed(ids)) * is_real  # (R, Dc)
-        if torch.is_autocast_enabled(x.device.type):
-            x = x.to(torch.get_autocast_dtype(x.device.type))
         # Every tap's product first, one (R, Dc) x (Dc, k*C) matmul: z[r, j] = W_j^T x[r]. Then
         # y[r] = b + sum_j z[r + j - h, j], counting tap j only where entry r + j - h is in the
         # same word as r (the dense conv would have seen a zero there).
         weight = self.conv.weight.permute(1, 2, 0).reshape(-1, k * C)  # (Dc, k*C), column j*C + c = W[c, :, j]
-        z = (F.pad(x, (0, 0, h, h)) @ weight.to(x.dtype)).view(R + 2 * h, k, C)  # row r + h: entry r's products
+        dtype = torch.get_autocast_dtype(chars.device.type) if torch.is_autocast_enabled(chars.device.type) else None
+        if self.training:
+            x = self.dropout(self.embed(ids)) * is_real  # (R, Dc)
+            x = x if dtype is None else x.to(dtype)
+            z = (F.pad(x, (0, 0, h, h)) @ weight.to(x.dtype)).view(R + 2 * h, k, C)  # row r + h: entry r's products
+        else:
+            # Without dropout a char's products depend on its id alone: a text of a few hundred
+            # characters has a few dozen distinct ones, so the matmul runs over those and the
+            # entries gather their rows (id 0, the <pad> char and the h zero rows at each end,
+            # gets zeros).
+            distinct, inverse = torch.unique(F.pad(ids, (h, h)), return_inverse=True)  # (U,), (R + 2h,)
+            x = self.embed(distinct) * (distinct != 0).unsqueeze(1)  # (U, Dc)
+            x = x if dtype is None else x.to(dtype)
+            z = (x @ weight.to(x.dtype))[inverse].view(R + 2 * h, k, C)  # row r + h: entry r's products
         nb_word = F.pad(word, (h, h), value=-1).unfold(0, k, 1)  # (R, k): word of entry r + j - h
         same_word = (nb_word == word.unsqueeze(1)).to(z.dtype)  # (R, k)
         y = _TapSum.apply(z, same_word) + self.conv.bias.to(z.dtype)  # (R, C)
@@ -163,6 +173,25 @@ class InputEmbedding(nn.Module):
         self.proj = nn.Linear(d_in, d_model)
 
     def forward(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        """``words`` (B, T), ``chars`` (B, T, W) -> (B, T, d_model).
+
+        Outside training a token's embedding depends on its word id and characters alone, so
+        each distinct token of the batch is embedded once and copied to its positions (a
+        SQuAD context repeats "the", "," and its names: a third to a half of its tokens are
+        repeats, and the char CNN + highway are most of the embedding's work). In training
+        every position keeps its own dropout masks.
+        """
+        if not self.training:
+            B, T = words.shape
+            tokens = torch.cat([words.reshape(B * T, 1), chars.reshape(B * T, -1)], dim=1)  # (B*T, 1 + W)
+            distinct, inverse = torch.unique(tokens, dim=0, return_inverse=True)  # (U, 1 + W), (B*T,)
+            if len(distinct) < B * T:
+                x = self.embed_positions(distinct[None, :, 0], distinct[None, :, 1:])  # (1, U, d_model)
+                return x[0, inverse].view(B, T, -1)  # (B, T, d_model)
+        return self.embed_positions(words, chars)
+
+    def embed_positions(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        """Every position on its own: (B, T), (B, T, W) -> (B, T, d_model)."""
         x_w = self.word_dropout(self.word(words))  # (B, T, Dw)
         x_c = self.char(chars)  # (B, T, Dc)
         return self.proj(self.highway(torch.cat([x_w, x_c], dim=-1)))  # (B, T, d_model)

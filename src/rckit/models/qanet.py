@@ -66,8 +66,8 @@ its dropout mask, so backward keeps one boolean mask (``EncoderBlock.residual``)
 on CPU the depthwise convs run as oneDNN's 2-D depthwise kernel on a channels-last view, with
 a hand-written backward (:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
 (always, for one question) skips the padding products and the attention mask; outside training
-questions of one batch that share a context share its embedding and embedding-encoder pass
-(:meth:`QANet.encode_contexts`).
+questions of one batch that share a context share its embedding and embedding-encoder pass,
+and each distinct token of the batch is embedded once (:meth:`QANet.encode`).
 ``checkpoint_blocks`` (off by default) recomputes each model-encoder block in the backward
 pass instead of keeping its activations: the same gradients (the RNG is replayed), about
 half the peak memory, about a third more training time.
@@ -297,31 +297,39 @@ class QANet(nn.Module):
         """Per-batch stochastic depth: one uniform per sublayer of ``stack``, fresh for each pass."""
         return self.layer_drops.draw(stack.L) if self.training and self.layer_drops is not None else None
 
-    def encode_contexts(self, batch: Batch, c_pad: torch.Tensor | None) -> torch.Tensor:
-        """Embedding + embedding encoder of the contexts, (B, Tc, d).
+    def encode(self, batch: Batch, c_pad: torch.Tensor | None,
+               q_pad: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embedding + embedding encoder of the contexts and the questions: (B, Tc, d), (B, Tq, d).
 
         Outside training each distinct context of the batch is encoded once and shared: these
         layers do not see the question, and questions on one paragraph share it (SQuAD v1.1 dev
         has about 5 a paragraph; its length-sorted batches of 32 hold 7 distinct contexts on
-        average, the bench's slice 2-7). In training every example keeps its own dropout masks.
+        average, the bench's slice 2-7). The tokens of those contexts and of the questions then
+        go through the input embedding in one call, which embeds each distinct token once
+        (``InputEmbedding``; a question's words are mostly its paragraph's). In training every
+        example keeps its own dropout masks.
         """
-        if not self.training:
-            B = batch.c_words.shape[0]
-            rows = torch.cat([batch.c_words, batch.c_chars.reshape(B, -1)], dim=1)  # (B, Tc * (1 + W))
-            distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
-            if len(distinct) < B:
-                # One example of each context (which one does not matter: their rows are equal).
-                first = inverse.new_empty(len(distinct)).scatter_(0, inverse, torch.arange(B, device=inverse.device))
-                C = self.emb_enc(self.embed(batch.c_words[first], batch.c_chars[first]),
-                                 padding_mask(batch.c_mask[first]))
-                return C[inverse]  # (B, Tc, d)
-        return self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))
+        if self.training:
+            C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))
+            Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))
+            return C, Q
+        (B, Tc), Tq, W = batch.c_words.shape, batch.q_words.shape[1], batch.c_chars.shape[2]
+        rows = torch.cat([batch.c_words, batch.c_chars.reshape(B, -1)], dim=1)  # (B, Tc * (1 + W))
+        distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
+        # One example of each context (which one does not matter: their rows are equal).
+        first = inverse.new_empty(len(distinct)).scatter_(0, inverse, torch.arange(B, device=inverse.device))
+        n_c = len(first) * Tc
+        words = torch.cat([batch.c_words[first].reshape(-1), batch.q_words.reshape(-1)])  # (n_c + B * Tq,)
+        chars = torch.cat([batch.c_chars[first].reshape(-1, W), batch.q_chars.reshape(-1, W)])  # (n_c + B * Tq, W)
+        x = self.embed(words[None], chars[None])[0]  # (n_c + B * Tq, d)
+        C = self.emb_enc(x[:n_c].view(len(first), Tc, -1), padding_mask(batch.c_mask[first]))
+        Q = self.emb_enc(x[n_c:].view(B, Tq, -1), q_pad)
+        return C[inverse], Q  # (B, Tc, d), (B, Tq, d)
 
     def forward(self, batch: Batch) -> QANetOutput:
         c_mask, q_mask = batch.c_mask, batch.q_mask
         c_pad, q_pad = padding_mask(c_mask), padding_mask(q_mask)
-        C = self.encode_contexts(batch, c_pad)  # (B, Tc, d)
-        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))  # (B, Tq, d)
+        C, Q = self.encode(batch, c_pad, q_pad)  # (B, Tc, d), (B, Tq, d)
         x = self.cq_att(C, Q, c_mask, q_mask)  # (B, Tc, 4d)
         x = self.dropout(self.cq_proj(x))  # (B, Tc, d)
         M0 = self.model_enc(x, c_pad, self.draws(self.model_enc))
