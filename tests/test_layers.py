@@ -297,3 +297,22 @@ def test_self_attention_under_bf16_autocast_runs_attention_in_fp32():
     y.float().sum().backward()
     assert torch.isfinite(x.grad).all()
     torch.testing.assert_close(y.float(), att(x, mask), rtol=0.05, atol=0.05)
+
+
+def test_unique_rows_groups_equal_rows_exactly_even_when_hashes_collide(monkeypatch):
+    import rckit.layers.dedupe as dedupe
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 4, (300, 3), generator=g)  # at most 64 distinct rows: many repeats
+    rows[10] = rows[200]
+    n_distinct = len(torch.unique(rows, dim=0))
+    for weights in (dedupe._weights, lambda n, device: torch.zeros(n, dtype=torch.long)):  # the second: all collide
+        monkeypatch.setattr(dedupe, "_weights", weights)
+        rep, inverse = dedupe.unique_rows(rows)
+        assert len(rep) == n_distinct and inverse.shape == (300,)
+        assert torch.equal(rows[rep][inverse], rows)
+        assert inverse[10] == inverse[200]
+    rep, inverse = dedupe.unique_rows(rows[:1])
+    assert rep.tolist() == [0] and inverse.tolist() == [0]
+    rep, inverse = dedupe.unique_rows(rows[:0])
+    assert len(rep) == 0 and len(inverse) == 0

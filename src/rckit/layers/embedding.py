@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rckit.data.embeddings import EmbeddingInfo
+from rckit.layers.dedupe import unique_rows
 from rckit.layers.dropout import Dropout
 from rckit.layers.highway import Highway
 
@@ -183,11 +184,12 @@ class InputEmbedding(nn.Module):
         """
         if not self.training:
             B, T = words.shape
-            tokens = torch.cat([words.reshape(B * T, 1), chars.reshape(B * T, -1)], dim=1)  # (B*T, 1 + W)
-            distinct, inverse = torch.unique(tokens, dim=0, return_inverse=True)  # (U, 1 + W), (B*T,)
-            if len(distinct) < B * T:
-                x = self.embed_positions(distinct[None, :, 0], distinct[None, :, 1:])  # (1, U, d_model)
+            words, chars = words.reshape(B * T), chars.reshape(B * T, -1)  # (B*T,), (B*T, W)
+            rep, inverse = unique_rows(torch.cat([words.unsqueeze(1), chars], dim=1))  # (U,), (B*T,)
+            if len(rep) < B * T:
+                x = self.embed_positions(words[rep].unsqueeze(0), chars[rep].unsqueeze(0))  # (1, U, d_model)
                 return x[0, inverse].view(B, T, -1)  # (B, T, d_model)
+            words, chars = words.view(B, T), chars.view(B, T, -1)
         return self.embed_positions(words, chars)
 
     def embed_positions(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:

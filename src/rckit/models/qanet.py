@@ -86,6 +86,7 @@ from torch.utils.checkpoint import checkpoint
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
+from rckit.layers.dedupe import unique_rows
 from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.dropout import Dropout, dropout, keep_mask
 from rckit.layers.embedding import InputEmbedding
@@ -314,10 +315,8 @@ class QANet(nn.Module):
             Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))
             return C, Q
         (B, Tc), Tq, W = batch.c_words.shape, batch.q_words.shape[1], batch.c_chars.shape[2]
-        rows = torch.cat([batch.c_words, batch.c_chars.reshape(B, -1)], dim=1)  # (B, Tc * (1 + W))
-        distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
-        # One example of each context (which one does not matter: their rows are equal).
-        first = inverse.new_empty(len(distinct)).scatter_(0, inverse, torch.arange(B, device=inverse.device))
+        # One example of each distinct context (which one does not matter: their rows are equal).
+        first, inverse = unique_rows(torch.cat([batch.c_words, batch.c_chars.reshape(B, -1)], dim=1))  # (U,), (B,)
         n_c = len(first) * Tc
         words = torch.cat([batch.c_words[first].reshape(-1), batch.q_words.reshape(-1)])  # (n_c + B * Tq,)
         chars = torch.cat([batch.c_chars[first].reshape(-1, W), batch.q_chars.reshape(-1, W)])  # (n_c + B * Tq, W)
