@@ -18,6 +18,13 @@ module uses ``nn.Conv1d`` on (B, C, T) (cuDNN; the 2-D view is unmeasured there)
 parameters are ``nn.Conv1d`` modules either way (``depthwise.weight`` (C, 1, k),
 ``pointwise.weight`` (out, in, 1)).
 
+Outside autograd, fp32 inputs of at most 256 positions (one question's context) skip oneDNN:
+the conv is a multiply-and-sum over a strided window view of the padded input. oneDNN
+builds a kernel for every new length (903 us the first time, 80 us after, at batch 1) and,
+once built, is still slower inside the model: QANet over 200 dev questions one at a time,
+paired, took 0.91 / 0.89 of the time with this path (new lengths) and 0.95 / 0.91 with every
+length seen (BENCHMARKS.md, QANet round 5). It loses at batch 32 (20-50x) and in bf16.
+
 Padding is ``k // 2`` zeros on each side (same length out), so callers must zero padded
 positions first if they want padding not to leak into real ones.
 """
@@ -60,6 +67,16 @@ class _DepthwiseConv1d(torch.autograd.Function):
         return grad_x, grad_w
 
 
+SMALL_INPUT = 256  # positions (B * T) up to which fp32 inference uses the window sum
+
+
+def _window_sum(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The depthwise conv as ``sum_j w[c, j] * x[t + j - k//2, c]`` over a (B, T, C, k) window view."""
+    k = weight.shape[-1]
+    windows = F.pad(x, (0, 0, k // 2, k // 2)).unfold(1, k, 1)  # (B, T, C, k), a view
+    return (windows * weight[:, 0]).sum(-1)  # (B, T, C)
+
+
 def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x`` (B, T, C) channels-last, ``weight`` (C, 1, k) with k odd; returns (B, T, C).
 
@@ -67,7 +84,10 @@ def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     up to float summation order, computed (and returned) in ``x``'s dtype.
     """
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
-        return _conv_nhwc(x, weight.to(x.dtype))  # inference: no autograd.Function to go through
+        # Inference: no autograd.Function to go through.
+        if x.dtype == torch.float32 and x.shape[0] * x.shape[1] <= SMALL_INPUT:
+            return _window_sum(x, weight.to(x.dtype))
+        return _conv_nhwc(x, weight.to(x.dtype))
     return _DepthwiseConv1d.apply(x, weight)
 
 
