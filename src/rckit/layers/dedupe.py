@@ -17,9 +17,13 @@ import functools
 import torch
 
 
-@functools.lru_cache(maxsize=8)
 def _weights(n: int, device: torch.device) -> torch.Tensor:
     """``n`` fixed odd int64 multipliers (a seeded draw: the same in every process)."""
+    return _draw(max(64, 1 << (n - 1).bit_length()), device)[:n]  # rows of every length share a few draws
+
+
+@functools.lru_cache(maxsize=16)
+def _draw(n: int, device: torch.device) -> torch.Tensor:
     g = torch.Generator().manual_seed(0x5EED)
     w = torch.randint(-(2**62), 2**62, (n,), generator=g, dtype=torch.int64) | 1
     return w.to(device)

@@ -137,8 +137,8 @@ class CharCNN(nn.Module):
         else:
             # Without dropout a char's products depend on its id alone: a text of a few hundred
             # characters has a few dozen distinct ones, so the matmul runs over those and the
-            # entries gather their rows (id 0, the <pad> char and the h zero rows at each end,
-            # gets zeros).
+            # entries gather their rows. Id 0 (the <pad> char, and the h padding rows at each
+            # end) gets a row of zeros.
             distinct, inverse = torch.unique(F.pad(ids, (h, h)), return_inverse=True)  # (U,), (R + 2h,)
             x = self.embed(distinct) * (distinct != 0).unsqueeze(1)  # (U, Dc)
             x = x if dtype is None else x.to(dtype)
@@ -184,12 +184,11 @@ class InputEmbedding(nn.Module):
         """
         if not self.training:
             B, T = words.shape
-            words, chars = words.reshape(B * T), chars.reshape(B * T, -1)  # (B*T,), (B*T, W)
-            rep, inverse = unique_rows(torch.cat([words.unsqueeze(1), chars], dim=1))  # (U,), (B*T,)
+            flat_w, flat_c = words.reshape(B * T), chars.reshape(B * T, -1)  # (B*T,), (B*T, W)
+            rep, inverse = unique_rows(torch.cat([flat_w.unsqueeze(1), flat_c], dim=1))  # (U,), (B*T,)
             if len(rep) < B * T:
-                x = self.embed_positions(words[rep].unsqueeze(0), chars[rep].unsqueeze(0))  # (1, U, d_model)
+                x = self.embed_positions(flat_w[rep].unsqueeze(0), flat_c[rep].unsqueeze(0))  # (1, U, d_model)
                 return x[0, inverse].view(B, T, -1)  # (B, T, d_model)
-            words, chars = words.view(B, T), chars.view(B, T, -1)
         return self.embed_positions(words, chars)
 
     def embed_positions(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:

@@ -87,8 +87,8 @@ from torch.utils.checkpoint import checkpoint
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
-from rckit.layers.dedupe import unique_rows
 from rckit.layers.conv import DepthwiseSeparableConv1d
+from rckit.layers.dedupe import unique_rows
 from rckit.layers.dropout import Dropout, dropout, keep_mask
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
