@@ -331,3 +331,28 @@ def test_span_f1_reward_is_the_official_f1_of_the_span_text():
     multi = SpanF1Reward(split, gold_texts=[["cat"], ["Super Bowl 50", "Denver Broncos"], []])
     torch.testing.assert_close(multi(torch.tensor([0, 1]), torch.tensor([[1], [3]]), torch.tensor([[1], [5]])),
                                torch.tensor([[1.0], [1.0]]))
+
+
+def test_eval_encodes_a_document_shared_by_several_questions_once():
+    batch = synthetic_batch(5, seed=4)
+    for name in ("c_words", "c_chars", "c_mask"):  # questions 0, 2 and 4 ask about one paragraph
+        t = getattr(batch, name)
+        t[2] = t[0]
+        t[4] = t[0]
+    for config in (TINY_DCN, TINY_PLUS):
+        model = make_model(config).eval()
+        encoder = model.encoder if isinstance(model, DCN) else model.enc1
+        seen = []
+        encoder.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[0]))
+        with torch.no_grad():
+            out = model(batch)
+            assert seen == [3, 5]  # the documents: 3 distinct of 5, then the 5 questions
+            for i in range(5):  # each question alone: nothing to share
+                alone = model(Batch(**{k: v[i:i + 1] if isinstance(v, torch.Tensor) else v
+                                       for k, v in vars(batch).items()}))
+                torch.testing.assert_close(alone.start_logits[0], out.start_logits[i], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(alone.end_logits[0], out.end_logits[i], rtol=1e-5, atol=1e-5)
+        model.train()  # training: every document on its own
+        seen.clear()
+        model(batch)
+        assert seen[0] == 5
