@@ -44,3 +44,10 @@ def unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _, inverse = torch.unique(rows, dim=0, return_inverse=True)
         rep = inverse.new_empty(int(inverse.max()) + 1).scatter_(0, inverse, arange)
     return rep, inverse
+
+
+def unique_texts(words: torch.Tensor, chars: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`unique_rows` over texts: ``words`` (N, T), ``chars`` (N, T, W); two texts are equal
+    when their word ids and characters are (a token is a text of length 1)."""
+    N = words.shape[0]
+    return unique_rows(torch.cat([words, chars.reshape(N, -1)], dim=1))

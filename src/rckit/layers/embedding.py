@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rckit.data.embeddings import EmbeddingInfo
-from rckit.layers.dedupe import unique_rows
+from rckit.layers.dedupe import unique_texts
 from rckit.layers.dropout import Dropout
 from rckit.layers.highway import Highway
 
@@ -185,7 +185,7 @@ class InputEmbedding(nn.Module):
         if not self.training:
             B, T = words.shape
             flat_w, flat_c = words.reshape(B * T), chars.reshape(B * T, -1)  # (B*T,), (B*T, W)
-            rep, inverse = unique_rows(torch.cat([flat_w.unsqueeze(1), flat_c], dim=1))  # (U,), (B*T,)
+            rep, inverse = unique_texts(flat_w.unsqueeze(1), flat_c.unsqueeze(1))  # (U,), (B*T,)
             if len(rep) < B * T:
                 x = self.embed_positions(flat_w[rep].unsqueeze(0), flat_c[rep].unsqueeze(0))  # (1, U, d_model)
                 return x[0, inverse].view(B, T, -1)  # (B, T, d_model)

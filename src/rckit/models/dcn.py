@@ -84,7 +84,7 @@ from torch import nn
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.coattention import Coattention
-from rckit.layers.dedupe import unique_rows
+from rckit.layers.dedupe import unique_texts
 from rckit.layers.dropout import Dropout
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
@@ -175,9 +175,8 @@ def encode_documents(embed: TokenInput, encoder: PeepholeLSTM, batch: Batch) -> 
     """
     words, chars, mask = batch.c_words, batch.c_chars, batch.c_mask
     if not encoder.training:
-        B = words.shape[0]
-        first, inverse = unique_rows(torch.cat([words, chars.reshape(B, -1)], dim=1))  # (U,), (B,)
-        if len(first) < B:
+        first, inverse = unique_texts(words, chars)  # (U,), (B,)
+        if len(first) < words.shape[0]:
             return encoder(embed(words[first], chars[first]), mask[first])[0][inverse]
     return encoder(embed(words, chars), mask)[0]
 

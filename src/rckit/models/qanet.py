@@ -88,7 +88,7 @@ from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
-from rckit.layers.dedupe import unique_rows
+from rckit.layers.dedupe import unique_texts
 from rckit.layers.dropout import Dropout, dropout, keep_mask
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
@@ -317,7 +317,7 @@ class QANet(nn.Module):
             return C, Q
         (B, Tc), Tq, W = batch.c_words.shape, batch.q_words.shape[1], batch.c_chars.shape[2]
         # One example of each distinct context (which one does not matter: their rows are equal).
-        first, inverse = unique_rows(torch.cat([batch.c_words, batch.c_chars.reshape(B, -1)], dim=1))  # (U,), (B,)
+        first, inverse = unique_texts(batch.c_words, batch.c_chars)  # (U,), (B,)
         n_c = len(first) * Tc
         words = torch.cat([batch.c_words[first].reshape(-1), batch.q_words.reshape(-1)])  # (n_c + B * Tq,)
         chars = torch.cat([batch.c_chars[first].reshape(-1, W), batch.q_chars.reshape(-1, W)])  # (n_c + B * Tq, W)

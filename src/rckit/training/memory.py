@@ -92,7 +92,8 @@ def use_huge_pages() -> bool:
 def huge_page_mode() -> str | None:
     """The kernel's transparent-huge-page mode (``always``, ``madvise``, ``never``), or None."""
     try:
-        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
     except OSError:
         return None
     return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else None
