@@ -308,8 +308,8 @@ class QANet(nn.Module):
         has about 5 a paragraph; its length-sorted batches of 32 hold 7 distinct contexts on
         average, the bench's slice 2-7). The tokens of those contexts and of the questions then
         go through the input embedding in one call, which embeds each distinct token once
-        (``InputEmbedding``; a question's words are mostly its paragraph's). In training every
-        example keeps its own dropout masks.
+        (``InputEmbedding``; 62 % of a dev question's tokens at the median are words of its
+        paragraph). In training every example keeps its own dropout masks.
         """
         if self.training:
             C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))
