@@ -73,15 +73,15 @@ def test_depthwise_conv1d_inference_paths_match_grouped_conv(monkeypatch):
     import rckit.layers.conv as conv_mod
 
     torch.manual_seed(0)
-    calls, window_sum = [], conv_mod._window_sum
-    monkeypatch.setattr(conv_mod, "_window_sum", lambda *a: calls.append("window") or window_sum(*a))
-    for B, T, k in [(1, 1, 5), (1, 30, 7), (1, conv_mod.SMALL_INPUT, 5), (2, 200, 5), (1, 300, 3)]:
+    calls, shifted_sum = [], conv_mod._shifted_sum
+    monkeypatch.setattr(conv_mod, "_shifted_sum", lambda *a: calls.append("shifted") or shifted_sum(*a))
+    for B, T, k in [(1, 1, 5), (1, 2, 7), (1, 30, 7), (1, 700, 5), (2, 200, 5), (3, 4, 3)]:
         x, w = torch.randn(B, T, 8), torch.randn(8, 1, k)
         ref = F.conv1d(x.transpose(1, 2), w, padding=k // 2, groups=8).transpose(1, 2)
         calls.clear()
         with torch.inference_mode():
             torch.testing.assert_close(depthwise_conv1d(x, w), ref, rtol=1e-5, atol=1e-5)
-        assert calls == (["window"] if B * T <= conv_mod.SMALL_INPUT else []), (B, T)
+        assert calls == (["shifted"] if B == 1 else []), (B, T)
 
 
 def test_depthwise_conv1d_in_bf16_matches_fp32_and_autocast_runs_the_conv_in_bf16():

@@ -18,12 +18,16 @@ module uses ``nn.Conv1d`` on (B, C, T) (cuDNN; the 2-D view is unmeasured there)
 parameters are ``nn.Conv1d`` modules either way (``depthwise.weight`` (C, 1, k),
 ``pointwise.weight`` (out, in, 1)).
 
-Outside autograd, fp32 inputs of at most 256 positions (one question's context) skip oneDNN:
-the conv is a multiply-and-sum over a strided window view of the padded input. oneDNN
-builds a kernel for every new length (903 us the first time, 80 us after, at batch 1) and,
-once built, is still slower inside the model: QANet over 200 dev questions one at a time,
-paired, took 0.91 / 0.89 of the time with this path (new lengths) and 0.95 / 0.91 with every
-length seen (BENCHMARKS.md, QANet round 5). It loses at batch 32 (20-50x) and in bf16.
+Outside autograd, one fp32 sequence (batch 1: one question's context) skips oneDNN: the
+conv is ``k`` multiply-adds of shifted rows of the padded input, each tap's weights a
+contiguous (C,) row. oneDNN builds a kernel for every new length (903 us the first time, 80
+us after, at batch 1) and, once built, is still slower inside the model: QANet over 200 dev
+questions one at a time, paired, took 0.88 / 0.90 of oneDNN's time with this path (first
+pass: new lengths; second: every length seen), and 0.96 / 0.97 of the time of the window
+sum over a strided (B, T, C, k) view that it replaced (BENCHMARKS.md, QANet rounds 5 and 6).
+The taps' weights must be contiguous: read as columns of the (C, k) weight (stride k),
+five multiply-adds at T = 151 took 75 us against 44. It loses at batch 2 and more (in isolation
+70 against 47 us at batch 2, 493 against 109 at batch 32) and in bf16.
 
 Padding is ``k // 2`` zeros on each side (same length out), so callers must zero padded
 positions first if they want padding not to leak into real ones.
@@ -67,14 +71,16 @@ class _DepthwiseConv1d(torch.autograd.Function):
         return grad_x, grad_w
 
 
-SMALL_INPUT = 256  # positions (B * T) up to which fp32 inference uses the window sum
-
-
-def _window_sum(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The depthwise conv as ``sum_j w[c, j] * x[t + j - k//2, c]`` over a (B, T, C, k) window view."""
-    k = weight.shape[-1]
-    windows = F.pad(x, (0, 0, k // 2, k // 2)).unfold(1, k, 1)  # (B, T, C, k), a view
-    return (windows * weight[:, 0]).sum(-1)  # (B, T, C)
+def _shifted_sum(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The depthwise conv as ``sum_j w[c, j] * x[t + j - k//2, c]``: one multiply-add of a
+    shifted (B, T, C) slice of the padded input per tap ``j``."""
+    k, T = weight.shape[-1], x.shape[1]
+    xp = F.pad(x, (0, 0, k // 2, k // 2))  # (B, T + k - 1, C)
+    taps = weight[:, 0].t().contiguous()  # (k, C): each tap's weights contiguous
+    y = xp[:, :T] * taps[0]
+    for j in range(1, k):
+        y.addcmul_(xp[:, j:j + T], taps[j])
+    return y  # (B, T, C)
 
 
 def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -85,8 +91,8 @@ def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         # Inference: no autograd.Function to go through.
-        if x.dtype == torch.float32 and x.shape[0] * x.shape[1] <= SMALL_INPUT:
-            return _window_sum(x, weight.to(x.dtype))
+        if x.dtype == torch.float32 and x.shape[0] == 1:
+            return _shifted_sum(x, weight.to(x.dtype))
         return _conv_nhwc(x, weight.to(x.dtype))
     return _DepthwiseConv1d.apply(x, weight)
 

@@ -64,7 +64,7 @@ CPU self-attention runs in fp32 (faster there, and more precise; its backward re
 output, :class:`~rckit.layers.attention.Fp32Attention`); each conv sublayer's ReLU is folded into
 its dropout mask, so backward keeps one boolean mask (``EncoderBlock.residual``); the sinusoids are cached;
 on CPU the depthwise convs run as oneDNN's 2-D depthwise kernel on a channels-last view, with
-a hand-written backward, and for one question in fp32 as a window sum
+a hand-written backward, and for one question in fp32 as shifted multiply-adds
 (:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
 (always, for one question) skips the padding products and the attention mask; outside training
 questions of one batch that share a context share its embedding and embedding-encoder pass,
