@@ -11,7 +11,7 @@ from rckit.training.memory import huge_page_mode
 # the MiB glibc held in mmapped blocks while the last 40 were alive (mallinfo2's hblkhd).
 CHILD = r"""
 import ctypes, sys, torch
-from rckit.training.memory import limit_heap_growth
+from rckit.training.memory import heap_for_inference, limit_heap_growth
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
@@ -19,6 +19,8 @@ mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
 mallinfo2.restype = Info
 if sys.argv[1] == "limit":
     assert limit_heap_growth()
+if sys.argv[1] == "inference":
+    assert limit_heap_growth() and heap_for_inference()
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 keep = []
@@ -52,6 +54,9 @@ def test_limit_heap_growth_gives_freed_tensors_back():
     # under the limit every 4 MiB tensor is its own mapping, unmapped when freed
     resident, mapped = after_free("limit")
     assert mapped >= 160 and resident < 40
+    # inference puts the threshold at glibc's ceiling: 4 MiB blocks come from the heap again
+    resident, mapped = after_free("inference")
+    assert mapped < 40
 
 
 # Fill eight 32 MiB tensors and print the MiB of the process backed by huge pages.

@@ -1,12 +1,5 @@
 """``rckit bench``: training and inference speed and peak memory on a fixed slice of SQuAD dev.
 
-Inference is timed first, as in a process that only evaluates or serves (``rckit evaluate``,
-``predict`` and ``serve`` never train): after a training phase in the same process, batch-32
-inference on the QANet paper preset (bf16) ran at 0.81-0.87 of the speed of a process that had
-not trained (three pairs of processes, alternating), while training ran as fast after
-inference as before it (BENCHMARKS.md, QANet round 6).
-Inference examples/s: batch 32, whole contexts, span decoding included.
-Latency: one question at a time (batch 1), median and 90th percentile.
 Training examples/s: forward + backward + Adam step on batches of ``batch_size`` questions from
 the first ``n_questions`` dev questions, bucketed by length as in training (contexts cut at
 400 tokens), over ``train_steps`` steps that follow one untimed pass over every batch: the
@@ -16,8 +9,11 @@ to the largest batch (page faults) and oneDNN building its kernels for each new 
 QANet paper preset (CPU, bf16, huge pages off) 23 steps from the start averaged 17.2-17.8
 examples/s where 80 averaged 20.8-20.9; with huge pages (``memory.use_huge_pages``, on in
 ``rckit``) the first pass runs about as fast as the steps after it (BENCHMARKS.md, round 4).
-Peak memory: the process's peak resident set (CPU) or peak allocated CUDA memory.
-``heap_limit_mb``: as ``rckit train --heap-limit-mb``, for the training part.
+Inference examples/s: batch 32, whole contexts, span decoding included.
+Latency: one question at a time (batch 1), median and 90th percentile. Peak memory: the
+process's peak resident set (CPU) or peak allocated CUDA memory. ``heap_limit_mb``: as
+``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after it
+(``memory.py``).
 """
 
 from __future__ import annotations
@@ -49,13 +45,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    sampler = BucketBatchSampler(np.minimum(split.c_len[idx], max_c_len), batch_size, seed=0)
-    batches = [split.collate(idx[b], max_c_len, 50) for b in sampler if len(b) == batch_size]
-    if not batches:
-        raise ValueError(f"{len(idx)} answerable questions in the first {n_questions}: not one training batch of "
-                         f"{batch_size}")
-
-    # Training (timed last), with the loss the engine would use (a model's own, e.g. DCN's, or the span loss).
+    # Training, with the loss the engine would use (a model's own, e.g. DCN's, or the span loss).
     reward = None
     if getattr(model, "uses_reward", False):
         from rckit.training.rewards import SpanF1Reward
@@ -67,7 +57,37 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             return model.loss(out, batch, reward_fn=reward)
         return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
 
+    if heap_limit_mb > 0:
+        memory.limit_heap_growth(int(heap_limit_mb * 2**20))  # as `rckit train --heap-limit-mb` (memory.py)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=1e-4)
+    sampler = BucketBatchSampler(np.minimum(split.c_len[idx], max_c_len), batch_size, seed=0)
+    batches = [split.collate(idx[b], max_c_len, 50) for b in sampler if len(b) == batch_size]
+    if not batches:
+        raise ValueError(f"{len(idx)} answerable questions in the first {n_questions}: not one training batch of "
+                         f"{batch_size}")
+
+    def train(steps):  # examples/s over ``steps`` steps, cycling through the batches
+        sync()
+        t0 = time.perf_counter()
+        for k in range(steps):
+            batch = batches[k % len(batches)].to(device)
+            with autocast(device, dtype):
+                out = model(batch)
+            loss = loss_fn(out, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        sync()
+        return steps * batch_size / (time.perf_counter() - t0)
+
+    first_pass_eps = train(len(batches))
+    train_eps = train(train_steps)
+
     # Inference, batch 32, whole contexts.
+    if heap_limit_mb > 0:
+        memory.heap_for_inference()
     model.eval()
     eval_batches = [split.collate(idx[b]) for b in BucketBatchSampler(split.c_len[idx], 32, shuffle=False)]
     with torch.inference_mode():
@@ -97,30 +117,6 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             sync()
             times.append(time.perf_counter() - t)
         times = times[warmup:]
-
-    if heap_limit_mb > 0:
-        memory.limit_heap_growth(int(heap_limit_mb * 2**20))  # as `rckit train --heap-limit-mb` (memory.py)
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=1e-4)
-
-    def train(steps):  # examples/s over ``steps`` steps, cycling through the batches
-        sync()
-        t0 = time.perf_counter()
-        for k in range(steps):
-            batch = batches[k % len(batches)].to(device)
-            with autocast(device, dtype):
-                out = model(batch)
-            loss = loss_fn(out, batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        sync()
-        return steps * batch_size / (time.perf_counter() - t0)
-
-    first_pass_eps = train(len(batches))
-    train_eps = train(train_steps)
-
     res = {
         "train_examples_per_s": round(train_eps, 2),
         "train_first_pass_examples_per_s": round(first_pass_eps, 2),

@@ -17,7 +17,9 @@ tensor's first touch. On the QANet paper preset with bf16 autocast, 2 MiB took t
 fifth; in fp32 (where nearly every activation is over 2 MiB) training was 20-30 % slower
 (BENCHMARKS.md, round 3). So it is a choice, ``rckit train --heap-limit-mb N`` (off by
 default), for runs that must fit in memory. ``rckit bench --heap-limit-mb N`` sets it for its
-training part, which runs after inference. A no-op where the C library is not glibc; the standard
+training part and then puts the threshold at glibc's ceiling for inference
+(:func:`heap_for_inference`: everything under 32 MiB from the heap, where the dynamic threshold
+ends up anyway). A no-op where the C library is not glibc; the standard
 ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins.
 
 :func:`use_huge_pages` (on for every ``rckit`` command where the kernel has transparent huge pages
@@ -44,6 +46,7 @@ import sys
 THP_ENV = "THP_MEM_ALLOC_ENABLE"  # c10/core/impl/alloc_cpu.cpp
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 TRAINING_THRESHOLD = 2 * 2**20
+INFERENCE_THRESHOLD = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
 
 
 def set_mmap_threshold(nbytes: int) -> bool:
@@ -62,6 +65,11 @@ def set_mmap_threshold(nbytes: int) -> bool:
 def limit_heap_growth(threshold: int = TRAINING_THRESHOLD) -> bool:
     """Serve allocations of ``threshold`` bytes and more by mmap (for training)."""
     return set_mmap_threshold(threshold)
+
+
+def heap_for_inference() -> bool:
+    """Serve everything under 32 MiB from the heap (no page faults once it has grown)."""
+    return set_mmap_threshold(INFERENCE_THRESHOLD)
 
 
 def use_huge_pages() -> bool:
