@@ -252,3 +252,18 @@ def test_bench_reports_every_figure_with_and_without_the_heap_limit(prepared, he
     assert res["peak_rss_mb"] > 0 and res["heap_limit_mb"] == heap_limit_mb and res["dtype"] == "bf16"
     with pytest.raises(ValueError, match="batch"):  # fewer questions than one training batch
         bench(model, prepared.split("dev"), "cpu", None, batch_size=16, n_questions=8)
+
+
+def test_bench_with_no_training_steps_times_inference_on_untouched_weights(prepared):
+    from rckit.training.bench import bench
+
+    torch.manual_seed(0)
+    model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    res = bench(model, prepared.split("dev"), "cpu", None, batch_size=16, train_steps=0, n_questions=8,
+                latency_questions=3, warmup=1)  # 8 questions: too few to train at batch 16, so nothing trains
+    assert res["train_examples_per_s"] is None and res["train_first_pass_examples_per_s"] is None
+    assert res["inference_examples_per_s"] > 0 and 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
+    assert not model.training
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k

@@ -127,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--amp", default="fp32", choices=["fp32", "bf16"], help="autocast dtype")
     p.add_argument("--device", default="auto")
-    p.add_argument("--steps", type=int, default=20, help="timed training steps")
+    p.add_argument("--steps", type=int, default=20,
+                   help="timed training steps (0: no training, inference and latency as in a process that only "
+                   "evaluates or serves)")
     p.add_argument("--questions", type=int, default=1024, help="size of the dev slice")
     p.add_argument("--heap-limit-mb", type=float, default=0.0, metavar="N",
                    help="as `rckit train --heap-limit-mb`, for the training part")

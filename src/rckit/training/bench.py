@@ -10,7 +10,14 @@ QANet paper preset (CPU, bf16, huge pages off) 23 steps from the start averaged 
 examples/s where 80 averaged 20.8-20.9; with huge pages (``memory.use_huge_pages``, on in
 ``rckit``) the first pass runs about as fast as the steps after it (BENCHMARKS.md, round 4).
 Inference examples/s: batch 32, whole contexts, span decoding included.
-Latency: one question at a time (batch 1), median and 90th percentile. Peak memory: the
+Latency: one question at a time (batch 1), median and 90th percentile.
+``train_steps=0`` (``rckit bench --steps 0``) leaves training out: inference and latency in a
+process that has not trained, as ``rckit evaluate``, ``predict`` and ``serve`` run them. After
+training in the same process, batch-32 inference on the QANet paper preset (bf16) ran at
+0.81-0.87 of the speed of a process that had not trained (three pairs of processes,
+alternating); timing inference first instead raised the peak resident set from 3,740-3,772
+MiB to 3,854-3,896 (the training heap grows around what inference left), so the full bench
+keeps training first (BENCHMARKS.md, QANet round 6). Peak memory: the
 process's peak resident set (CPU) or peak allocated CUDA memory. ``heap_limit_mb``: as
 ``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after it
 (``memory.py``).
@@ -45,48 +52,15 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    # Training, with the loss the engine would use (a model's own, e.g. DCN's, or the span loss).
-    reward = None
-    if getattr(model, "uses_reward", False):
-        from rckit.training.rewards import SpanF1Reward
-
-        reward = SpanF1Reward(split)
-
-    def loss_fn(out, batch):
-        if hasattr(model, "loss"):
-            return model.loss(out, batch, reward_fn=reward)
-        return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
-
-    if heap_limit_mb > 0:
-        memory.limit_heap_growth(int(heap_limit_mb * 2**20))  # as `rckit train --heap-limit-mb` (memory.py)
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=1e-4)
-    sampler = BucketBatchSampler(np.minimum(split.c_len[idx], max_c_len), batch_size, seed=0)
-    batches = [split.collate(idx[b], max_c_len, 50) for b in sampler if len(b) == batch_size]
-    if not batches:
-        raise ValueError(f"{len(idx)} answerable questions in the first {n_questions}: not one training batch of "
-                         f"{batch_size}")
-
-    def train(steps):  # examples/s over ``steps`` steps, cycling through the batches
-        sync()
-        t0 = time.perf_counter()
-        for k in range(steps):
-            batch = batches[k % len(batches)].to(device)
-            with autocast(device, dtype):
-                out = model(batch)
-            loss = loss_fn(out, batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        sync()
-        return steps * batch_size / (time.perf_counter() - t0)
-
-    first_pass_eps = train(len(batches))
-    train_eps = train(train_steps)
+    train_eps = first_pass_eps = None
+    if train_steps > 0:
+        if heap_limit_mb > 0:
+            memory.limit_heap_growth(int(heap_limit_mb * 2**20))  # as `rckit train --heap-limit-mb` (memory.py)
+        train_eps, first_pass_eps = _training_speed(model, split, idx, device, dtype, batch_size, train_steps,
+                                                    max_c_len, sync)
 
     # Inference, batch 32, whole contexts.
-    if heap_limit_mb > 0:
+    if heap_limit_mb > 0 and train_steps > 0:
         memory.heap_for_inference()
     model.eval()
     eval_batches = [split.collate(idx[b]) for b in BucketBatchSampler(split.c_len[idx], 32, shuffle=False)]
@@ -118,8 +92,8 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             times.append(time.perf_counter() - t)
         times = times[warmup:]
     res = {
-        "train_examples_per_s": round(train_eps, 2),
-        "train_first_pass_examples_per_s": round(first_pass_eps, 2),
+        "train_examples_per_s": None if train_eps is None else round(train_eps, 2),
+        "train_first_pass_examples_per_s": None if first_pass_eps is None else round(first_pass_eps, 2),
         "inference_examples_per_s": round(infer_eps, 2),
         "latency_ms_median": round(1000 * statistics.median(times), 2),
         "latency_ms_p90": round(1000 * float(np.percentile(times, 90)), 2),
@@ -128,9 +102,48 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         "dtype": "bf16" if dtype == torch.bfloat16 else "fp32",
         "device": str(device),
         "threads": torch.get_num_threads(),
-        "trainable_parameters": sum(p.numel() for p in params),
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "heap_limit_mb": heap_limit_mb,
     }
     if device.type == "cuda":
         res["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     return res
+
+
+def _training_speed(model, split, idx, device, dtype, batch_size, steps, max_c_len, sync) -> tuple[float, float]:
+    """Training examples/s over ``steps`` steps after one untimed pass, and over that first pass,
+    with the loss the engine would use (a model's own, e.g. DCN's, or the span loss)."""
+    reward = None
+    if getattr(model, "uses_reward", False):
+        from rckit.training.rewards import SpanF1Reward
+
+        reward = SpanF1Reward(split)
+
+    def loss_fn(out, batch):
+        if hasattr(model, "loss"):
+            return model.loss(out, batch, reward_fn=reward)
+        return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+
+    model.train()
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    sampler = BucketBatchSampler(np.minimum(split.c_len[idx], max_c_len), batch_size, seed=0)
+    batches = [split.collate(idx[b], max_c_len, 50) for b in sampler if len(b) == batch_size]
+    if not batches:
+        raise ValueError(f"{len(idx)} answerable questions in the bench's slice: not one training batch of {batch_size}")
+
+    def train(n_steps):  # examples/s over ``n_steps`` steps, cycling through the batches
+        sync()
+        t0 = time.perf_counter()
+        for k in range(n_steps):
+            batch = batches[k % len(batches)].to(device)
+            with autocast(device, dtype):
+                out = model(batch)
+            loss = loss_fn(out, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        sync()
+        return n_steps * batch_size / (time.perf_counter() - t0)
+
+    first_pass = train(len(batches))
+    return train(steps), first_pass
