@@ -208,6 +208,23 @@ def test_dropout_in_bf16_keeps_dtype():
     assert dropout(x, 0.1).dtype == torch.bfloat16
 
 
+def test_as_factor_multiplies_like_the_boolean_mask_without_a_copy():
+    from rckit.layers.dropout import as_factor
+
+    torch.manual_seed(0)
+    mask = torch.rand(3, 5, 4) > 0.4
+    f = as_factor(mask)
+    assert f.dtype == torch.uint8 and f.data_ptr() == mask.data_ptr()  # the same bytes
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(3, 5, 4, dtype=dtype, requires_grad=True)
+        y = x * f
+        assert y.dtype == dtype and torch.equal(y, x * mask)
+        g = torch.randn_like(y)
+        assert torch.equal(torch.autograd.grad(y, x, g)[0], g * mask)
+    per_example = mask[:, :1, :1]  # strided (B, 1, 1), as stochastic depth's masks broadcast
+    assert torch.equal(torch.ones(3, 5, 4) * as_factor(per_example), torch.ones(3, 5, 4) * per_example)
+
+
 def dense_char_cnn(cnn: CharCNN, chars: torch.Tensor) -> torch.Tensor:
     """The char CNN written densely over every char slot (the definition)."""
     B, T, W = chars.shape

@@ -282,7 +282,8 @@ def test_residual_folds_the_relu_into_the_dropout_mask():
     g = torch.randn_like(x)
     torch.testing.assert_close(torch.autograd.grad(fused, y, g)[0], torch.autograd.grad(ref, y, g)[0])
     assert ((fused - x) != 0).float().mean() < 0.5  # ReLU and dropout both zeroed something
-    assert [t.dtype for t in saved] == [torch.bool]  # backward keeps one boolean mask, not the ReLU's output
+    # backward keeps one mask of 1 byte an element (the boolean mask's bytes as uint8), not the ReLU's output
+    assert [(t.dtype, t.shape) for t in saved] == [(torch.uint8, y.shape)]
     block.eval()
     torch.testing.assert_close(block.residual(x, y, 0.8, per_example=True, relu=True), x + torch.relu(y))
 

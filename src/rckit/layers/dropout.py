@@ -7,7 +7,8 @@ draw feeds four elements: its 16-bit lanes are uniform integers ``u`` in [-2^15,
 element is kept when ``u >= -2^15 + round(p * 2^16)``. The drop probability is therefore ``p``
 rounded to a multiple of 2^-16 (off by at most 7.7e-6); kept elements are scaled by the exact
 inverse of the rounded keep probability, so ``E[dropout(x)] = x`` as with ``F.dropout``.
-Autograd saves only the boolean mask (1 byte an element).
+Autograd saves only the mask (1 byte an element). Products take the mask as its 0/1 bytes
+(:func:`as_factor`), not as ``bool``.
 
 On other devices ``F.dropout`` is used: its fused kernel is already fast there.
 """
@@ -40,13 +41,25 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     return lanes >= cut - _LANES // 2, _LANES / (_LANES - cut)
 
 
+def as_factor(mask: torch.Tensor) -> torch.Tensor:
+    """A boolean mask as the factor of a product: its bytes viewed as 0/1 ``uint8`` (no copy).
+
+    ``x * mask`` gives the same values either way, but on CPU PyTorch 2.13 turns ``bool`` into
+    a float type in a slow elementwise loop: at (32, 250, 128), 687 us to bf16 against 67 us
+    from ``uint8``, so ``x * mask`` took 819 us in bf16 against 160 us, and 1,844 against
+    458 us with its backward (the backward multiplies by the mask again; BENCHMARKS.md, QANet
+    round 6).
+    """
+    return mask.view(torch.uint8)
+
+
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
     keep, inv_keep = keep_mask(x.shape, p, x.device)
-    return (x * keep).mul_(inv_keep)  # in place on the fresh product: one allocation, not two
+    return (x * as_factor(keep)).mul_(inv_keep)  # in place on the fresh product: one allocation, not two
 
 
 class Dropout(nn.Module):

@@ -89,7 +89,7 @@ from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.dedupe import unique_texts
-from rckit.layers.dropout import Dropout, dropout, keep_mask
+from rckit.layers.dropout import Dropout, as_factor, dropout, keep_mask
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
 
@@ -216,7 +216,7 @@ class EncoderBlock(nn.Module):
                 y = torch.relu(y)
             if self.p > 0.0:
                 y = dropout(y, self.p)
-        return torch.add(x, y if keep is None else y * keep, alpha=scale)
+        return torch.add(x, y if keep is None else y * as_factor(keep), alpha=scale)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float],
                 draws: list[float] | None = None) -> torch.Tensor:
