@@ -179,7 +179,7 @@ def test_dropout_keeps_about_1_minus_p_and_preserves_the_mean():
 
     torch.manual_seed(0)
     keep, inv_keep = keep_mask((1000, 1000), 0.1, torch.device("cpu"))
-    assert keep.dtype == torch.bool
+    assert keep.dtype == torch.uint8 and set(torch.unique(keep).tolist()) == {0, 1}
     assert abs(keep.float().mean().item() - 0.9) < 2e-3
     assert abs(inv_keep - 1 / 0.9) < 1e-4  # the rate is p rounded to a multiple of 2^-16
     x = torch.ones(1000, 1000)
@@ -206,6 +206,19 @@ def test_dropout_in_bf16_keeps_dtype():
 
     x = torch.randn(8, 16, dtype=torch.bfloat16)
     assert dropout(x, 0.1).dtype == torch.bfloat16
+
+
+def test_positive_mask_is_y_greater_than_zero_in_every_float_type():
+    from rckit.layers.dropout import positive_mask
+
+    torch.manual_seed(0)
+    special = [0.0, -0.0, 1e-40, -1e-40, float("inf"), float("-inf"), 1.0, -1.0]  # 1e-40: subnormal in fp32
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        y = torch.cat([torch.tensor(special), torch.randn(1000)]).to(dtype)
+        bits = y.clone()
+        m = positive_mask(y)
+        assert m.dtype == torch.uint8 and torch.equal(m.bool(), y > 0), dtype
+        assert torch.equal(y.view(torch.uint8), bits.view(torch.uint8))  # y itself is untouched, bit for bit
 
 
 def test_as_factor_multiplies_like_the_boolean_mask_without_a_copy():

@@ -89,7 +89,7 @@ from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.dedupe import unique_texts
-from rckit.layers.dropout import Dropout, as_factor, dropout, keep_mask
+from rckit.layers.dropout import Dropout, as_factor, dropout, keep_mask, positive_mask
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
 
@@ -197,26 +197,26 @@ class EncoderBlock(nn.Module):
         the ReLU if ``relu`` else the identity.
 
         On CPU the dropout mask, the per-example mask, the ReLU's ``y > 0`` and all the scales
-        are folded into one boolean product and the ``alpha`` of the add: two passes over
-        (B, T, d), and backward keeps that one boolean mask (1 byte an element) where a ReLU
-        would keep its 16- or 32-bit output as well.
+        are folded into one 0/1 byte mask, one product and the ``alpha`` of the add: two passes
+        over (B, T, d), and backward keeps that one mask (1 byte an element) where a ReLU would
+        keep its 16- or 32-bit output as well.
         """
         if not self.training:
             return x + (torch.relu(y) if relu else y)
         keep, scale = None, 1.0 / survival
         if per_example and survival < 1.0:
-            keep = torch.rand(x.shape[0], 1, 1, device=x.device) < survival  # (B, 1, 1)
+            keep = as_factor(torch.rand(x.shape[0], 1, 1, device=x.device) < survival)  # (B, 1, 1) 0/1 bytes
         if self.p > 0.0 and x.device.type == "cpu":
-            drop, inv_keep = keep_mask(y.shape, self.p, y.device)
-            keep, scale = drop if keep is None else drop & keep, scale * inv_keep
+            drop, inv_keep = keep_mask(y.shape, self.p, y.device)  # (B, T, d) 0/1 bytes, a fresh tensor
+            keep, scale = drop if keep is None else drop.bitwise_and_(keep), scale * inv_keep
             if relu:
-                keep = keep & (y > 0)  # the ReLU, folded into the mask
+                keep.bitwise_and_(positive_mask(y))  # the ReLU, folded into the mask
         else:
             if relu:
                 y = torch.relu(y)
             if self.p > 0.0:
                 y = dropout(y, self.p)
-        return torch.add(x, y if keep is None else y * as_factor(keep), alpha=scale)
+        return torch.add(x, y if keep is None else y * keep, alpha=scale)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float],
                 draws: list[float] | None = None) -> torch.Tensor:
