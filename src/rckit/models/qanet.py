@@ -62,7 +62,7 @@ values up to summation order); dropout masks come from 16-bit uniforms, so the d
 ``p`` rounded to a multiple of 2^-16 (:mod:`rckit.layers.dropout`); under bf16 autocast on
 CPU self-attention runs in fp32 (faster there, and more precise; its backward reads the bf16
 output, :class:`~rckit.layers.attention.Fp32Attention`); each conv sublayer's ReLU is folded into
-its dropout mask, so backward keeps one boolean mask (``EncoderBlock.residual``); the sinusoids are cached;
+its dropout mask, so backward keeps one 1-byte mask (``EncoderBlock.residual``); the sinusoids are cached;
 on CPU the depthwise convs run as oneDNN's 2-D depthwise kernel on a channels-last view, with
 a hand-written backward, and for one question in fp32 as shifted multiply-adds
 (:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
