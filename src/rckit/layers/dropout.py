@@ -10,7 +10,8 @@ inverse of the rounded keep probability, so ``E[dropout(x)] = x`` as with ``F.dr
 Masks are 0/1 ``uint8`` tensors, not ``bool``: autograd saves the mask (1 byte an element)
 and products with it convert ``uint8`` to the float type, which on CPU is several times
 faster than converting ``bool``, and the comparisons run in place on integer tensors, several
-times faster than writing a ``bool`` result (see :func:`as_factor`, :func:`keep_mask`).
+times faster than writing a ``bool`` result (see :func:`as_factor`, :func:`keep_mask`,
+:func:`positive_mask`).
 
 On other devices ``F.dropout`` is used: its fused kernel is already fast there.
 """
