@@ -58,10 +58,10 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             memory.limit_heap_growth(int(heap_limit_mb * 2**20))  # as `rckit train --heap-limit-mb` (memory.py)
         train_eps, first_pass_eps = _training_speed(model, split, idx, device, dtype, batch_size, train_steps,
                                                     max_c_len, sync)
+        if heap_limit_mb > 0:
+            memory.heap_for_inference()  # the training limit off again for what follows
 
     # Inference, batch 32, whole contexts.
-    if heap_limit_mb > 0 and train_steps > 0:
-        memory.heap_for_inference()
     model.eval()
     eval_batches = [split.collate(idx[b]) for b in BucketBatchSampler(split.c_len[idx], 32, shuffle=False)]
     with torch.inference_mode():
