@@ -93,6 +93,18 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def differences(before: dict, after: dict, limit: int = 4) -> str:
+    """``key: old -> new`` for the (nested, dotted) settings where two config dicts differ.
+
+    For one-line messages: at most ``limit`` keys are named, the rest counted.
+    """
+    a, b = flatten(before), flatten(after)
+    diffs = [f"{k}: {json.dumps(a.get(k, '<absent>'))} -> {json.dumps(b.get(k, '<absent>'))}"
+             for k in sorted(set(a) | set(b)) if a.get(k, "<absent>") != b.get(k, "<absent>")]
+    more = f" and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return ", ".join(diffs[:limit]) + more
+
+
 def from_dict(kind, data: dict):
     """Rebuild a (possibly nested) dataclass from ``dataclasses.asdict`` output."""
     hints = typing.get_type_hints(kind)

@@ -1,12 +1,18 @@
-"""Loading a trained run (its best or last checkpoint) for evaluation, prediction and serving."""
+"""Loading a trained run (its best or last checkpoint) for evaluation, prediction and serving.
+
+A checkpoint is only used for the run it belongs to: when the run directory holds a
+``config.json``, its model name and model settings must be the checkpoint's, so a file copied
+into the wrong run is refused instead of answering as if nothing were wrong.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
-from rckit.config import from_dict
+from rckit.config import differences, from_dict
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.data.prepare import Vocabularies
 from rckit.models import MODELS
@@ -23,13 +29,56 @@ def checkpoint_of(run: str | Path) -> Path:
     raise FileNotFoundError(f"{run}: no best.pt or last.pt (is this a run directory?)")
 
 
+def _load_or_point_elsewhere(path: Path, run: str | Path) -> dict:
+    """Load ``path``; if a run's best.pt is unreadable, the error says whether last.pt would do."""
+    try:
+        return load_checkpoint(path)
+    except CheckpointError as err:
+        last = path.with_name("last.pt")
+        if Path(run).is_dir() and path.name == "best.pt" and last.exists() and _readable(last):
+            raise CheckpointError(f"{err}; {last} reads fine: give it instead of the run directory to use it") from err
+        raise
+
+
+def _readable(path: Path) -> bool:
+    try:
+        load_checkpoint(path)
+    except CheckpointError:
+        return False
+    return True
+
+
+def check_belongs_to_run(ckpt: dict, path: str | Path) -> None:
+    """Refuse a checkpoint whose model differs from the ``config.json`` of the run it sits in."""
+    path = Path(path)
+    config_path = path.parent / "config.json"
+    if not config_path.exists():
+        return  # a checkpoint on its own describes itself
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{config_path}: not valid JSON ({err}); it says which model the run trained") from None
+    if not isinstance(config, dict) or "model" not in config:
+        raise CheckpointError(f"{config_path}: not a run's config (no 'model' entry)")
+    if config["model"] != ckpt["model_name"]:
+        raise CheckpointError(f"{path}: holds a {ckpt['model_name']} model but {config_path} says the run "
+                              f"trained {config['model']}: this checkpoint does not belong to this run")
+    # JSON has no tuples: compare the checkpoint's settings as config.json would hold them.
+    found = json.loads(json.dumps(ckpt["model_config"]))
+    if config.get("model_config", found) != found:
+        raise CheckpointError(f"{path}: its {ckpt['model_name']} settings differ from {config_path} "
+                              f"(config.json -> checkpoint: {differences(config['model_config'], found)}): "
+                              "this checkpoint does not belong to this run")
+
+
 def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: bool = True):
     """(model in eval mode with EMA weights, vocabularies, checkpoint dict).
 
     Vocabularies: :class:`Vocabularies` for SQuAD runs, :class:`ClozeVocab` for cloze runs.
     """
     path = checkpoint_of(run)
-    ckpt = load_checkpoint(path)
+    ckpt = _load_or_point_elsewhere(path, run)
+    check_belongs_to_run(ckpt, path)
     name = ckpt["model_name"]
     if name not in MODELS:
         raise CheckpointError(f"{path}: unknown model {name!r} (known: {', '.join(MODELS)})")
@@ -52,7 +101,8 @@ def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: boo
                 for n, t in ckpt["ema"]["shadow"].items():
                     params[n].copy_(t)
     except (RuntimeError, KeyError) as err:
-        raise CheckpointError(f"{path}: weights do not fit a {name} model: {err}") from err
+        detail = " ".join(ln.strip() for ln in str(err).splitlines() if ln.strip())
+        raise CheckpointError(f"{path}: weights do not fit a {name} model: {detail[:300]}") from err
     model.to(device).eval()
     if ckpt.get("task", "span") == "cloze":
         from rckit.data.cloze import ClozeVocab

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from rckit.config import differences
 from rckit.data.batching import BucketBatchSampler
 from rckit.evaluation.predict import autocast
-from rckit.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rckit.training.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
 from rckit.training.distributed import any_true, barrier, init_distributed
 from rckit.training.ema import EMA
 from rckit.training.tasks import SpanTask
@@ -172,6 +173,7 @@ def train(
     last_path, best_path, metrics_path = run_dir / "last.pt", run_dir / "best.pt", run_dir / "metrics.jsonl"
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_files(run_dir)  # left by a checkpoint write that was killed before its rename
         if not resume and last_path.exists():
             raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
 
@@ -202,7 +204,10 @@ def train(
             raise FileNotFoundError(f"--resume: no checkpoint at {last_path}")
         ckpt = load_checkpoint(last_path)
         if ckpt["model_name"] != model_name or ckpt["model_config"] != asdict(model_cfg):
-            raise CheckpointError(f"{last_path}: written by a different model or config; refusing to resume")
+            was = {"model": ckpt["model_name"], **ckpt["model_config"]}
+            raise CheckpointError(f"{last_path}: written by a different model or config (checkpoint -> now: "
+                                  f"{differences(was, {'model': model_name, **asdict(model_cfg)})}); refusing to "
+                                  "resume: give the run's --preset and --set again, or choose another --out")
         task.check_resume(ckpt, last_path)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
