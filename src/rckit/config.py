@@ -75,12 +75,19 @@ def _set(cfg, path: list[str], value, full: str):
 def load_preset(path: str | Path) -> dict:
     """A preset file: a flat or nested mapping of field values (JSON or TOML)."""
     path = Path(path)
-    text = path.read_text()
-    if path.suffix == ".toml":
-        import tomllib
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".toml":
+            import tomllib
 
-        return tomllib.loads(text)
-    return json.loads(text)
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except ValueError as e:  # JSONDecodeError, TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{path}: not a readable preset ({e})") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a preset is an object of settings, not a {type(data).__name__}")
+    return data
 
 
 def flatten(d: dict, prefix: str = "") -> dict:

@@ -92,8 +92,14 @@ def load_json(path: str | Path) -> dict:
             return json.load(fh)
     except json.JSONDecodeError as e:
         raise SquadFormatError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from e
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise SquadFormatError(f"{path}: cannot read: {e}") from e
+    except UnicodeDecodeError as e:
+        bad = e.object[e.start : e.start + 1].hex()
+        raise SquadFormatError(f"{path}: not UTF-8 text (byte 0x{bad} cannot start or continue a character); "
+                               "JSON files are read as UTF-8") from e
+    except EOFError as e:
+        raise SquadFormatError(f"{path}: truncated gzip file ({e})") from e
+    except OSError as e:  # a missing file, a directory, a damaged gzip header ...
+        raise SquadFormatError(f"{path}: cannot read: {e.strerror or e}") from e
 
 
 def _field(obj, key: str, kind, path: Path, where: str):

@@ -62,8 +62,11 @@ def answer(model, vocabs, context: str, question: str, max_answer_len: int = 30,
     from rckit.data.prepare import featurize
     from rckit.data.squad import ReadReport, SquadDataset, SquadExample
 
-    if not context.strip() or not question.strip():
-        raise ValueError("context and question must both contain text")
+    # Without a letter or digit there is nothing to ask or to read; refuse rather than answer anyway.
+    for name, text in (("context", context), ("question", question)):
+        if not any(ch.isalnum() for ch in text):
+            what = "is empty" if not text.strip() else f"has no word, only punctuation ({text.strip()[:20]!r})"
+            raise ValueError(f"the {name} {what}: nothing to answer")
     ex = SquadExample("q", "", 0, context, question, [], is_impossible=True)
     split, _ = featurize(SquadDataset([ex], [context], ReadReport("<input>", "1.1"), {}), vocabs)
     model.eval()

@@ -119,19 +119,38 @@ def f1_score(prediction: str, ground_truth: str, version: str = "1.1") -> float:
     return _f1_tokens(_tokens(prediction), _tokens(ground_truth), _check_version(version))
 
 
+def _get(obj: Any, key: str, kind: type, where: str) -> Any:
+    """``obj[key]``, or a ValueError saying where the dataset lacks it or holds the wrong type."""
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise ValueError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind):
+        raise ValueError(f"{where}: field {key!r} should be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
 def _iter_questions(dataset: Mapping[str, Any]) -> Iterator[tuple[str, list[str]]]:
-    """Yield ``(question id, listed answer texts)`` in file order; ids must be unique."""
+    """Yield ``(question id, listed answer texts)`` in file order; ids must be unique.
+
+    A dataset missing a field the scorer reads (or holding the wrong type there) raises a
+    ``ValueError`` that says where, as in ``article 0 paragraph 2 question 1: missing field 'answers'``.
+    """
     seen: set[str] = set()
-    for article in dataset["data"]:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                qid = qa["id"]
+    for a, article in enumerate(_get(dataset, "data", list, "top level")):
+        for p, paragraph in enumerate(_get(article, "paragraphs", list, f"article {a}")):
+            for q, qa in enumerate(_get(paragraph, "qas", list, f"article {a} paragraph {p}")):
+                where = f"article {a} paragraph {p} question {q}"
+                qid = _get(qa, "id", str, where)
                 if qid in seen:
                     # A dict of scores cannot hold both, and the official scripts disagree
                     # on how to count them, so refuse rather than pick one.
                     raise ValueError(f"duplicate question id {qid!r} in dataset")
                 seen.add(qid)
-                yield qid, [answer["text"] for answer in qa["answers"]]
+                where = f"{where} (id {qid!r})"
+                answers = _get(qa, "answers", list, where)
+                yield qid, [_get(answer, "text", str, f"{where} answer {k}") for k, answer in enumerate(answers)]
 
 
 def _gold_tokens(qid: str, answers: list[str], version: str) -> list[list[str]]:
@@ -141,7 +160,8 @@ def _gold_tokens(qid: str, answers: list[str], version: str) -> list[list[str]]:
         return [tokens for tokens in gold if tokens] or [[]]
     if not gold:
         raise ValueError(
-            f"question {qid!r} has no gold answers; SQuAD 2.0 data needs version='2.0'"
+            f"question {qid!r} has no gold answers, as in SQuAD 2.0 data: score it with the 2.0 rules "
+            "(`rckit score --version 2.0`, or version='2.0' in Python)"
         )
     return gold
 
