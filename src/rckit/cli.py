@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,37 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
 """
 
 
+ERRORS = """\
+Errors: a mistake in what you give rckit (a missing, broken or foreign file, a setting that does
+not exist, a checkpoint from another run) prints one line `rckit COMMAND: what, where` to stderr
+and exits with status 2. A Python traceback means a bug in rckit: please report it.
+"""
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"  # as rckit.models.PRESET_DIR, without importing torch
+
+
+def models_and_presets() -> dict[str, list[str]]:
+    """{model name: preset names}, read from the preset files (``<model>-<preset>.json``)."""
+    found: dict[str, list[str]] = {}
+    for f in sorted(PRESET_DIR.glob("*-*.json")):
+        model, preset = f.stem.split("-", 1)
+        found.setdefault(model, []).append(preset)
+    return found
+
+
+def _models_help() -> str:
+    return "models and their presets (--preset NAME, or a JSON/TOML file of the same shape):\n" + "\n".join(
+        f"  {m:18s} {', '.join(presets)}" for m, presets in models_and_presets().items()
+    )
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error rule: one line ``rckit COMMAND: message``, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", help="training file (SQuAD JSON, plain or .gz)")
     p.add_argument("--dev", help="evaluation file (SQuAD JSON, plain or .gz)")
@@ -37,8 +69,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rckit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="rckit", description=DESCRIPTION, epilog=ERRORS, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -65,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a model",
         description="Train MODEL on SQuAD (or on cloze data with --cloze-data). Checkpoints, metrics.jsonl and a learning-curve plot go to --out; "
         "--resume continues a stopped run from its last checkpoint.",
+        epilog=_models_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="model name (see `rckit train --help` once models are installed)")
+    p.add_argument("model", help=f"model name: {', '.join(models_and_presets())} (presets below)")
     _add_data_args(p)
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--preset", help="preset name or file")
@@ -121,8 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="speed and memory of a model",
         description="Training examples/s, inference examples/s (batch 32), single-question latency and peak "
         "memory on a fixed slice of SQuAD dev.",
+        epilog=_models_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="model name")
+    p.add_argument("model", help=f"model name: {', '.join(models_and_presets())} (presets below)")
     p.add_argument("--preset", help="preset name or file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--amp", default="fp32", choices=["fp32", "bf16"], help="autocast dtype")
@@ -142,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train one time-boxed run per grid point (or a seeded random subset) into OUT/trial-NNN; "
         "results.md and results.png summarise them. Run it again with the same --out to resume. The default "
         "grid for deep_lstm_reader is the paper's table; --grid KEY=V1,V2 replaces it key by key.",
+        epilog=_models_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="model name")
+    p.add_argument("model", help=f"model name: {', '.join(models_and_presets())} (presets below)")
     p.add_argument("--out", required=True, help="sweep directory")
     p.add_argument("--preset", help="preset the trials start from")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field in every trial")
@@ -174,9 +212,10 @@ def resolve_files(args) -> tuple[Path, Path]:
         train = train or found.get("train")
         dev = dev or found.get("dev")
     for label, f in (("--train", train), ("--dev", dev)):
-        if not Path(f).exists():
-            raise SystemExit(f"rckit: {label} file not found: {f}")
-    return Path(train), Path(dev)
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"{label} file not found: {f}")
+    # Absolute, so a run records where its data is whatever directory it is later used from.
+    return Path(train).resolve(), Path(dev).resolve()
 
 
 def prepare_from_args(args):
@@ -195,7 +234,12 @@ def prepare_from_args(args):
     cfg = apply_overrides(cfg, overrides)
     train, dev = resolve_files(args)
     out = Path(args.out) if getattr(args, "out", None) and args.command == "prepare" else default_cache_dir(args.cache_dir) / "prepared"
-    return prepare_squad(train, {"dev": dev}, out, cfg, rebuild=getattr(args, "rebuild", False))
+    prepared = prepare_squad(train, {"dev": dev}, out.resolve(), cfg, rebuild=getattr(args, "rebuild", False))
+    # A cached copy keeps the paths of the command that built it (maybe relative to another
+    # directory); its key holds the files' digests, so the files given now are the same data.
+    for name, f in (("train", train), ("dev", dev)):
+        prepared.meta["splits"][name]["file"] = str(f)
+    return prepared
 
 
 def cmd_prepare(args) -> int:
@@ -268,15 +312,23 @@ def cmd_score(args) -> int:
     from rckit.evaluation.squad_metrics import score_predictions
 
     dataset = load_json(args.dataset)
-    try:
-        predictions = json.loads(Path(args.predictions).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SystemExit(f"rckit: {args.predictions}: not valid JSON (line {e.lineno}: {e.msg})")
+    predictions = load_json(args.predictions)
     if not isinstance(predictions, dict):
-        raise SystemExit(f"rckit: {args.predictions}: expected an object mapping question ids to answers")
+        raise ValueError(f"{args.predictions}: expected an object mapping question ids to answer strings, "
+                         f"got a {type(predictions).__name__}")
+    for qid, text in predictions.items():
+        if not isinstance(text, str):
+            raise ValueError(f"{args.predictions}: the prediction for question {qid!r} should be a string, "
+                             f"got {type(text).__name__}")
+    if not isinstance(dataset, dict):
+        raise ValueError(f"{args.dataset}: top level should be an object with 'data', got a {type(dataset).__name__}")
     version = args.version or str(dataset.get("version", "1.1")).lstrip("v")
     version = "2.0" if version.startswith("2") else "1.1"
-    print(json.dumps(score_predictions(dataset, predictions, version)))
+    try:
+        result = score_predictions(dataset, predictions, version)
+    except ValueError as e:  # predictions are checked above: what is left is about the dataset
+        raise ValueError(f"{args.dataset}: {e}") from e
+    print(json.dumps(result))
     return 0
 
 
@@ -297,7 +349,15 @@ def pick_device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name}: not a device name (cpu, cuda, cuda:1 ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: no CUDA device is available here (use --device cpu)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
 def model_configs(model: str, preset: str | None, overrides: list[str]):
@@ -379,7 +439,8 @@ def cloze_data(args, seed: int):
     if not args.cloze_data:
         raise ValueError("a cloze model needs --cloze-data DIR (e.g. from `rckit prepare squad-cloze --out DIR`)")
     embeddings = str(Path(args.embeddings).resolve()) if args.embeddings else "glove-6b-50d"
-    return load_cloze_data(args.cloze_data, embeddings=embeddings, seed=seed)
+    # Absolute, so the run records where its data is whatever directory it is later used from.
+    return load_cloze_data(str(Path(args.cloze_data).resolve()), embeddings=embeddings, seed=seed)
 
 
 def evaluate_cloze(args, model, ckpt, device) -> int:
@@ -414,6 +475,9 @@ def cmd_evaluate(args) -> int:
     if ckpt.get("task") == "cloze":
         return evaluate_cloze(args, model, ckpt, device)
     data = args.data or ckpt["data"]["dev_file"]
+    if not args.data and not Path(data).is_file():
+        raise FileNotFoundError(f"{args.run} was evaluated during training on {data}, which is not there now; "
+                                "give the file with --data")
     ds = read_squad(data)
     split, _ = featurize(ds, vocabs)
     rows = None
@@ -445,9 +509,23 @@ def cmd_predict(args) -> int:
     if ckpt.get("task") == "cloze":
         raise ValueError(f"{args.run} is a cloze model: it picks an @entity marker, not a span of a context; "
                          "score it with `rckit evaluate`")
+    warn_long_context(args.context, ckpt["train_config"].get("max_c_len"))
     res = answer(model, vocabs, args.context, args.question, ckpt["train_config"].get("max_answer_len", 30), device)
     print(json.dumps(res, ensure_ascii=False) if args.json else res["answer"])
     return 0
+
+
+def warn_long_context(context: str, trained_on: int | None) -> None:
+    """One stderr line when a context is far longer than the model ever read in training."""
+    from rckit.data.tokenize import tokenize
+
+    n = len(tokenize(context)[0])
+    # Twice the limit: SQuAD's own longest paragraphs (up to ~770 tokens against the usual 400)
+    # are read whole at evaluation and answer well; a whole document is another matter.
+    if trained_on and n > 2 * trained_on:
+        print(f"rckit predict: warning: the context has {n} tokens and the model was trained on at most "
+              f"{trained_on} (train.max_c_len); it reads it whole, slowly, and answers far from the start "
+              "are unreliable: give the paragraph that holds the answer", file=sys.stderr)
 
 
 def cmd_bench(args) -> int:
@@ -511,13 +589,41 @@ COMMANDS = {
 }
 
 
+def is_user_error(e: BaseException) -> bool:
+    """Errors caused by what the user gave rckit (files, settings, checkpoints), not by a bug."""
+    kinds: list[type] = [ValueError, OSError]  # SquadFormatError, bad settings; missing/unreadable files
+    for module, name in (("rckit.training.checkpoint", "CheckpointError"), ("rckit.data.download", "DownloadError")):
+        if module in sys.modules:  # not imported: none of its errors can have been raised
+            kinds.append(getattr(sys.modules[module], name))
+    return isinstance(e, tuple(kinds))
+
+
+def one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    text = str(e) or type(e).__name__
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A user error prints one line ``rckit COMMAND: ...`` and returns 2 (see ERRORS)."""
     from rckit.training import memory
 
     memory.use_huge_pages()  # before anything imports torch
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"rckit {args.command}: {e}", file=sys.stderr)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe (`rckit ... | head -1`) shows here, inside the handler
+        return code
+    except BrokenPipeError:
+        # The reader has gone: what is left of the output goes nowhere, quietly, as with other tools.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command its pipe closed
+    except KeyboardInterrupt:
+        print(f"rckit {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if not is_user_error(e):
+            raise
+        print(f"rckit {args.command}: {one_line(e)}", file=sys.stderr)
         return 2
