@@ -35,7 +35,12 @@ def _coerce(value: str, kind, name: str):
     if kind is str:
         return value
     if origin in (list, tuple) or kind in (list, tuple):
-        parsed = json.loads(value)
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"{name}: expected a JSON list such as [1, 2], got {value!r}") from None
+        if not isinstance(parsed, list):
+            raise ValueError(f"{name}: expected a JSON list such as [1, 2], got {value!r}")
         return tuple(parsed) if (origin or kind) is tuple else list(parsed)
     raise ValueError(f"{name}: unsupported field type {kind}")
 
