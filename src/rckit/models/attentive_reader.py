@@ -1,0 +1,183 @@
+"""The Attentive Reader and the Impatient Reader (Hermann et al. 2015, Sec. 3.2).
+
+Both read the document and the query with separate bidirectional LSTMs (``||`` concatenates)::
+
+    y_d(t) = fwd_d(t) || bwd_d(t)                 the document encoding at token t
+    y_q(i) = fwd_q(i) || bwd_q(i)                 the query encoding at token i
+    u      = fwd_q(|q|) || bwd_q(1)               forward state after the last real query token,
+                                                  backward state after reading back to the first
+
+Attentive Reader: one attention over the document, conditioned on the whole query::
+
+    m(t) = tanh(W_ym y_d(t) + W_um u)
+    s(t) ∝ exp(w_ms^T m(t))                       softmax over the real document tokens
+    r    = y_d s                                  = sum_t s(t) y_d(t)
+    g    = tanh(W_rg r + W_ug u)
+
+Impatient Reader: re-reads the document as each query token i = 1 .. |q| is read::
+
+    m(i, t) = tanh(W_dm y_d(t) + W_rm r(i - 1) + W_qm y_q(i))
+    s(i, t) ∝ exp(w_ms^T m(i, t))
+    r(i)    = y_d^T s(i) + tanh(W_rr r(i - 1)),    r(0) = 0
+    g       = tanh(W_rg r(|q|) + W_qg u)
+
+Cloze head (the only one): ``p(a | d, q) ∝ exp(W(a) g)`` over the anonymised entity markers
+``@entity0 .. @entity{N-1}``, restricted to the entities in the document, as in
+:mod:`rckit.models.deep_lstm_reader`.
+
+Readings taken where the paper is loose:
+
+- The paper writes ``r(0) = r_0`` without saying what ``r_0`` is; we take the zero vector, so
+  the first step attends with the query token alone and ``r(1) = y_d^T s(1)``.
+- The paper writes no biases. Each pre-activation sum of ``m`` and ``g`` gets one (on
+  ``W_ym``/``W_dm`` and ``W_rg``); ``w_ms`` has none (a softmax ignores it) and
+  ``tanh(W_rr r)`` keeps the paper's form, so that ``r(0) = 0`` adds nothing at step 1.
+- ``g`` has the size of ``r`` and ``u``, 2 x ``hidden``; ``m`` has ``attention`` units.
+- Padded query steps leave ``r`` unchanged, so ``r(|q|)`` is the state after the last real
+  query token; their attention rows are returned as zeros.
+- Dropout on the word embeddings and on ``g``, as in the Deep LSTM Reader. The encoders are
+  plain LSTMs (``peephole=None``) by default; the paper names peepholes only for the deep
+  reader. Training per the paper: RMSProp, momentum 0.9, decay 0.95 (in the presets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rckit.data.embeddings import EmbeddingInfo
+from rckit.layers.embedding import PartiallyFrozenEmbedding
+from rckit.layers.lstm import PeepholeLSTM
+from rckit.layers.masking import mask_logits, masked_softmax
+from rckit.models.deep_lstm_reader import ReaderOutput
+
+
+@dataclass
+class AttentiveReaderConfig:
+    head: str = "cloze"  # the only head: an entity answer
+    hidden: int = 256  # LSTM cells per direction; y_d, y_q, u, r and g have 2 x hidden
+    attention: int = 256  # size of m(t)
+    dropout: float = 0.1  # on the word embeddings and on g
+    peephole: str | None = None  # "diagonal", "full" or None (plain LSTM cells)
+    freeze_pretrained_words: bool = False  # the paper trains every embedding
+
+
+@dataclass
+class ImpatientReaderConfig(AttentiveReaderConfig):
+    pass
+
+
+@dataclass
+class Encoded:
+    y_d: torch.Tensor  # (B, Td, 2H), zero at padding
+    d_mask: torch.Tensor  # (B, Td) bool
+    y_q: torch.Tensor  # (B, Tq, 2H), zero at padding
+    q_mask: torch.Tensor  # (B, Tq) bool
+    u: torch.Tensor  # (B, 2H)
+
+
+@dataclass
+class Attended:
+    g: torch.Tensor  # (B, 2H) the joint document-query embedding, before dropout
+    s: torch.Tensor  # attention over the document: (B, Td), or (B, Tq, Td) for the Impatient Reader
+
+
+class Encoders(nn.Module):
+    """Embedding, dropout and the two bidirectional LSTMs that both readers share."""
+
+    def __init__(self, config: AttentiveReaderConfig, emb: EmbeddingInfo):
+        super().__init__()
+        V, E = emb.word_vectors.shape
+        n_trainable = emb.n_trainable_words if config.freeze_pretrained_words else V
+        self.embed = PartiallyFrozenEmbedding(emb.word_vectors, n_trainable)
+        self.dropout = nn.Dropout(config.dropout)
+        self.doc_lstm = PeepholeLSTM(E, config.hidden, bidirectional=True, peephole=config.peephole)
+        self.query_lstm = PeepholeLSTM(E, config.hidden, bidirectional=True, peephole=config.peephole)
+
+    def forward(self, batch) -> Encoded:
+        d_mask, q_mask = batch.doc_mask, batch.query_mask
+        y_d, _ = self.doc_lstm(self.dropout(self.embed(batch.doc)), d_mask)  # (B, Td, 2H)
+        y_q, (h_n, _) = self.query_lstm(self.dropout(self.embed(batch.query)), q_mask)  # (B, Tq, 2H), (2, B, H)
+        # h_n[0]: forward after the last real token; h_n[1]: backward after reading back to token 1.
+        u = torch.cat([h_n[0], h_n[1]], dim=-1).to(y_q.dtype)  # (B, 2H)
+        return Encoded(y_d, d_mask, y_q, q_mask, u)
+
+
+def check_config(config: AttentiveReaderConfig, emb: EmbeddingInfo) -> None:
+    if config.head != "cloze":
+        raise ValueError(f"head must be 'cloze' (the only head of this reader), got {config.head!r}")
+    if emb.n_entities < 1:
+        raise ValueError("the cloze head needs data with entity markers (EmbeddingInfo.n_entities >= 1)")
+
+
+def attention_weights(m: torch.Tensor, w_ms: nn.Linear, d_mask: torch.Tensor) -> torch.Tensor:
+    """``s ∝ exp(w_ms^T m)`` over the real document tokens: ``m`` (B, Td, A) -> (B, Td)."""
+    scores = w_ms(m).squeeze(-1)  # (B, Td)
+    return masked_softmax(scores.float(), d_mask).to(m.dtype)
+
+
+class AttentiveReader(nn.Module):
+    def __init__(self, config: AttentiveReaderConfig, emb: EmbeddingInfo):
+        super().__init__()
+        check_config(config, emb)
+        self.config = config
+        D, A = 2 * config.hidden, config.attention
+        self.encode = Encoders(config, emb)
+        self.W_ym = nn.Linear(D, A)
+        self.W_um = nn.Linear(D, A, bias=False)
+        self.w_ms = nn.Linear(A, 1, bias=False)
+        self.W_rg = nn.Linear(D, D)
+        self.W_ug = nn.Linear(D, D, bias=False)
+        self.answer = nn.Linear(D, emb.n_entities)  # W(a) over the entity markers
+
+    def attend(self, batch) -> Attended:
+        e = self.encode(batch)
+        m = torch.tanh(self.W_ym(e.y_d) + self.W_um(e.u).unsqueeze(1))  # (B, Td, A)
+        s = attention_weights(m, self.w_ms, e.d_mask)  # (B, Td)
+        r = torch.einsum("bt,btd->bd", s, e.y_d)  # (B, 2H)
+        g = torch.tanh(self.W_rg(r) + self.W_ug(e.u))  # (B, 2H)
+        return Attended(g=g, s=s)
+
+    def forward(self, batch) -> ReaderOutput:
+        g = self.encode.dropout(self.attend(batch).g)
+        return ReaderOutput(logits=mask_logits(self.answer(g), batch.candidates))  # (B, N)
+
+
+class ImpatientReader(nn.Module):
+    def __init__(self, config: ImpatientReaderConfig, emb: EmbeddingInfo):
+        super().__init__()
+        check_config(config, emb)
+        self.config = config
+        D, A = 2 * config.hidden, config.attention
+        self.encode = Encoders(config, emb)
+        self.W_dm = nn.Linear(D, A)
+        self.W_rm = nn.Linear(D, A, bias=False)
+        self.W_qm = nn.Linear(D, A, bias=False)
+        self.w_ms = nn.Linear(A, 1, bias=False)
+        self.W_rr = nn.Linear(D, D, bias=False)
+        self.W_rg = nn.Linear(D, D)
+        self.W_qg = nn.Linear(D, D, bias=False)
+        self.answer = nn.Linear(D, emb.n_entities)  # W(a) over the entity markers
+
+    def attend(self, batch) -> Attended:
+        e = self.encode(batch)
+        B, Tq, D = e.y_q.shape
+        dm = self.W_dm(e.y_d)  # (B, Td, A): W_dm y_d(t), the same at every query step
+        qm = self.W_qm(e.y_q)  # (B, Tq, A)
+        r = e.y_d.new_zeros(B, D)  # r(0)
+        rows = []
+        for i in range(Tq):
+            m = torch.tanh(dm + (self.W_rm(r) + qm[:, i]).unsqueeze(1))  # (B, Td, A)
+            s = attention_weights(m, self.w_ms, e.d_mask)  # (B, Td)
+            r_i = torch.einsum("bt,btd->bd", s, e.y_d) + torch.tanh(self.W_rr(r))  # (B, 2H)
+            real = e.q_mask[:, i : i + 1]  # (B, 1)
+            r = torch.where(real, r_i, r)  # a padded query step leaves r(i) = r(i - 1)
+            rows.append(s * real.to(s.dtype))
+        g = torch.tanh(self.W_rg(r) + self.W_qg(e.u))  # (B, 2H)
+        return Attended(g=g, s=torch.stack(rows, dim=1))  # s: (B, Tq, Td)
+
+    def forward(self, batch) -> ReaderOutput:
+        g = self.encode.dropout(self.attend(batch).g)
+        return ReaderOutput(logits=mask_logits(self.answer(g), batch.candidates))  # (B, N)
