@@ -83,11 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
         "shaped them (a changed setting rebuilds, an unchanged one loads in seconds). Without --train/--dev "
         "the official files are used: from --data-dir/$RCKIT_DATA if given, else downloaded and checksum-verified.",
     )
-    p.add_argument("dataset", choices=["squad", "squad-cloze"],
-                   help="squad: the SQuAD cache; squad-cloze: an entity-anonymised cloze set from SQuAD v1.1")
+    p.add_argument("dataset", choices=["squad", "squad-cloze", "cloze-synthetic"],
+                   help="squad: the SQuAD cache; squad-cloze: an entity-anonymised cloze set from SQuAD v1.1; "
+                   "cloze-synthetic: a small generated cloze task (find the entity after the query's marker word)")
     _add_data_args(p)
     p.add_argument("--out", help="output directory (default: <cache-dir>/prepared; squad-cloze: required)")
-    p.add_argument("--seed", type=int, default=0, help="squad-cloze: seed of the per-example entity numbering")
+    p.add_argument("--seed", type=int, default=0, help="squad-cloze: seed of the per-example entity numbering; "
+                   "cloze-synthetic: seed of the generator")
+    p.add_argument("--examples", type=int, nargs=2, default=(5000, 500), metavar=("TRAIN", "DEV"),
+                   help="cloze-synthetic: how many training and dev examples (default 5000 500)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
     p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
     p.add_argument("--json", action="store_true", help="print the full summary as JSON")
@@ -245,6 +249,14 @@ def prepare_from_args(args):
 def cmd_prepare(args) -> int:
     if args.dataset == "squad-cloze":
         return prepare_squad_cloze(args)
+    if args.dataset == "cloze-synthetic":
+        from rckit.data.cloze_synthetic import write_synthetic_cloze
+
+        if not args.out:
+            raise ValueError("cloze-synthetic needs --out DIR")
+        out = write_synthetic_cloze(args.out, *args.examples, seed=args.seed)
+        print(f"cloze-synthetic written to {out}: {args.examples[0]} training and {args.examples[1]} dev examples")
+        return 0
     t0 = time.perf_counter()
     prepared = prepare_from_args(args)
     seconds = time.perf_counter() - t0
