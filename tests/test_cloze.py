@@ -221,3 +221,34 @@ def test_word_distance_penalty_cap():
     assert word_distance(ex, max_penalty=8) == "@entity2"
     ex2 = _ex("@entity1 a b c d e f g h i j k l m n o p q far", "@placeholder far", "@entity1")
     assert word_distance(ex2, max_penalty=8) == "@entity1"  # alone, capped cost still picks the only candidate
+
+
+def test_renumber_entities_renames_consistently_and_changes_nothing_else():
+    from rckit.data.cloze import ENTITY_OFFSET, renumber_entities
+
+    examples = [
+        ClozeExample("a", "@entity0 met @entity2 in @entity1 . @entity2 left".split(), "who met @entity0 ?".split(),
+                     "@entity2", ["@entity0", "@entity2", "@entity1"]),
+        ClozeExample("b", "@entity1 and @entity0 won".split(), "@placeholder won".split(), "@entity0",
+                     ["@entity1", "@entity0"]),
+    ]
+    vocab = ClozeVocab.build(examples, n_entities=6)
+    batch = ClozeSplit.from_examples(examples, vocab).collate([0, 1], max_doc_len=4)  # b: cut, a: answer kept
+    gen = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(20):
+        new = renumber_entities(batch, gen)
+        for b in range(2):
+            old_d, new_d = batch.doc[b], new.doc[b]
+            is_ent = (old_d >= ENTITY_OFFSET) & (old_d < ENTITY_OFFSET + 6)
+            assert torch.equal(new_d[~is_ent], old_d[~is_ent])  # words, padding untouched
+            # one bijection per row, used for the document, the query, the candidates and the answer
+            pairs = {(int(o), int(n)) for o, n in zip(torch.cat([old_d, batch.query[b]]), torch.cat([new_d, new.query[b]]))
+                     if o >= ENTITY_OFFSET}
+            assert len({o for o, _ in pairs}) == len({n for _, n in pairs}) == len(pairs)
+            mapping = {o - ENTITY_OFFSET: n - ENTITY_OFFSET for o, n in pairs}
+            assert int(new.answer[b]) == mapping[int(batch.answer[b])]
+            assert {mapping[int(k)] for k in batch.candidates[b].nonzero()} == set(new.candidates[b].nonzero().flatten().tolist())
+            seen.add((b, int(new.answer[b])))
+        assert torch.equal(new.doc_mask, batch.doc_mask) and torch.equal(new.answer_cut, batch.answer_cut)
+    assert len(seen) > 6  # the numbering really changes from batch to batch

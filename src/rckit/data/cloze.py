@@ -324,6 +324,31 @@ class ClozeBatch:
         return self.doc.shape[0]
 
 
+def renumber_entities(batch: ClozeBatch, generator: torch.Generator | None = None) -> ClozeBatch:
+    """The same batch with every example's entity numbers redrawn (a random permutation of 0..N-1 per row).
+
+    Anonymisation makes entity numbers meaningless; a split fixes one numbering per example,
+    so a model can memorise (example, numbering) pairs, and each number's output row learns
+    only from the examples that happen to use it. Redrawing the numbering at every training
+    batch keeps the numbers meaningless and shows every number in every role (Hermann et al.
+    permute once per document; this permutes once per use). Documents, queries, candidates
+    and the answer are renumbered together, so the example is unchanged but for the names.
+    """
+    B, N = batch.candidates.shape
+    perm = torch.argsort(torch.rand(B, N, generator=generator), dim=1)  # (B, N): entity k -> perm[b, k]
+
+    def renumber(ids: torch.Tensor) -> torch.Tensor:  # (B, T) word ids
+        k = ids - ENTITY_OFFSET
+        is_entity = (k >= 0) & (k < N)
+        return torch.where(is_entity, perm.gather(1, k.clamp(0, N - 1)) + ENTITY_OFFSET, ids)
+
+    candidates = torch.zeros_like(batch.candidates).scatter_(1, perm, batch.candidates)  # (B, N)
+    return ClozeBatch(doc=renumber(batch.doc), doc_mask=batch.doc_mask, query=renumber(batch.query),
+                      query_mask=batch.query_mask, candidates=candidates,
+                      answer=perm.gather(1, batch.answer.unsqueeze(1)).squeeze(1), answer_cut=batch.answer_cut,
+                      index=batch.index)
+
+
 class ClozeSplit:
     """One split of cloze examples as flat numpy arrays.
 

@@ -87,7 +87,12 @@ def cloze_vectors(vocab: ClozeVocab, spec: str | None, seed: int = 0) -> tuple[n
     """(V, D) initial word vectors and how many words had a pretrained vector."""
     rng = np.random.default_rng(seed)
     if spec is None:
-        return (rng.standard_normal((len(vocab), 50)) * 0.1).astype(np.float32), 0
+        # N(0, 1) like nn.Embedding: at 0.1 the LSTM readers' input projections (uniform
+        # +-1/sqrt(H)) hardly see the input, and the Deep LSTM Reader did not learn even to copy
+        # an entity out of a 10-20 token synthetic document (RESULTS.md, Deep LSTM Reader).
+        out = rng.standard_normal((len(vocab), 50)).astype(np.float32)
+        out[0] = 0.0  # <pad>
+        return out, 0
     from rckit.data.vocab import load_pretrained
 
     pre = load_pretrained(spec, wanted=vocab.itos)

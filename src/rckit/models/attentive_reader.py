@@ -22,8 +22,8 @@ Impatient Reader: re-reads the document as each query token i = 1 .. |q| is read
     g       = tanh(W_rg r(|q|) + W_qg u)
 
 Cloze head (the only one): ``p(a | d, q) ∝ exp(W(a) g)`` over the anonymised entity markers
-``@entity0 .. @entity{N-1}``, restricted to the entities in the document, as in
-:mod:`rckit.models.deep_lstm_reader`.
+``@entity0 .. @entity{N-1}``, restricted to the entities in the document, with the rows tied
+to the markers' embeddings (``tied_output``) as in :mod:`rckit.models.deep_lstm_reader`.
 
 Readings taken where the paper is loose:
 
@@ -47,11 +47,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rckit.data.cloze import ENTITY_OFFSET
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
-from rckit.layers.masking import mask_logits, masked_softmax
-from rckit.models.deep_lstm_reader import ReaderOutput
+from rckit.layers.masking import masked_softmax
+from rckit.models.deep_lstm_reader import ReaderOutput, entity_logits
 
 
 @dataclass
@@ -62,6 +63,7 @@ class AttentiveReaderConfig:
     dropout: float = 0.1  # on the word embeddings and on g
     peephole: str | None = None  # "diagonal", "full" or None (plain LSTM cells)
     freeze_pretrained_words: bool = False  # the paper trains every embedding
+    tied_output: bool = True  # W(a) = e(a)^T M through the markers' embeddings; False: a free row per number
 
 
 @dataclass
@@ -118,6 +120,19 @@ def attention_weights(m: torch.Tensor, w_ms: nn.Linear, d_mask: torch.Tensor) ->
     return masked_softmax(scores.float(), d_mask).to(m.dtype)
 
 
+def entity_output(config: AttentiveReaderConfig, emb: EmbeddingInfo, D: int, model: nn.Module) -> nn.Linear:
+    """M (D -> E) when tied, else W(a) (D -> N); the marker ids go in the model's ``entity_ids`` buffer."""
+    model.register_buffer("entity_ids", ENTITY_OFFSET + torch.arange(emb.n_entities), persistent=False)
+    return nn.Linear(D, emb.word_vectors.shape[1] if config.tied_output else emb.n_entities)
+
+
+def answer_entities(model: nn.Module, batch) -> ReaderOutput:
+    """The cloze head of both readers: dropout on g, then ``W(a) g`` over the candidate markers."""
+    g = model.encode.dropout(model.attend(batch).g)  # (B, 2H)
+    e = model.encode.embed(model.entity_ids) if model.config.tied_output else None  # (N, E)
+    return ReaderOutput(logits=entity_logits(model.answer, g, e, batch.candidates))  # (B, N)
+
+
 class AttentiveReader(nn.Module):
     def __init__(self, config: AttentiveReaderConfig, emb: EmbeddingInfo):
         super().__init__()
@@ -130,7 +145,7 @@ class AttentiveReader(nn.Module):
         self.w_ms = nn.Linear(A, 1, bias=False)
         self.W_rg = nn.Linear(D, D)
         self.W_ug = nn.Linear(D, D, bias=False)
-        self.answer = nn.Linear(D, emb.n_entities)  # W(a) over the entity markers
+        self.answer = entity_output(config, emb, D, self)
 
     def attend(self, batch) -> Attended:
         e = self.encode(batch)
@@ -141,8 +156,7 @@ class AttentiveReader(nn.Module):
         return Attended(g=g, s=s)
 
     def forward(self, batch) -> ReaderOutput:
-        g = self.encode.dropout(self.attend(batch).g)
-        return ReaderOutput(logits=mask_logits(self.answer(g), batch.candidates))  # (B, N)
+        return answer_entities(self, batch)
 
 
 class ImpatientReader(nn.Module):
@@ -159,7 +173,7 @@ class ImpatientReader(nn.Module):
         self.W_rr = nn.Linear(D, D, bias=False)
         self.W_rg = nn.Linear(D, D)
         self.W_qg = nn.Linear(D, D, bias=False)
-        self.answer = nn.Linear(D, emb.n_entities)  # W(a) over the entity markers
+        self.answer = entity_output(config, emb, D, self)
 
     def attend(self, batch) -> Attended:
         e = self.encode(batch)
@@ -179,5 +193,4 @@ class ImpatientReader(nn.Module):
         return Attended(g=g, s=torch.stack(rows, dim=1))  # s: (B, Tq, Td)
 
     def forward(self, batch) -> ReaderOutput:
-        g = self.encode.dropout(self.attend(batch).g)
-        return ReaderOutput(logits=mask_logits(self.answer(g), batch.candidates))  # (B, N)
+        return answer_entities(self, batch)

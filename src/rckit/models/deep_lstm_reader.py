@@ -13,7 +13,11 @@ The document and the query are read as one sequence around a delimiter, query fi
 Cloze head (``head="cloze"``): ``p(a | d, q) ∝ exp(W(a) g)`` over the anonymised entity
 markers ``@entity0 .. @entity{N-1}``, restricted to the entities that occur in the document
 (the paper scores the whole output vocabulary; only entities can be answers, and the
-candidates restriction is what later readers all use).
+candidates restriction is what later readers all use). With ``tied_output`` (default) the
+rows are ``W(a) = e(a)^T M``, ``e(a)`` the marker's input embedding: one map ``M`` learns to
+read an entity back out of ``g`` for every marker at once, where free rows must each learn it
+from the examples that use their number (with 100 numbers the Attentive Reader memorised the
+synthetic task's training set instead; tied, it learned it as fast as with 10).
 
 Span head (``head="span"``, SQuAD; our design, the paper has none). The pointers read the
 deep LSTM's outputs ``y(t)`` at the document positions. A forward LSTM at a document token
@@ -30,6 +34,18 @@ position be compared with it. In ``cqa`` form the document is read before the qu
 ``y`` at document tokens knows nothing of the question and only ``g`` does; ``qca`` is the
 sensible form for spans (it is also the default).
 
+Learning, and what was changed for it (RESULTS.md, "Why the Deep LSTM Reader did not learn").
+On the synthetic cloze task (:mod:`rckit.data.cloze_synthetic`: the entity after the query's
+marker word) the reader first learns to copy an entity out of the document, then, after a
+plateau, to pick the marker the query names. Three things kept it on the floor: random word
+rows at std 0.1 (the data side's default without pretrained vectors; now N(0, 1)), whose
+input projections are too faint for the cells to copy anything in 1,500 steps, and the
+``|||`` vector at std 0.1 among GloVe rows of std ~0.7 (now drawn at the word vectors'
+own spread), and entity numbers fixed per example, which with ~100 numbers let the readers
+memorise the training set rather than read (now redrawn for every training batch,
+:func:`rckit.data.cloze.renumber_entities`, and the output rows tied, above). Peepholes off
+gave identical curves.
+
 The seed notes write the forget gate over ``x(t)`` and repeat ``W_kxo`` in the output gate;
 the cells follow the paper (every gate reads ``x'(t, k)``, the output gate has its own
 weights), see :mod:`rckit.layers.lstm`. The delimiter ``|||`` is a learned vector rather
@@ -45,6 +61,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rckit.data.cloze import ENTITY_OFFSET
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
@@ -64,6 +81,7 @@ class DeepLSTMReaderConfig:
     dropout: float = 0.1
     peephole: str | None = "diagonal"  # "diagonal", "full" or None
     freeze_pretrained_words: bool = False  # the paper trains every embedding
+    tied_output: bool = True  # cloze: W(a) = e(a)^T M through the markers' embeddings; False: a free row per number
 
 
 @dataclass
@@ -71,6 +89,19 @@ class ReaderOutput:
     logits: torch.Tensor | None = None  # (B, N) entity scores, non-candidates at finfo.min (cloze)
     start_logits: torch.Tensor | None = None  # (B, Td), padding at finfo.min (span)
     end_logits: torch.Tensor | None = None  # (B, Td)
+
+
+def entity_logits(answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tensor | None,
+                  candidates: torch.Tensor) -> torch.Tensor:
+    """``W(a) g`` for every entity marker a, non-candidates at finfo.min: (B, G) -> (B, N).
+
+    Free rows: ``answer`` is (G -> N). Tied: ``answer`` is M (G -> E) and ``entity_vectors``
+    (N, E) the markers' input embeddings, so ``W(a) g = e(a)^T M g``.
+    """
+    logits = answer(g)  # (B, N), or (B, E) when tied
+    if entity_vectors is not None:
+        logits = logits @ entity_vectors.to(logits.dtype).T  # (B, N)
+    return mask_logits(logits, candidates)
 
 
 def join_sequences(a: torch.Tensor, a_len: torch.Tensor, b: torch.Tensor, b_len: torch.Tensor,
@@ -107,7 +138,9 @@ class DeepLSTMReader(nn.Module):
         V, E = emb.word_vectors.shape
         n_trainable = emb.n_trainable_words if config.freeze_pretrained_words else V
         self.embed = PartiallyFrozenEmbedding(emb.word_vectors, n_trainable)
-        self.delim = nn.Parameter(torch.randn(E) * 0.1)  # the ||| token
+        # the ||| token, as spread as the word vectors around it (at 0.1 it was a faint signal
+        # among GloVe rows of std ~0.7)
+        self.delim = nn.Parameter(torch.randn(E) * float(emb.word_vectors.std()))
         H, S, K = config.hidden, config.skip_dim or config.hidden, config.depth
         self.layers = nn.ModuleList(
             PeepholeLSTM(E if k == 0 else E + S, H, peephole=config.peephole) for k in range(K)
@@ -116,7 +149,8 @@ class DeepLSTMReader(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         G = K * S  # size of y(t) and g
         if config.head == "cloze":
-            self.answer = nn.Linear(G, emb.n_entities)  # W(a) over the entity markers
+            self.answer = nn.Linear(G, E if config.tied_output else emb.n_entities)  # M, or W(a) over the markers
+            self.register_buffer("entity_ids", ENTITY_OFFSET + torch.arange(emb.n_entities), persistent=False)
         else:
             self.back = PeepholeLSTM(G, S, peephole=config.peephole)
             Z = G + S
@@ -152,8 +186,8 @@ class DeepLSTMReader(nn.Module):
         g = self.dropout(y[torch.arange(y.shape[0], device=y.device), last])  # (B, G)
 
         if self.config.head == "cloze":
-            logits = self.answer(g)  # (B, N)
-            return ReaderOutput(logits=mask_logits(logits, batch.candidates))
+            e = self.embed(self.entity_ids) if self.config.tied_output else None  # (N, E)
+            return ReaderOutput(logits=entity_logits(self.answer, g, e, batch.candidates))  # (B, N)
 
         B, Td = d_mask.shape
         pos = (doc_start.unsqueeze(1) + torch.arange(Td, device=y.device)).clamp(max=y.shape[1] - 1)  # (B, Td)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rckit.data.cloze import renumber_entities
 from rckit.data.squad import load_json
 from rckit.evaluation.predict import autocast, predict_split
 from rckit.evaluation.squad_metrics import per_question_scores
@@ -162,7 +163,9 @@ class ClozeTask:
         return self.data.embedding_info()
 
     def collate(self, ids):
-        return self.train_split.collate(ids, self.cfg.max_c_len)
+        batch = self.train_split.collate(ids, self.cfg.max_c_len)
+        # torch's generator: its state is in every checkpoint, so a resumed run draws the same numbers
+        return renumber_entities(batch) if self.cfg.renumber_entities else batch
 
     def loss(self, model, out, batch) -> torch.Tensor:
         if hasattr(model, "loss"):
