@@ -15,7 +15,7 @@ from rckit.evaluation.decoding import span_to_text
 from rckit.evaluation.squad_metrics import f1_score
 from rckit.layers.coattention import Coattention, append_sentinel
 from rckit.layers.maxout import MixtureOfMaxouts
-from rckit.models.dcn import DCN, DCNConfig, DCNPlus, DCNPlusConfig, self_critical_loss
+from rckit.models.dcn import DCN, DCNConfig, DCNPlus, DCNPlusConfig, self_critical_loss, uncertainty_weighted
 from rckit.training.rewards import SpanF1Reward
 
 from test_qanet import N_CHARS, N_TRAINABLE, V, synthetic_batch, word_chars
@@ -205,11 +205,71 @@ def test_policy_gradient_step_raises_a_better_sample():
     before = log_p()
     torch.testing.assert_close(out.sample.log_prob, torch.tensor([before]), rtol=0, atol=1e-5)
     loss = self_critical_loss(out, batch, reward)
-    torch.testing.assert_close(loss, -out.sample.log_prob.sum())  # R = 1 - 0
+    torch.testing.assert_close(loss, torch.tensor(0.0))  # value: 1 - F1(sample) = 0; gradient: R = 1 - 0
     model.zero_grad()
     loss.backward()
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     assert log_p() > before
+
+
+def test_mixed_objective_weights_settle_at_one_over_each_loss():
+    """For fixed term values the learned weights 1/(2 sigma^2) go where d/ds [L e^-s / 2 + s] = 0: 1 / L."""
+    model = make_model(TINY_PLUS)
+    ce, rl = torch.tensor(3.0), torch.tensor(0.4)
+    opt = torch.optim.Adam([model.log_sigma2_raw], lr=0.05)
+    for _ in range(1500):
+        loss, w = uncertainty_weighted(ce, rl, model.log_sigma2())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    _, w = uncertainty_weighted(ce, rl, model.log_sigma2())
+    torch.testing.assert_close(w.detach(), torch.tensor([1 / 3.0, 1 / 0.4]), rtol=1e-3, atol=0)
+    torch.testing.assert_close(model.log_sigma2().detach(), torch.log(torch.tensor([1.5, 0.2])), rtol=0, atol=1e-3)
+
+
+def test_self_critical_value_is_the_samples_f1_shortfall_and_sigma_never_sees_the_surrogate():
+    model, batch = make_model(TINY_PLUS), grad_batch()
+    torch.manual_seed(3)
+    out = model.train()(batch)
+    valid = batch.y_start >= 0
+    sample_f1 = torch.rand(len(batch))
+
+    def reward(greedy_f1):
+        def fn(index, starts, ends):  # column 0: the sample, column 1: the greedy span
+            return torch.stack([sample_f1[index], greedy_f1[index]], dim=1)
+        return fn
+
+    worse, better = torch.zeros(len(batch)), torch.ones(len(batch))  # greedy below / above every sample
+    a = self_critical_loss(out, batch, reward(worse))
+    b = self_critical_loss(out, batch, reward(better))
+    shortfall = (1 - sample_f1)[valid].mean()
+    torch.testing.assert_close(a, shortfall)
+    torch.testing.assert_close(b, shortfall)  # the value does not depend on the baseline ...
+    # ... and its gradient is the self-critical surrogate's: -mean R * grad log p(sample).
+    R = sample_f1 - worse
+    S = torch.where(valid, -R * out.sample.log_prob, torch.zeros_like(R)).sum() / valid.sum()
+    g_value = torch.autograd.grad(a, out.sample.log_prob, retain_graph=True)[0]
+    g_surrogate = torch.autograd.grad(S, out.sample.log_prob, retain_graph=True)[0]
+    torch.testing.assert_close(g_value, g_surrogate)
+    # sigma_rl's gradient is d/ds [V e^-s / 2 + s]: the same for both baselines.
+    grads = []
+    for rl in (a, b):
+        loss, _ = uncertainty_weighted(torch.tensor(2.0), rl, model.log_sigma2())
+        grads.append(torch.autograd.grad(loss, model.log_sigma2_raw, retain_graph=True)[0])
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_dcn_plus_leaves_its_loss_terms_and_weights_for_the_log():
+    model, batch = make_model(TINY_PLUS), grad_batch()
+    out = model.train()(batch)
+    loss = model.loss(out, batch, reward_fn=overlap_reward(batch))
+    t = model.loss_terms
+    assert set(t) == {"ce", "rl", "w_ce", "w_rl"}
+    assert 0 <= float(t["rl"]) <= 1 and float(t["ce"]) > 0
+    w = torch.exp(-model.log_sigma2().detach()) / 2
+    torch.testing.assert_close(torch.stack([t["w_ce"], t["w_rl"]]), w)
+    expected = t["ce"] * w[0] + t["rl"] * w[1] + model.log_sigma2().sum() + model.config.moe_balance * out.balance
+    torch.testing.assert_close(loss.detach(), expected.detach())
 
 
 # --- layers -------------------------------------------------------------------------------------

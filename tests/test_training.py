@@ -267,3 +267,19 @@ def test_bench_with_no_training_steps_times_inference_on_untouched_weights(prepa
     assert not model.training
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def test_a_models_loss_terms_reach_metrics_and_the_learning_curve(prepared, tmp_path):
+    """DCN+'s mixed objective leaves its two terms and learned weights; the log averages them per window."""
+    from rckit.models.dcn import DCNPlus, DCNPlusConfig
+
+    model_cfg = DCNPlusConfig(hidden=8, pool=2, iterations=2, dropout=0.0, word_dropout=0.0, n_experts=2)
+    cfg = TrainConfig(**{**TINY_TRAIN, "log_every": 2, "warmup_steps": 0})
+    train("dcn_plus", DCNPlus, model_cfg, cfg, prepared, tmp_path / "r", max_steps=4, progress=False)
+    recs = [json.loads(ln) for ln in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in recs if "loss" in r]
+    assert [r["step"] for r in logged] == [2, 4]
+    for r in logged:
+        assert {"loss_ce", "loss_rl", "loss_w_ce", "loss_w_rl"} <= set(r)
+        assert 0 <= r["loss_rl"] <= 1 and r["loss_ce"] > 0 and r["loss_w_ce"] > 0 and r["loss_w_rl"] > 0
+    assert (tmp_path / "r" / "learning_curve.png").stat().st_size > 0

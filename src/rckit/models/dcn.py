@@ -48,18 +48,30 @@ the loss with weight ``moe_balance`` (without them unchosen experts never get a 
 routing collapses; at initialisation some experts already get no row of a batch). Word dropout drops a token's
 whole input vector with probability ``word_dropout`` (survivors scaled by ``1/(1-p)``).
 
-Mixed objective (DCN+ Sec. 3), ``mixed_objective=True``:
+Mixed objective (DCN+ Sec. 3), ``mixed_objective=True``, with ``s = log sigma^2`` learned:
 
-    loss = L_ce / (2 s_ce^2) + L_rl / (2 s_rl^2) + log s_ce^2 + log s_rl^2
-    L_rl = -mean_b R_b * sum_i [log p_i^start(s^_i) + log p_i^end(e^_i)]      (eq. 16)
-    R = F1(ans(s^_T, e^_T)) - F1(ans(s_T, e_T))
+    loss = L_ce / (2 sigma_ce^2) + L_rl / (2 sigma_rl^2) + log sigma_ce^2 + log sigma_rl^2
+    grad L_rl = -mean_b R_b * grad sum_i [log p_i^start(s^_i) + log p_i^end(e^_i)]     (eq. 16)
+    R = F1(ans(s^_T, e^_T)) - F1(ans(s_T, e_T))          sample minus greedy (self-critical)
 
 In training the forward runs the decoder a second time, sampling (s^_i, e^_i) from the start
 and end distributions with the sampled span fed back (p(s^_i | s^_{i-1}, e^_{i-1}) as in eq. 16);
-it stops per example when its sampled span repeats. The greedy run (the baseline, no
-gradient through R) is the ordinary forward. ``log s^2`` is a learned parameter with a soft
-floor ``log_sigma2_floor`` (softplus): L_rl is negative whenever the greedy span beats the
-sample, and without a floor ``1/(2 s_rl^2)`` then grows without bound.
+it stops per example when its sampled span repeats. The greedy run is the ordinary forward.
+
+What value L_rl has (our reading; the paper writes L_rl = -E[R], which is negative whenever
+the greedy span beats the sample, and ``sigma^2`` must be positive). For fixed loss values the
+weights settle where d/ds [L e^-s / 2 + s] = 0: ``sigma^2 = L / 2``, so each term is divided by
+its own size, and L must be a positive scale of the term. The surrogate above is the REINFORCE
+estimate of grad E_sample[1 - F1(sample)]: the greedy F1 is a baseline that does not depend on
+the sample, so it changes the variance and not the expectation. The loss it descends is the
+expected F1 shortfall of a sample, ``V = mean_b (1 - F1(s^, e^))`` in [0, 1], and that is what
+``sigma_rl`` sees. :func:`self_critical_loss` returns ``V + (S - S.detach())`` with S the
+surrogate: its value is V, its gradient w.r.t. the model is grad S, and because ``S - S.detach()``
+is exactly 0 the weight ``sigma_rl`` gets no gradient from the surrogate (the bug this replaces:
+sigma_rl followed the surrogate's sign to its floor, and the reward term outweighed the
+cross-entropy 20 to 1). ``log sigma^2`` keeps a soft floor ``log_sigma2_floor`` (softplus) for
+batches where every sample is perfect (V = 0). :meth:`DCNPlus.loss` leaves the terms and
+weights of its last call in ``loss_terms`` for the training log.
 
 Sizes: the paper presets use l = 200, pool 16, 4 iterations, contexts cut at 600 tokens. The
 CPU presets (45 minutes on 2 cores) cut l to 96 (DCN) and 64 (DCN+, whose encoder runs three
@@ -294,18 +306,32 @@ def iterative_span_loss(out: DCNOutput, y_start: torch.Tensor, y_end: torch.Tens
 
 
 def self_critical_loss(out: DCNOutput, batch: Batch, reward_fn) -> torch.Tensor:
-    """L_rl = -mean over answerable examples of ``R * log p(sampled trajectory)``, R = F1(sample) - F1(greedy).
+    """Self-critical policy-gradient term whose value is ``V = mean (1 - F1(sample))`` (module docstring).
 
-    The reward is computed without gradient (the greedy baseline is not differentiated).
+    The gradient is that of ``S = -mean R * log p(sampled trajectory)``, R = F1(sample) - F1(greedy),
+    both over answerable examples; rewards carry no gradient.
     """
     valid = (batch.y_start >= 0) & (batch.y_end >= 0)  # (B,)
+    n = valid.sum().clamp(min=1)
     starts = torch.stack([out.sample.start, out.starts[-1]], dim=1)  # (B, 2): sampled, greedy
     ends = torch.stack([out.sample.end, out.ends[-1]], dim=1)
     with torch.no_grad():
         f1 = reward_fn(batch.index, starts, ends).to(out.sample.log_prob)  # (B, 2)
         R = f1[:, 0] - f1[:, 1]  # (B,)
-    rl = torch.where(valid, -R * out.sample.log_prob, torch.zeros_like(R))  # (B,)
-    return rl.sum() / valid.sum().clamp(min=1)
+        V = torch.where(valid, 1.0 - f1[:, 0], torch.zeros_like(R)).sum() / n
+    S = torch.where(valid, -R * out.sample.log_prob, torch.zeros_like(R)).sum() / n
+    return V + (S - S.detach())
+
+
+def uncertainty_weighted(ce: torch.Tensor, rl: torch.Tensor, log_sigma2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ce / (2 sigma_ce^2) + rl / (2 sigma_rl^2) + log sigma_ce^2 + log sigma_rl^2`` and the two weights.
+
+    ``log_sigma2`` (2,) is (log sigma_ce^2, log sigma_rl^2). For fixed term values the minimum
+    over ``log_sigma2`` is at ``sigma^2 = value / 2``, i.e. each weight ``1 / (2 sigma^2)`` settles
+    at ``1 / value``.
+    """
+    w = torch.exp(-log_sigma2) / 2  # (2,)
+    return ce * w[0] + rl * w[1] + log_sigma2.sum(), w
 
 
 class DCN(nn.Module):
@@ -397,13 +423,14 @@ class DCNPlus(nn.Module):
         Without a sampled rollout (evaluation mode) the loss is the cross-entropy alone.
         """
         c = self.config
-        loss = iterative_span_loss(out, batch.y_start, batch.y_end)
+        ce = iterative_span_loss(out, batch.y_start, batch.y_end)
+        loss = ce
         if out.sample is not None:
             if reward_fn is None:
                 raise ValueError("DCN+ with mixed_objective needs reward_fn in training")
             rl = self_critical_loss(out, batch, reward_fn)
-            s = self.log_sigma2()  # (2,)
-            loss = loss * torch.exp(-s[0]) / 2 + rl * torch.exp(-s[1]) / 2 + s.sum()
+            loss, w = uncertainty_weighted(ce, rl, self.log_sigma2())
+            self.loss_terms = {"ce": ce.detach(), "rl": rl.detach(), "w_ce": w[0].detach(), "w_rl": w[1].detach()}
         if out.balance is not None:
             loss = loss + c.moe_balance * out.balance.float()
         return loss.float()

@@ -12,7 +12,9 @@ the sampler's order is a function of (seed, epoch), the checkpoint records the p
 the epoch and the RNG state, so N steps equal k steps + resume + N - k steps.
 
 Run directory: ``config.json``, ``metrics.jsonl`` (one JSON per log/eval event),
-``learning_curve.png``, ``last.pt``, ``best.pt``.
+``learning_curve.png``, ``last.pt``, ``best.pt``. A model whose ``loss()`` leaves a dict of
+scalar tensors in ``model.loss_terms`` (DCN+: its two loss terms and their learned weights)
+gets their means over each logging window in ``metrics.jsonl`` as ``loss_<name>``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class TrainConfig:
     grad_clip: float = 5.0
     ema_decay: float = 0.9999  # 0: no averaging, evaluation and checkpoints use the raw weights
     max_c_len: int = 400  # training only; evaluation reads every context whole (cloze: document length)
+    renumber_entities: bool = True  # cloze: draw the entity numbering afresh for every training batch
     max_q_len: int = 50
     long_contexts: str = "truncate"  # "truncate" (keep if the answer fits) or "drop"
     max_answer_len: int = 30
@@ -269,7 +272,7 @@ def train(
 
         bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
     t_start = time.perf_counter() - elapsed
-    window_loss, window_n, window_t = 0.0, 0, time.perf_counter()
+    window_loss, window_n, window_t, window_terms = 0.0, 0, time.perf_counter(), {}
     stopped_by = "max_steps"
     model.train()
     with StopFlag() as stop:
@@ -294,19 +297,22 @@ def train(
                 elapsed = time.perf_counter() - t_start
                 window_loss += loss.item()
                 window_n += len(ids)
+                for k, v in getattr(model, "loss_terms", {}).items():  # a model's loss parts and weights
+                    window_terms[k] = window_terms.get(k, 0.0) + float(v)
 
                 if step % cfg.log_every == 0:
                     dt = time.perf_counter() - window_t
                     n_steps = cfg.log_every
                     rec = {"step": step, "time": round(elapsed, 2), "loss": window_loss / n_steps,
-                           "lr": sched.get_last_lr()[0], "examples_per_s": window_n * dist.world_size / dt}
+                           "lr": sched.get_last_lr()[0], "examples_per_s": window_n * dist.world_size / dt,
+                           **{f"loss_{k}": v / n_steps for k, v in window_terms.items()}}
                     log(rec)
                     if bar is not None:
                         post = {"loss": f"{rec['loss']:.3f}", "ex/s": f"{rec['examples_per_s']:.1f}"}
                         if time_budget:
                             post["left"] = f"{max(0.0, time_budget - elapsed) / 60:.1f}m"
                         bar.set_postfix(post, refresh=False)
-                    window_loss, window_n, window_t = 0.0, 0, time.perf_counter()
+                    window_loss, window_n, window_t, window_terms = 0.0, 0, time.perf_counter(), {}
                 if bar is not None:
                     bar.update(1)
 
@@ -356,7 +362,10 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
     dev = [r for r in recs if any(k.startswith("dev_") for k in r)]
     # dev_em/dev_f1 for spans, dev_acc for cloze: whichever the run logged.
     keys = [k for k in ("dev_f1", "dev_em", "dev_acc") if any(k in r for r in dev)]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    # A model that logs the weights of its loss terms (DCN+'s mixed objective) gets a third row.
+    weights = sorted({k for r in train for k in r if k.startswith("loss_w_")})
+    rows = 3 if weights else 2
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.5 * rows), squeeze=False)
     for col, x in enumerate(("step", "time")):
         scale = 60.0 if x == "time" else 1.0
         label = "wall-clock minutes" if x == "time" else "step"
@@ -372,6 +381,16 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
         ax.set_ylabel("dev score (subset)")
         ax.grid(alpha=0.3)
         ax.legend()
+        if weights:
+            ax = axes[2, col]
+            for key in weights:
+                pts = [(r[x] / scale, r[key]) for r in train if key in r]
+                ax.plot(*zip(*pts), lw=1, label=key[len("loss_"):])
+            ax.set_xlabel(label)
+            ax.set_ylabel("loss-term weight 1/(2 sigma^2)")
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+            ax.legend()
     fig.suptitle(str(metrics_path.parent.name))
     fig.tight_layout()
     tmp = out.with_suffix(".tmp.png")
