@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="speed and memory of a model",
         description="Training examples/s, inference examples/s (batch 32), single-question latency and peak "
-        "memory on a fixed slice of SQuAD dev.",
+        "memory on a fixed slice of SQuAD dev (cloze models: of the --cloze-data dev split).",
         epilog=_models_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", type=int, default=1024, help="size of the dev slice")
     p.add_argument("--heap-limit-mb", type=float, default=0.0, metavar="N",
                    help="as `rckit train --heap-limit-mb`, for the training part")
+    p.add_argument("--cloze-data", metavar="DIR", help="cloze models: a cloze data directory (as `rckit train "
+                   "--cloze-data`); the slice is the first --questions examples of its dev split")
     p.add_argument("--json", action="store_true")
     _add_data_args(p)
 
@@ -543,19 +545,26 @@ def warn_long_context(context: str, trained_on: int | None) -> None:
 def cmd_bench(args) -> int:
     import torch
 
-    from rckit.data.prepare import featurize
-    from rckit.data.squad import read_squad
     from rckit.models import MODELS
     from rckit.training.bench import bench
 
-    mcfg, _ = model_configs(args.model, args.preset, args.set)
-    prepared = prepare_from_args(args)
+    mcfg, tcfg = model_configs(args.model, args.preset, args.set)
+    if getattr(mcfg, "head", None) == "cloze":
+        data = cloze_data(args, tcfg.seed)
+        split = data.dev
+        # Documents cut for training as the preset's runs cut them; evaluation reads them whole.
+        task_args = {"task": "cloze", "max_c_len": tcfg.max_c_len, "max_q_len": tcfg.max_q_len}
+    else:
+        if args.cloze_data:
+            raise ValueError(f"--cloze-data is for cloze models; {args.model} with this preset reads SQuAD")
+        data = prepare_from_args(args)
+        split = data.split("dev")
+        task_args = {}  # span: contexts cut at 400 tokens for training, bench()'s defaults
     device = pick_device(args.device)
     torch.manual_seed(0)
-    model = MODELS[args.model][1](mcfg, prepared.embedding_info()).to(device)
-    split = prepared.split("dev")
+    model = MODELS[args.model][1](mcfg, data.embedding_info()).to(device)
     res = bench(model, split, device, torch.bfloat16 if args.amp == "bf16" else None, train_steps=args.steps,
-                n_questions=args.questions, heap_limit_mb=args.heap_limit_mb)
+                n_questions=args.questions, heap_limit_mb=args.heap_limit_mb, **task_args)
     res = {"model": args.model, "preset": args.preset, **res}
     print(json.dumps(res) if args.json else "\n".join(f"{k:26s} {v}" for k, v in res.items()))
     return 0

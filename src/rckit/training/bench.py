@@ -1,26 +1,37 @@
-"""``rckit bench``: training and inference speed and peak memory on a fixed slice of SQuAD dev.
+"""``rckit bench``: training and inference speed and peak memory on a fixed slice of a dev split.
 
-Training examples/s: forward + backward + Adam step on batches of ``batch_size`` questions from
-the first ``n_questions`` dev questions, bucketed by length as in training (contexts cut at
-400 tokens), over ``train_steps`` steps that follow one untimed pass over every batch: the
-steady state of a training run. The first pass is reported on its own
+One timing procedure serves both tasks; what differs between them is a small object with the
+same methods (:class:`SpanQuestions`, :class:`ClozeQuestions`): which rows of the slice are
+used, their lengths for bucketing, a training batch, an evaluation batch, the training loss and
+the decoding.
+
+- SQuAD span models: the first ``n_questions`` dev questions that have an answer; training
+  contexts cut at ``max_c_len`` tokens (questions at ``max_q_len``); decoding is
+  ``best_spans`` with answers of at most 30 tokens, as ``rckit evaluate`` decodes.
+- Cloze models (``task="cloze"``, ``rckit bench --cloze-data DIR``): the first ``n_questions``
+  examples of the cloze data's dev split; training documents cut at ``max_c_len`` tokens and
+  bucketed as ``ClozeTask`` buckets them, with the loss the engine uses (cross-entropy over the
+  candidate entities, leaving out answers the cut removed); decoding is the argmax over the
+  entities, non-candidates already at the bottom of the logits. The file's entity numbering is
+  kept: training redraws it per batch, which changes neither the shapes nor the work.
+
+Training examples/s: forward + backward + Adam step on batches of ``batch_size`` questions,
+bucketed by length as in training, over ``train_steps`` steps that follow one untimed pass over
+every batch: the steady state of a training run. The first pass is reported on its own
 (``train_first_pass_examples_per_s``): it also pays for what a run pays once, the heap growing
-to the largest batch (page faults) and oneDNN building its kernels for each new shape. On the
-QANet paper preset (CPU, bf16, huge pages off) 23 steps from the start averaged 17.2-17.8
-examples/s where 80 averaged 20.8-20.9; with huge pages (``memory.use_huge_pages``, on in
-``rckit``) the first pass runs about as fast as the steps after it (BENCHMARKS.md, round 4).
-Inference examples/s: batch 32, whole contexts, span decoding included.
+to the largest batch (page faults) and oneDNN building its kernels for each new shape; with
+huge pages (``memory.use_huge_pages``, on in ``rckit``) it runs about as fast as the steps after
+it (BENCHMARKS.md, round 4).
+Inference examples/s: batch 32, whole contexts (documents), decoding included.
 Latency: one question at a time (batch 1), median and 90th percentile.
 ``train_steps=0`` (``rckit bench --steps 0``) leaves training out: inference and latency in a
 process that has not trained, as ``rckit evaluate``, ``predict`` and ``serve`` run them. After
-training in the same process, batch-32 inference on the QANet paper preset (bf16) ran at
-0.81-0.87 of the speed of a process that had not trained (three pairs of processes,
-alternating); timing inference first instead raised the peak resident set from 3,740-3,772
-MiB to 3,854-3,896 (the training heap grows around what inference left), so the full bench
-keeps training first (BENCHMARKS.md, QANet round 6). Peak memory: the
-process's peak resident set (CPU) or peak allocated CUDA memory. ``heap_limit_mb``: as
-``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after it
-(``memory.py``).
+training in the same process inference runs slower than in a process that has not trained,
+and timing inference first instead raises the peak resident set (the training heap grows
+around what inference left), so the full bench keeps training first (BENCHMARKS.md, QANet
+round 6). Peak memory: the process's peak resident set (CPU) or peak allocated CUDA memory.
+``heap_limit_mb``: as ``rckit train --heap-limit-mb`` for the training part, the heap's ceiling
+for inference after it (``memory.py``).
 """
 
 from __future__ import annotations
@@ -37,14 +48,98 @@ from rckit.evaluation.decoding import best_spans
 from rckit.evaluation.predict import autocast
 from rckit.training import memory
 from rckit.training.losses import span_loss
+from rckit.training.tasks import cloze_loss
+
+
+class SpanQuestions:
+    """SQuAD questions of a prepared split: span logits, the span loss (or the model's own)."""
+
+    def __init__(self, split, max_c_len: int = 400, max_q_len: int = 50):
+        self.split, self.max_c_len, self.max_q_len = split, max_c_len, max_q_len
+
+    def rows(self, n_questions: int) -> np.ndarray:
+        idx = np.arange(min(n_questions, len(self.split)))
+        return idx[self.split.a["y_start"][idx] >= 0]  # a question without an answer cannot train
+
+    def train_lengths(self, rows) -> np.ndarray:
+        return np.minimum(self.split.c_len[rows], self.max_c_len)
+
+    def train_batch(self, rows):
+        return self.split.collate(rows, self.max_c_len, self.max_q_len)
+
+    def eval_lengths(self, rows) -> np.ndarray:
+        return self.split.c_len[rows]
+
+    def eval_batch(self, rows):
+        return self.split.collate(rows)
+
+    def loss_fn(self, model):
+        """``loss(out, batch)``: a model's own (e.g. DCN's, with its reward), else the span loss."""
+        reward = None
+        if getattr(model, "uses_reward", False):
+            from rckit.training.rewards import SpanF1Reward
+
+            reward = SpanF1Reward(self.split)
+
+        def loss(out, batch):
+            if hasattr(model, "loss"):
+                return model.loss(out, batch, reward_fn=reward)
+            return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+
+        return loss
+
+    def decode(self, out, batch):
+        return best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, 30)
+
+
+class ClozeQuestions:
+    """Cloze examples of a ``ClozeSplit``: logits over entities, the cloze loss (or the model's own)."""
+
+    def __init__(self, split, max_c_len: int = 400, max_q_len: int = 50):
+        self.split, self.max_c_len, self.max_q_len = split, max_c_len, max_q_len
+
+    def rows(self, n_questions: int) -> np.ndarray:
+        return np.arange(min(n_questions, len(self.split)))  # every answer is an entity of its document
+
+    def train_lengths(self, rows) -> np.ndarray:
+        return np.minimum(self.split.lengths[rows], self.max_c_len + self.max_q_len)  # as ClozeTask
+
+    def train_batch(self, rows):
+        return self.split.collate(rows, self.max_c_len)
+
+    def eval_lengths(self, rows) -> np.ndarray:
+        return self.split.lengths[rows]
+
+    def eval_batch(self, rows):
+        return self.split.collate(rows)
+
+    def loss_fn(self, model):
+        """``loss(out, batch)``: a model's own, else cross-entropy over the entities, as ``ClozeTask.loss``."""
+
+        def loss(out, batch):
+            if hasattr(model, "loss"):
+                return model.loss(out, batch, reward_fn=None)
+            return cloze_loss(out.logits, batch.answer, ~batch.answer_cut)
+
+        return loss
+
+    def decode(self, out, batch):
+        return out.logits.float().argmax(-1)  # (B,) entity numbers
 
 
 def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_questions=1024, latency_questions=100,
-          max_c_len=400, warmup=3, heap_limit_mb=0.0) -> dict:
-    """``warmup``: untimed inference batches and questions; training warms up with a whole pass."""
+          max_c_len=400, warmup=3, heap_limit_mb=0.0, task="span", max_q_len=50) -> dict:
+    """``task``: ``"span"`` (``split`` a prepared SQuAD split) or ``"cloze"`` (a ``ClozeSplit``).
+    ``max_c_len`` / ``max_q_len``: training limits (cloze: ``max_c_len`` cuts documents).
+    ``warmup``: untimed inference batches and questions; training warms up with a whole pass."""
+    if task == "span":
+        questions = SpanQuestions(split, max_c_len, max_q_len)
+    elif task == "cloze":
+        questions = ClozeQuestions(split, max_c_len, max_q_len)
+    else:
+        raise ValueError(f"bench task must be span or cloze, got {task!r}")
     device = torch.device(device)
-    idx = np.arange(min(n_questions, len(split)))
-    idx = idx[split.a["y_start"][idx] >= 0]
+    idx = questions.rows(n_questions)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -56,14 +151,15 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
     if train_steps > 0:
         if heap_limit_mb > 0:
             memory.limit_heap_growth(int(heap_limit_mb * 2**20))  # as `rckit train --heap-limit-mb` (memory.py)
-        train_eps, first_pass_eps = _training_speed(model, split, idx, device, dtype, batch_size, train_steps,
-                                                    max_c_len, sync)
+        train_eps, first_pass_eps = _training_speed(model, questions, idx, device, dtype, batch_size, train_steps,
+                                                    sync)
         if heap_limit_mb > 0:
             memory.heap_for_inference()  # the training limit off again for what follows
 
     # Inference, batch 32, whole contexts.
     model.eval()
-    eval_batches = [split.collate(idx[b]) for b in BucketBatchSampler(split.c_len[idx], 32, shuffle=False)]
+    sampler = BucketBatchSampler(questions.eval_lengths(idx), 32, shuffle=False)
+    eval_batches = [questions.eval_batch(idx[b]) for b in sampler]
     with torch.inference_mode():
         for b in eval_batches[:warmup]:
             with autocast(device, dtype):
@@ -75,7 +171,7 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
             b = b.to(device)
             with autocast(device, dtype):
                 out = model(b)
-            best_spans(out.start_logits.float(), out.end_logits.float(), b.c_mask, 30)
+            questions.decode(out, b)
             n += len(b)
         sync()
         infer_eps = n / (time.perf_counter() - t0)
@@ -83,11 +179,11 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
         # Latency, one question at a time.
         times = []
         for i in idx[: latency_questions + warmup]:
-            b = split.collate([i]).to(device)
+            b = questions.eval_batch([i]).to(device)
             t = time.perf_counter()
             with autocast(device, dtype):
                 out = model(b)
-            best_spans(out.start_logits.float(), out.end_logits.float(), b.c_mask, 30)
+            questions.decode(out, b)
             sync()
             times.append(time.perf_counter() - t)
         times = times[warmup:]
@@ -110,24 +206,14 @@ def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_question
     return res
 
 
-def _training_speed(model, split, idx, device, dtype, batch_size, steps, max_c_len, sync) -> tuple[float, float]:
+def _training_speed(model, questions, idx, device, dtype, batch_size, steps, sync) -> tuple[float, float]:
     """Training examples/s over ``steps`` steps after one untimed pass, and over that first pass,
-    with the loss the engine would use (a model's own, e.g. DCN's, or the span loss)."""
-    reward = None
-    if getattr(model, "uses_reward", False):
-        from rckit.training.rewards import SpanF1Reward
-
-        reward = SpanF1Reward(split)
-
-    def loss_fn(out, batch):
-        if hasattr(model, "loss"):
-            return model.loss(out, batch, reward_fn=reward)
-        return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
-
+    with the loss the engine would use."""
+    loss_fn = questions.loss_fn(model)
     model.train()
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    sampler = BucketBatchSampler(np.minimum(split.c_len[idx], max_c_len), batch_size, seed=0)
-    batches = [split.collate(idx[b], max_c_len, 50) for b in sampler if len(b) == batch_size]
+    sampler = BucketBatchSampler(questions.train_lengths(idx), batch_size, seed=0)
+    batches = [questions.train_batch(idx[b]) for b in sampler if len(b) == batch_size]
     if not batches:
         raise ValueError(f"{len(idx)} answerable questions in the bench's slice: not one training batch of {batch_size}")
 
