@@ -72,3 +72,19 @@ def tiny_glove(tmp_path):
     path = tmp_path / "glove.tiny.4d.txt.gz"
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     return path
+
+
+def cloze_overfit_accuracy(model, batch, opt, max_steps: int) -> tuple[float, int]:
+    """Train a cloze model on one batch until it answers every example; (accuracy, steps taken)."""
+    from rckit.training.tasks import cloze_loss
+
+    for step in range(max_steps):
+        out = model(batch)
+        acc = float((out.logits.argmax(1) == batch.answer).float().mean())
+        if acc == 1.0:
+            break
+        loss = cloze_loss(out.logits, batch.answer)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return acc, step

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from conftest import cloze_overfit_accuracy
 
 from rckit.cli import main
 from rckit.data.cloze import ClozeExample, ClozeSplit, ClozeVocab
@@ -136,15 +137,7 @@ def test_overfits_one_small_batch(kind):
     model = make(kind, emb, seed=0).train()
     batch = split.collate(range(8))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for step in range(200):
-        out = model(batch)
-        acc = (out.logits.argmax(1) == batch.answer).float().mean()
-        if acc == 1.0:
-            break
-        loss = cloze_loss(out.logits, batch.answer)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    acc, step = cloze_overfit_accuracy(model, batch, opt, 200)
     assert acc == 1.0, f"accuracy {acc:.2f} after {step} steps"
 
 

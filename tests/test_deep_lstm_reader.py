@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import cloze_overfit_accuracy
 import torch.nn.functional as F
 
 from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
@@ -152,15 +153,7 @@ def test_cloze_head_overfits_small_batch():
     model = make(CLOZE, seed=0).train()
     batch = cloze_batch(16, seed=7)
     opt = torch.optim.RMSprop(model.parameters(), lr=3e-3, alpha=0.95, momentum=0.9)
-    for step in range(400):
-        out = model(batch)
-        acc = (out.logits.argmax(1) == batch.answer).float().mean()
-        if acc == 1.0:
-            break
-        loss = cloze_loss(out.logits, batch.answer)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    acc, step = cloze_overfit_accuracy(model, batch, opt, 400)
     assert acc == 1.0, f"accuracy {acc:.2f} after {step} steps"
 
 
