@@ -11,6 +11,8 @@ the first step at which it passes 95 %. The switches undo one fix each:
 
     python benchmarks/cloze_learning.py --model attentive_reader --entities 100 --free-output --fixed-numbering
     python benchmarks/cloze_learning.py --model deep_lstm_reader --markers 1 --scale 0.1
+    python benchmarks/cloze_learning.py --model attentive_reader --min-len 30 --max-len 80 --markers 4 \
+        --marker-types 20 --entities-per-doc 6 --entities 20 --fillers 200 --train 40000    (the default set)
 
 One thread, seeded: the same command prints the same curve on the same machine.
 """
@@ -38,6 +40,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--entities", type=int, default=10, help="entity numbers drawn from 0 .. N-1")
     ap.add_argument("--markers", type=int, default=2, help="markers per document (1: copying alone answers)")
+    ap.add_argument("--marker-types", type=int, default=4, help="marker vocabulary")
+    ap.add_argument("--entities-per-doc", type=int, default=3)
+    ap.add_argument("--fillers", type=int, default=20, help="filler vocabulary")
     ap.add_argument("--min-len", type=int, default=8)
     ap.add_argument("--max-len", type=int, default=12)
     ap.add_argument("--train", type=int, default=4000, help="training examples")
@@ -52,8 +57,9 @@ def main() -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    cfg = SyntheticClozeConfig(min_len=args.min_len, max_len=args.max_len, n_fillers=20, n_markers=4,
-                               markers_per_doc=args.markers, entities_per_doc=3, n_entities=args.entities)
+    cfg = SyntheticClozeConfig(min_len=args.min_len, max_len=args.max_len, n_fillers=args.fillers,
+                               n_markers=args.marker_types, markers_per_doc=args.markers,
+                               entities_per_doc=args.entities_per_doc, n_entities=args.entities)
     train = synthetic_cloze(args.train, args.seed, cfg)
     dev = synthetic_cloze(500, args.seed + 1, cfg, prefix="d")
     vocab = ClozeVocab.build(train, n_entities=cfg.n_entities)
