@@ -1,0 +1,77 @@
+"""How DCN+'s two loss terms pull on the model: gradient norms of ``w_ce * L_ce`` and
+``w_rl * L_rl`` and the cosine between them, over training batches, at a run's checkpoint.
+
+    python benchmarks/dcn_plus_gradients.py runs/dcn_plus-mixed-40m --data-dir ../shared/data/squad-v1.1
+
+``w`` are the checkpoint's learned weights 1/(2 sigma^2); for a run trained on cross-entropy
+alone both terms are weighted 1 (``--weights 1``). The batches are the first ``--batches``
+of the run's training order at its seed (epoch 0), in training mode (dropout, sampled spans).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+
+from rckit.cli import prepare_from_args
+from rckit.config import from_dict
+from rckit.data.batching import BucketBatchSampler
+from rckit.models.dcn import DCNPlus, DCNPlusConfig, iterative_span_loss, self_critical_loss
+from rckit.runs import checkpoint_of
+from rckit.training.checkpoint import load_checkpoint
+from rckit.training.loop import TrainConfig
+from rckit.training.tasks import SpanTask
+
+
+def flat_grad(model, loss) -> torch.Tensor:
+    grads = torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad], retain_graph=True,
+                                allow_unused=True)
+    return torch.cat([g.flatten() for g in grads if g is not None])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run")
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--weights", choices=["learned", "1"], default="learned")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    ckpt = load_checkpoint(checkpoint_of(args.run))
+    cfg = from_dict(DCNPlusConfig, {**ckpt["model_config"], "mixed_objective": True})
+    tcfg = from_dict(TrainConfig, ckpt["train_config"])
+    ns = argparse.Namespace(command="bench", train=None, dev=None, data_dir=args.data_dir, version="1.1",
+                            cache_dir=None, embeddings=None, char_embeddings=None, set=[])
+    task = SpanTask(prepare_from_args(ns), tcfg)
+    model = DCNPlus(cfg, task.model_inputs())
+    state = ckpt["model"]
+    if "log_sigma2_raw" not in state:  # a cross-entropy run: sample spans with its weights, weight both by 1
+        state = {**state, "log_sigma2_raw": model.log_sigma2_raw.detach()}
+    model.load_state_dict(state)
+    model.train()
+    torch.manual_seed(0)
+    sampler = BucketBatchSampler(task.train_lengths, tcfg.batch_size, seed=tcfg.seed)
+    sampler.set_epoch(0)
+    reward = task.reward_fn()
+    rows = []
+    for ids in list(sampler)[: args.batches]:
+        batch = task.collate(task.train_rows[ids])
+        out = model(batch)
+        ce = iterative_span_loss(out, batch.y_start, batch.y_end)
+        rl = self_critical_loss(out, batch, reward)
+        w = torch.exp(-model.log_sigma2().detach()) / 2 if args.weights == "learned" else torch.ones(2)
+        g_ce, g_rl = flat_grad(model, w[0] * ce), flat_grad(model, w[1] * rl)
+        rows.append({"ce": float(ce.detach()), "rl_value": float(rl.detach()), "w_ce": float(w[0]), "w_rl": float(w[1]),
+                     "grad_ce": float(g_ce.norm()), "grad_rl": float(g_rl.norm()),
+                     "cosine": float(torch.nn.functional.cosine_similarity(g_ce, g_rl, dim=0))})
+    mean = {k: round(float(np.mean([r[k] for r in rows])), 4) for k in rows[0]}
+    print(json.dumps({"run": args.run, "step": ckpt["step"], "batches": len(rows), **mean,
+                      "grad_rl_over_ce": round(mean["grad_rl"] / mean["grad_ce"], 4)}))
+
+
+if __name__ == "__main__":
+    main()
