@@ -34,17 +34,17 @@ position be compared with it. In ``cqa`` form the document is read before the qu
 ``y`` at document tokens knows nothing of the question and only ``g`` does; ``qca`` is the
 sensible form for spans (it is also the default).
 
-Learning, and what was changed for it (RESULTS.md, "Why the Deep LSTM Reader did not learn").
+Learning, and what was changed for it (RESULTS.md, "Cloze readers: why they did not learn").
 On the synthetic cloze task (:mod:`rckit.data.cloze_synthetic`: the entity after the query's
 marker word) the reader first learns to copy an entity out of the document, then, after a
-plateau, to pick the marker the query names. Three things kept it on the floor: random word
-rows at std 0.1 (the data side's default without pretrained vectors; now N(0, 1)), whose
-input projections are too faint for the cells to copy anything in 1,500 steps, and the
-``|||`` vector at std 0.1 among GloVe rows of std ~0.7 (now drawn at the word vectors'
-own spread), and entity numbers fixed per example, which with ~100 numbers let the readers
-memorise the training set rather than read (now redrawn for every training batch,
-:func:`rckit.data.cloze.renumber_entities`, and the output rows tied, above). Peepholes off
-gave identical curves.
+plateau, to pick the marker the query names. Three things held it back: random word rows at
+std 0.1 (the data side's default without pretrained vectors; now N(0, 1)), whose input
+projections are faint next to the cells' biases (copying took 3x the steps); the ``|||``
+vector at std 0.1 among GloVe rows of std ~0.7 (now drawn at the word vectors' own spread);
+and entity numbers fixed per example with a free output row per number, which with ~100
+numbers let the readers memorise the training set rather than read (now redrawn for every
+training batch, :func:`rckit.data.cloze.renumber_entities`, and the rows tied, above).
+Peepholes off gave identical curves.
 
 The seed notes write the forget gate over ``x(t)`` and repeat ``W_kxo`` in the output gate;
 the cells follow the paper (every gate reads ``x'(t, k)``, the output gate has its own
