@@ -88,3 +88,21 @@ def cloze_overfit_accuracy(model, batch, opt, max_steps: int) -> tuple[float, in
         loss.backward()
         opt.step()
     return acc, step
+
+
+def check_cloze_contract(model, batch, n_entities: int) -> None:
+    """A cloze model's output: (B, N) logits, non-candidates at finfo.min, a finite loss whose
+    gradient reaches every parameter."""
+    import torch
+
+    from rckit.training.tasks import cloze_loss
+
+    out = model(batch)
+    assert out.logits.shape == (len(batch), n_entities)
+    fill = torch.finfo(out.logits.dtype).min
+    assert (out.logits[~batch.candidates] == fill).all() and torch.isfinite(out.logits[batch.candidates]).all()
+    loss = cloze_loss(out.logits, batch.answer)
+    assert torch.isfinite(loss)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name

@@ -7,14 +7,13 @@ import random
 
 import pytest
 import torch
-from conftest import cloze_overfit_accuracy
+from conftest import check_cloze_contract, cloze_overfit_accuracy
 
 from rckit.cli import main
 from rckit.data.cloze import ClozeExample, ClozeSplit, ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.attentive_reader import (AttentiveReader, AttentiveReaderConfig, ImpatientReader,
                                            ImpatientReaderConfig)
-from rckit.training.tasks import cloze_loss
 
 WORDS = [f"w{k}" for k in range(30)]
 MARKERS = [f"m{k}" for k in range(6)]
@@ -72,15 +71,7 @@ def test_shapes_candidates_loss_and_gradients(kind):
     split, emb = split_and_emb(6, seed=1)
     model = make(kind, emb).train()
     batch = split.collate(range(6))
-    out = model(batch)
-    assert out.logits.shape == (6, N_ENT)
-    fill = torch.finfo(out.logits.dtype).min
-    assert (out.logits[~batch.candidates] == fill).all() and torch.isfinite(out.logits[batch.candidates]).all()
-    loss = cloze_loss(out.logits, batch.answer)
-    assert torch.isfinite(loss)
-    loss.backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    check_cloze_contract(model, batch, N_ENT)
 
 
 @pytest.mark.parametrize("kind", READERS)

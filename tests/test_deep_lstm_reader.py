@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import cloze_overfit_accuracy
+from conftest import check_cloze_contract, cloze_overfit_accuracy
 import torch.nn.functional as F
 
 from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
@@ -71,15 +71,7 @@ def test_join_sequences_places_delimiter_per_row():
 def test_cloze_head_shapes_candidates_and_gradients(form):
     model = make(replace(CLOZE, form=form)).train()
     batch = cloze_batch(6, seed=1)
-    out = model(batch)
-    assert out.logits.shape == (6, N_ENT)
-    fill = torch.finfo(out.logits.dtype).min
-    assert (out.logits[~batch.candidates] == fill).all() and torch.isfinite(out.logits[batch.candidates]).all()
-    loss = cloze_loss(out.logits, batch.answer)
-    assert torch.isfinite(loss)
-    loss.backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    check_cloze_contract(model, batch, N_ENT)
 
 
 def test_cloze_loss_leaves_out_cut_answers():

@@ -88,8 +88,8 @@ def cloze_vectors(vocab: ClozeVocab, spec: str | None, seed: int = 0) -> tuple[n
     rng = np.random.default_rng(seed)
     if spec is None:
         # N(0, 1) like nn.Embedding: at 0.1 the LSTM readers' input projections (uniform
-        # +-1/sqrt(H)) hardly see the input; the Deep LSTM Reader took 3x the steps to learn
-        # to copy an entity out of a synthetic document (RESULTS.md, cloze readers).
+        # +-1/sqrt(H)) hardly see the input, and the Deep LSTM Reader learned slowly to copy
+        # an entity out of a synthetic document (RESULTS.md, cloze readers).
         out = rng.standard_normal((len(vocab), 50)).astype(np.float32)
         out[0] = 0.0  # <pad>
         return out, 0

@@ -27,7 +27,7 @@ from bisect import bisect_left, bisect_right
 from typing import Sequence
 
 # Part of the prepared-data cache key: 2 splits CJK text per character (rule 0); Latin text
-# tokenizes as in 1, but SQuAD has some CJK names (16 of 2,067 dev paragraphs), so caches rebuild.
+# tokenizes as in 1, but some SQuAD paragraphs hold CJK names, so caches rebuild.
 TOKENIZER_VERSION = "ptb-regex-2"
 
 _CJK = (

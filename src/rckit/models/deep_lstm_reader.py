@@ -16,8 +16,8 @@ markers ``@entity0 .. @entity{N-1}``, restricted to the entities that occur in t
 candidates restriction is what later readers all use). With ``tied_output`` (default) the
 rows are ``W(a) = e(a)^T M``, ``e(a)`` the marker's input embedding: one map ``M`` learns to
 read an entity back out of ``g`` for every marker at once, where free rows must each learn it
-from the examples that use their number (with 100 numbers the Attentive Reader memorised the
-synthetic task's training set instead; tied, it learned it as fast as with 10).
+from the examples that use their number, and with many numbers the readers memorised the
+synthetic task's training set instead (RESULTS.md, cloze readers).
 
 Span head (``head="span"``, SQuAD; our design, the paper has none). The pointers read the
 deep LSTM's outputs ``y(t)`` at the document positions. A forward LSTM at a document token
@@ -39,7 +39,7 @@ On the synthetic cloze task (:mod:`rckit.data.cloze_synthetic`: the entity after
 marker word) the reader first learns to copy an entity out of the document, then, after a
 plateau, to pick the marker the query names. Three things held it back: random word rows at
 std 0.1 (the data side's default without pretrained vectors; now N(0, 1)), whose input
-projections are faint next to the cells' biases (copying took 3x the steps); the ``|||``
+projections are faint next to the cells' biases (copying was learned slowly); the ``|||``
 vector at std 0.1 among GloVe rows of std ~0.7 (now drawn at the word vectors' own spread);
 and entity numbers fixed per example with a free output row per number, which with ~100
 numbers let the readers memorise the training set rather than read (now redrawn for every
