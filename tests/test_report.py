@@ -49,7 +49,8 @@ def test_render_from_results_and_dash_for_missing_rows(tmp_path):
     by_key = dict(zip([r.key for r in report.ROWS], lines[2:]))
     assert by_key["qanet/paper/bf16/all"] == ("| qanet | paper | bf16 | all | 23.4 | 95.0 | 29.1 / 35.9 | 3,753 "
                                               "| 2026-11-24 |")
-    assert by_key["dcn/cpu-small/fp32/all"] == "| dcn | cpu-small | fp32 | all | - | 95.0 | 29.1 / 35.9 | 3,753 | 2026-11-25 |"
+    assert by_key["dcn/cpu-small/fp32/all"] == ("| dcn | cpu-small | fp32 | all | - | 95.0 | 29.1 / 35.9 | 3,753 "
+                                                "| 2026-11-25 |")
     assert by_key["qanet/paper/fp32/none"] == "| qanet | paper | fp32 | none | - | - | - | - | - |"
     assert all(line.count("|") == 10 for line in lines)
 
@@ -110,9 +111,9 @@ def test_select_rows():
     assert keys("dcn/*") == ["dcn/cpu-small/fp32/all", "dcn/cpu-small/bf16/all"]  # a glob matches the whole key
     assert keys("*/none") == ["qanet/paper/fp32/none", "qanet/paper/bf16/none"]
     assert keys("impatient_reader/cloze-cpu/bf16/all") == ["impatient_reader/cloze-cpu/bf16/all"]
-    assert keys("attentive, */cpu-small/bf16/*") == ["qanet/cpu-small/bf16/all", "dcn/cpu-small/bf16/all",
-                                                    "dcn_plus/cpu-small/bf16/all", "attentive_reader/cloze-cpu/fp32/all",
-                                                    "attentive_reader/cloze-cpu/bf16/all"]  # ROWS' order
+    assert keys("attentive, */cpu-small/bf16/*") == [  # ROWS' order
+        "qanet/cpu-small/bf16/all", "dcn/cpu-small/bf16/all", "dcn_plus/cpu-small/bf16/all",
+        "attentive_reader/cloze-cpu/fp32/all", "attentive_reader/cloze-cpu/bf16/all"]
     with pytest.raises(report.ReportError, match="matches no row"):
         keys("bert")
 
@@ -135,3 +136,35 @@ def test_median_result_and_merge(tmp_path):
     merged = report.merge_results(path, {"qanet/paper/fp32/all": ENTRY, "dcn/cpu-small/fp32/all": ENTRY})
     assert list(merged) == ["qanet/paper/fp32/all", "dcn/cpu-small/fp32/all", "someone/else"]
     assert json.loads(path.read_text()) == merged and merged["dcn/cpu-small/fp32/all"] == ENTRY
+
+
+def test_run_merges_medians_with_the_command_and_machine(tmp_path, monkeypatch):
+    """--run's plumbing with ``subprocess.run`` faked: no bench is run."""
+    calls, speeds, real_run = [], iter([100.0, 80.0, 120.0, 50.0, 50.0, 50.0]), report.subprocess.run
+
+    def fake_run(cmd, *args, cwd=None, env=None, **kwargs):
+        if cmd[0] == "git":
+            return report.subprocess.CompletedProcess(cmd, 0, "abc1234\n", "")
+        if cmd[0] != report.sys.executable:
+            return real_run(cmd, *args, cwd=cwd, env=env, **kwargs)  # platform's own `uname -p`
+        calls.append((cmd, cwd, env["RCKIT_KERNELS"]))
+        if "dcn" in cmd:
+            return report.subprocess.CompletedProcess(cmd, 2, "", "rckit bench: no such file\n")
+        out = json.dumps({**ENTRY, "inference_examples_per_s": next(speeds)})
+        return report.subprocess.CompletedProcess(cmd, 0, out, "")
+
+    monkeypatch.setattr(report.subprocess, "run", fake_run)
+    results = tmp_path / "results.json"
+    assert report.main(["--run", "--rows", "qanet/paper/*/none", "--repeat", "3", "--results", str(results)]) == 0
+    assert [c[2] for c in calls] == ["none"] * 6 and all(c[1] == report.REPO for c in calls)
+    assert calls[0][0][1:] == ["-m", "rckit", "bench", "qanet", "--preset", "paper", "--data-dir", report.SQUAD_DIR,
+                               "--json"]
+    entry = json.loads(results.read_text())["qanet/paper/fp32/none"]
+    assert entry["inference_examples_per_s"] == 100.0 and len(entry["runs"]) == 3 and entry["repeat"] == 3
+    assert entry["command"] == ("RCKIT_KERNELS=none python -m rckit bench qanet --preset paper "
+                                f"--data-dir {report.SQUAD_DIR} --json")
+    assert entry["commit"] == "abc1234" and entry["date"].endswith("UTC") and len(entry["load_before"]) == 3
+    assert {"uname", "cpu", "cores", "torch"} <= set(entry)
+    before = results.read_text()
+    assert report.main(["--run", "--rows", "dcn/cpu-small/fp32/all", "--results", str(results)]) == 1  # failed
+    assert results.read_text() == before
