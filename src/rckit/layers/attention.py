@@ -5,9 +5,10 @@ Multi-head self-attention (Vaswani et al. 2017)::
     head_h = softmax(Q_h K_h^T / sqrt(d_h) + mask) V_h,   out = W_o [head_1; ...; head_H]
 
 computed by ``torch.nn.functional.scaled_dot_product_attention`` with a boolean key mask so
-PyTorch can pick a fused kernel; on CPU it runs in fp32 even under bf16 autocast (see
-``forward``). The Q/K/V projections have no bias: a key bias adds ``q . b_k`` to every logit
-of a row, which the softmax cancels, so it could never learn.
+PyTorch can pick a fused kernel; on CPU under bf16 autocast the kernel ``attention``
+(:func:`rckit.kernels.cpu.attention`) runs it in fp32. The Q/K/V projections have no bias: a
+key bias adds ``q . b_k`` to every logit of a row, which the softmax cancels, so it could
+never learn.
 
 Context-query attention (BiDAF, Seo et al. 2017; QANet, Yu et al. 2018, Sec. 2.2)::
 
@@ -32,69 +33,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rckit import kernels
+from rckit.kernels import cpu
 from rckit.layers.masking import masked_softmax
-
-
-_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-
-
-def _additive(key_mask: torch.Tensor) -> torch.Tensor:
-    """Boolean key mask -> the additive fp32 mask the flash kernel takes (0 or ``finfo.min``,
-    as :func:`~rckit.layers.masking.mask_logits`: a row with every key masked stays finite)."""
-    return torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device).masked_fill_(
-        ~key_mask, torch.finfo(torch.float32).min)
 
 
 def _heads(qkv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, ...]:
     """(B, T, 3d) -> q, k, v, each (B, H, T, d_h), views (no copy)."""
     B, T, _ = qkv.shape
     return qkv.view(B, T, 3, n_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
-
-
-class Fp32Attention(torch.autograd.Function):
-    """Multi-head SDPA in fp32 on the 16-bit output of the qkv projection (CPU).
-
-    Takes ``qkv`` (B, T, 3d) in bf16 and returns the heads' outputs as (B, T, d) in bf16.
-    Under bf16 autocast on CPU attention runs in fp32 (see ``MultiHeadSelfAttention``), and
-    autograd through ``F.scaled_dot_product_attention(q.float(), ...)`` keeps the three fp32
-    inputs and the fp32 output for the backward pass: 16 bytes per activation element, the
-    largest item a QANet encoder block saves. This function calls the same CPU flash kernel and
-    its backward (``aten::_scaled_dot_product_flash_attention_for_cpu[_backward]``) but saves
-    the bf16 ``qkv`` and the bf16 output it returns (which the output projection keeps anyway),
-    and casts them again in backward: no extra bytes at all. The kernels take the heads as
-    strided views, so each cast is one pass, and the backward writes the q, k and v gradients
-    straight into one (B, T, 3d) tensor (autograd through the head split would cast, stack and
-    permute them). The backward kernel uses the output only for ``D_i = dO_i . O_i``; taking
-    ``O`` at bf16 precision there is what bf16 flash-attention kernels on GPUs do, and changes
-    the gradients by about bf16 rounding. The log-sum-exp stays fp32.
-    ``bias``: additive fp32 mask broadcastable to (B, H, T, T), or None.
-    """
-
-    @staticmethod
-    def forward(ctx, qkv, n_heads, bias):
-        B, T, _ = qkv.shape
-        out, lse = _CPU_FLASH(*_heads(qkv.float(), n_heads), attn_mask=bias)  # (B, H, T, d_h), (B, H, T)
-        y = out.transpose(1, 2).reshape(B, T, -1).to(qkv.dtype)  # (B, T, d)
-        ctx.n_heads = n_heads
-        ctx.save_for_backward(qkv, bias, y, lse)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):
-        qkv, bias, y, lse = ctx.saved_tensors
-        B, T, d3 = qkv.shape
-        H = ctx.n_heads
-
-        def heads(t):  # (B, T, d) -> fp32 (B, H, T, d_h)
-            return t.float().view(B, T, H, -1).transpose(1, 2)
-
-        gq, gk, gv = _CPU_FLASH_BACKWARD(heads(grad), *_heads(qkv.float(), H), heads(y), lse, 0.0, False,
-                                         attn_mask=bias)
-        g = qkv.new_empty(B, T, 3, H, d3 // (3 * H))
-        for i, gi in enumerate((gq, gk, gv)):
-            g[:, :, i].copy_(gi.transpose(1, 2))
-        return g.view(B, T, d3), None, None
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -109,8 +56,7 @@ class MultiHeadSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """``x`` (B, T, d), ``mask`` (B, T) True on real tokens, or ``None`` when nothing is
-        padded (SDPA then runs without a mask, about twice as fast for one question on CPU);
-        returns (B, T, d).
+        padded (SDPA then runs without a mask); returns (B, T, d).
 
         Padded queries still attend to the real keys, so every row has at least one key as
         long as each sequence has one real token; their outputs are junk that callers mask.
@@ -119,19 +65,13 @@ class MultiHeadSelfAttention(nn.Module):
         qkv = self.qkv(x)  # (B, T, 3d)
         key_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, T), broadcast over heads and queries
         dropout_p = self.dropout if self.training else 0.0
-        if x.device.type == "cpu" and qkv.dtype != torch.float32:
-            # CPU autocast would run SDPA in bf16, whose backward is 3-6x slower than fp32's
-            # (torch 2.13 flash kernel, d_h = 16; forward about equal): fp32 is faster and exact.
-            if dropout_p == 0.0 and torch.is_grad_enabled() and _CPU_FLASH is not None:
-                y = Fp32Attention.apply(qkv, self.n_heads, None if key_mask is None else _additive(key_mask))
-                return self.out(y)  # (B, T, d)
-            with torch.autocast("cpu", enabled=False):
-                y = F.scaled_dot_product_attention(*_heads(qkv.float(), self.n_heads), attn_mask=key_mask,
-                                                   dropout_p=dropout_p).to(qkv.dtype)  # (B, H, T, d_h)
+        if qkv.device.type == "cpu" and qkv.dtype != torch.float32 and kernels.enabled("attention"):
+            y = cpu.attention(qkv, self.n_heads, key_mask, dropout_p)  # (B, T, d)
         else:
             y = F.scaled_dot_product_attention(*_heads(qkv, self.n_heads), attn_mask=key_mask,
                                                dropout_p=dropout_p)  # (B, H, T, d_h)
-        return self.out(y.transpose(1, 2).reshape(B, T, d))  # (B, T, d)
+            y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
+        return self.out(y)
 
 
 class ContextQueryAttention(nn.Module):

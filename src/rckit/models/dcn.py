@@ -93,10 +93,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rckit import kernels
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
+from rckit.kernels import cpu
 from rckit.layers.coattention import Coattention
-from rckit.layers.dedupe import unique_texts
 from rckit.layers.dropout import Dropout
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
@@ -180,16 +181,13 @@ class TokenInput(nn.Module):
 def encode_documents(embed: TokenInput, encoder: PeepholeLSTM, batch: Batch) -> torch.Tensor:
     """``encoder(embed(document))`` outputs, (B, m, h).
 
-    Outside training each distinct document of the batch is embedded and encoded once and
-    shared: this encoder never sees the question, and SQuAD asks about 5 questions a paragraph
-    (length-sorted dev batches of 32 hold 7 distinct paragraphs on average), as in
-    ``QANet.encode``. In training every example keeps its own dropout masks.
+    Outside training on CPU the kernel ``dedupe`` encodes each distinct document of the batch
+    once (:func:`rckit.kernels.cpu.once_per_distinct_text`): this encoder never sees the
+    question, and SQuAD asks several questions about each paragraph.
     """
     words, chars, mask = batch.c_words, batch.c_chars, batch.c_mask
-    if not encoder.training:
-        first, inverse = unique_texts(words, chars)  # (U,), (B,)
-        if len(first) < words.shape[0]:
-            return encoder(embed(words[first], chars[first]), mask[first])[0][inverse]
+    if not encoder.training and words.device.type == "cpu" and kernels.enabled("dedupe"):
+        return cpu.once_per_distinct_text(lambda i: encoder(embed(words[i], chars[i]), mask[i])[0], words, chars)
     return encoder(embed(words, chars), mask)[0]
 
 

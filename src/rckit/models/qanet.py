@@ -6,72 +6,39 @@ Layers, with the paper's symbols (context C, question Q, hidden size d):
    + char-CNN vector, 2-layer highway, projected to d (the paper's 1x1 conv, done here).
 2. Embedding encoder: ``emb_enc_blocks`` encoder blocks, shared by C and Q. One block::
 
-       x <- x + PE                                  sinusoidal, computed for any length
-       x <- x + f(layernorm(x))   for f in [conv]*n + [self-attention, feed-forward]
+       x <- x + PE                                  sinusoidal, for any length
+       x <- x + f(layernorm(x))   for f in [relu . conv]*n + [self-attention, feed-forward]
 
-   ``conv`` is a depthwise-separable conv + ReLU, the feed-forward is
-   ``W_2 relu(W_1 x)`` at width d. Padded positions are zeroed after the layer norm and
-   before every conv (layernorm(0) is its bias, not 0), so padding never reaches a real
-   position: the outputs at real positions do not depend on how far a batch is padded.
+   ``conv`` is depthwise-separable, the feed-forward ``W_2 relu(W_1 x)`` at width d. Padded
+   positions are zeroed after the layer norm, before every conv (layernorm(0) is its bias),
+   so outputs at real positions do not depend on how far a batch is padded.
 3. Context-query attention (:class:`~rckit.layers.attention.ContextQueryAttention`):
    ``[c; a; c*a; c*b]`` (4d), then a linear projection back to d.
 4. Model encoder: ``model_enc_blocks`` blocks applied three times with the same weights,
    ``M0 = enc(x), M1 = enc(M0), M2 = enc(M1)``.
 5. Output: ``p1 = softmax(W_1 [M0; M1])``, ``p2 = softmax(W_2 [M0; M2])``; we return the
-   logits, with padded positions at ``finfo(dtype).min``. ``W_1``/``W_2`` have no bias: a
-   constant added to every position cancels in the softmax.
+   logits, padded positions at ``finfo(dtype).min``; no bias (it cancels in the softmax).
 
-Regularisation (Sec. 3.1): dropout 0.1 on word vectors and on every sublayer output (not on
-attention weights: the paper does not ask for it, and on CPU any SDPA dropout falls back to
-the unfused kernel, 10x slower with the (B, h, T, T) weights kept for backward), 0.05 on
-char vectors, and stochastic depth inside each encoder stack: sublayer ``l`` of the ``L`` in
-a stack survives with probability ``p_l = 1 - (l / L)(1 - p_L)``, ``p_L = 0.9``. The
-embedding encoder has ``L = 1 * (4 + 2) = 6``; the model encoder restarts the count at each of
-its three passes, ``L = 7 * (2 + 2) = 28``. Survivors are scaled by ``1 / p_l`` so eval needs
-no rescaling (the authors' code does the same). ``layer_dropout`` picks who is dropped; both
-are readings of "layer dropout", and they agree in expectation:
+Regularisation (Sec. 3.1): dropout 0.1 on word vectors and every sublayer output, 0.05 on
+char vectors, none on attention weights (not asked for). Stochastic depth: sublayer ``l`` of
+the ``L`` in a stack survives with ``p_l = 1 - (l / L)(1 - p_L)``, ``p_L = 0.9``, survivors
+scaled by ``1 / p_l`` (as the authors' code; eval needs no rescaling); ``L = 1 * (4 + 2)`` in
+the embedding encoder, ``7 * (2 + 2)`` in the model encoder, counted afresh at each pass.
+``layer_dropout="example"`` (default) draws keep/drop per example and sublayer, a (B, 1, 1)
+mask: every sublayer runs and DDP's graph is static. ``"batch"`` (Huang et al. 2016, the
+authors' code) keeps or skips a sublayer for the whole batch, drawn by :class:`LayerDropDraws`
+(the same on every DDP rank, saved in the state dict; DDP needs ``find_unused_parameters``).
 
-- ``"example"`` (default): each example draws its own keep/drop per sublayer, a (B, 1, 1)
-  Bernoulli mask folded into the sublayer's dropout mask. Every sublayer is computed, so
-  every parameter gets a gradient every step and DDP's graph is static.
-- ``"batch"``: as in the paper's source (stochastic depth, Huang et al. 2016) and the authors'
-  code, the whole batch keeps or skips the sublayer, and a skipped one is not computed (about
-  5 % less work at ``p_L = 0.9``). The draws come from :class:`LayerDropDraws`, identical on
-  every DDP rank and saved in the state dict (a resumed run continues the sequence). DDP must
-  then be built with ``find_unused_parameters=True``: a skipped sublayer's parameters get no
-  gradient that step.
+Readings taken where the paper is loose: model-encoder convs use kernel 5 (Sec. 3.1.1), the
+embedding encoder 7; the char CNN has width 5 and keeps the char width (200), so the highway
+runs at 300 + 200 = 500 as in the paper's "500 -> 128".
 
-Presets (``src/rckit/presets/qanet-*.json``). ``paper``: everything above at the paper's sizes
-(d 128, 8 heads, char dim 200, 1 x 4 embedding convs of width 7, 7 x 2 model blocks, warm-up
-1000 steps, EMA 0.9999). ``cpu-small`` is for a 45-minute run on 2 CPU cores, where about
-4,600 steps of batch 32 fit (1.7 epochs): d 64 and 4 heads (the cost of every conv, attention
-and feed-forward falls about 4x), char dim 64, 1 x 2 embedding convs, 3 x 2 model blocks (a
-third of the depth, still three shared passes), no stochastic depth (it regularises a model
-that trains for many epochs; here every step should count), warm-up 500 steps, and no EMA
-(``ema_decay`` 0): a 0.9999 average, even with its warm-up, lags the raw weights by about 500
-steps, which at step 4,611 of the 45-minute run cost 9 F1 (45.7 against 54.7 on the full dev
-set, same checkpoint; RESULTS.md). Dropout stays as in the paper.
-
-Readings taken where the paper is loose: model-encoder convs use kernel 5 (training details,
-Sec. 3.1.1) while the embedding encoder uses 7; the char CNN has width 5 and keeps the char
-width (200), so the highway runs at 300 + 200 = 500 as in the paper's "500 -> 128".
-
-Implementation choices that keep the function but not the exact float path (CPU numbers in
-``benchmarks/qanet_ablation.py``): the char CNN only computes at real characters (same
-values up to summation order); dropout masks come from 16-bit uniforms, so the drop rate is
-``p`` rounded to a multiple of 2^-16 (:mod:`rckit.layers.dropout`); under bf16 autocast on
-CPU self-attention runs in fp32 (faster there, and more precise; its backward reads the bf16
-output, :class:`~rckit.layers.attention.Fp32Attention`); each conv sublayer's ReLU is folded into
-its dropout mask, so backward keeps one 1-byte mask (``EncoderBlock.residual``); the sinusoids are cached;
-on CPU the depthwise convs run as oneDNN's 2-D depthwise kernel on a channels-last view, with
-a hand-written backward, and for one question in fp32 as shifted multiply-adds
-(:func:`~rckit.layers.conv.depthwise_conv1d`); a side of the batch with no padding at all
-(always, for one question) skips the padding products and the attention mask; outside training
-questions of one batch that share a context share its embedding and embedding-encoder pass,
-and each distinct token of the batch is embedded once (:meth:`QANet.encode`).
-``checkpoint_blocks`` (off by default) recomputes each model-encoder block in the backward
-pass instead of keeping its activations: the same gradients (the RNG is replayed), about
-half the peak memory, about a third more training time.
+Presets (``src/rckit/presets/qanet-*.json``): ``paper`` has the paper's sizes (d 128, 8 heads,
+1 x 4 embedding convs, 7 x 2 model blocks, warm-up 1000, EMA 0.9999). ``cpu-small`` fits a
+45-minute run on 2 cores: d 64, 4 heads, char dim 64, 1 x 2 and 3 x 2 blocks, no stochastic
+depth and no EMA (an average that slow lags the raw weights in so short a run; RESULTS.md).
+``checkpoint_blocks`` recomputes model-encoder blocks in backward: same gradients, less memory.
+CPU fast paths live in :mod:`rckit.kernels` (``RCKIT_KERNELS=none`` switches them off).
 """
 
 from __future__ import annotations
@@ -84,12 +51,13 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from rckit import kernels
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
+from rckit.kernels import cpu
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
-from rckit.layers.dedupe import unique_texts
-from rckit.layers.dropout import Dropout, as_factor, dropout, keep_mask, positive_mask
+from rckit.layers.dropout import Dropout, dropout
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
 
@@ -193,30 +161,17 @@ class EncoderBlock(nn.Module):
 
     def residual(self, x: torch.Tensor, y: torch.Tensor, survival: float, per_example: bool,
                  relu: bool = False) -> torch.Tensor:
-        """``x + dropout(f(y)) * keep / p_l``, ``keep`` a per-example Bernoulli(p_l) or 1, ``f``
-        the ReLU if ``relu`` else the identity.
-
-        On CPU the dropout mask, the per-example mask, the ReLU's ``y > 0`` and all the scales
-        are folded into one 0/1 byte mask, one product and the ``alpha`` of the add: two passes
-        over (B, T, d), and backward keeps that one mask (1 byte an element) where a ReLU would
-        keep its 16- or 32-bit output as well.
-        """
+        """``x + dropout(f(y)) * keep / p_l``: ``f`` the ReLU if ``relu`` else the identity,
+        ``keep`` each example's Bernoulli(p_l) draw (per-example stochastic depth) or 1."""
         if not self.training:
             return x + (torch.relu(y) if relu else y)
-        keep, scale = None, 1.0 / survival
+        keep = None
         if per_example and survival < 1.0:
-            keep = as_factor(torch.rand(x.shape[0], 1, 1, device=x.device) < survival)  # (B, 1, 1) 0/1 bytes
-        if self.p > 0.0 and x.device.type == "cpu":
-            drop, inv_keep = keep_mask(y.shape, self.p, y.device)  # (B, T, d) 0/1 bytes, a fresh tensor
-            keep, scale = drop if keep is None else drop.bitwise_and_(keep), scale * inv_keep
-            if relu:
-                keep.bitwise_and_(positive_mask(y))  # the ReLU, folded into the mask
-        else:
-            if relu:
-                y = torch.relu(y)
-            if self.p > 0.0:
-                y = dropout(y, self.p)
-        return torch.add(x, y if keep is None else y * keep, alpha=scale)
+            keep = torch.rand(x.shape[0], 1, 1, device=x.device) < survival  # (B, 1, 1)
+        if x.device.type == "cpu" and kernels.enabled("residual"):
+            return cpu.residual(x, y, self.p, survival, keep, relu)
+        y = dropout(torch.relu(y) if relu else y, self.p)
+        return x + (y if keep is None else y * keep) / survival
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float],
                 draws: list[float] | None = None) -> torch.Tensor:
@@ -281,8 +236,9 @@ class QANet(nn.Module):
         # Per-batch layer dropout skips whole sublayers: DDP must look for unused parameters.
         self.find_unused_parameters = config.layer_dropout == "batch"
         c, d = config, config.d_model
-        self.embed = InputEmbedding(emb, d, c.char_dim, c.char_conv_width, c.highway_layers, c.dropout,
-                                    c.char_dropout, c.freeze_pretrained_words)
+        n_trainable = emb.n_trainable_words if c.freeze_pretrained_words else emb.word_vectors.shape[0]
+        self.embed = InputEmbedding(emb.word_vectors, n_trainable, emb.n_chars, d, c.char_dim, c.char_conv_width,
+                                    c.highway_layers, c.dropout, c.char_dropout, emb.char_vectors)
         self.emb_enc = EncoderStack(c.emb_enc_blocks, d, c.emb_enc_convs, c.emb_enc_kernel, c.n_heads,
                                     c.dropout, c.layer_survival, c.attention_dropout)
         self.cq_att = ContextQueryAttention(d)
@@ -303,28 +259,15 @@ class QANet(nn.Module):
                q_pad: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Embedding + embedding encoder of the contexts and the questions: (B, Tc, d), (B, Tq, d).
 
-        Outside training each distinct context of the batch is encoded once and shared: these
-        layers do not see the question, and questions on one paragraph share it (SQuAD v1.1 dev
-        has about 5 a paragraph; its length-sorted batches of 32 hold 7 distinct contexts on
-        average, the bench's slice 2-7). The tokens of those contexts and of the questions then
-        go through the input embedding in one call, which embeds each distinct token once
-        (``InputEmbedding``; 62 % of a dev question's tokens at the median are words of its
-        paragraph). In training every example keeps its own dropout masks.
+        Outside training on CPU the kernel ``dedupe`` shares work between questions on one
+        context and between repeated tokens (:func:`rckit.kernels.cpu.encode_shared_contexts`).
         """
-        if self.training:
-            C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))
-            Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))
-            return C, Q
-        (B, Tc), Tq, W = batch.c_words.shape, batch.q_words.shape[1], batch.c_chars.shape[2]
-        # One example of each distinct context (which one does not matter: their rows are equal).
-        first, inverse = unique_texts(batch.c_words, batch.c_chars)  # (U,), (B,)
-        n_c = len(first) * Tc
-        words = torch.cat([batch.c_words[first].reshape(-1), batch.q_words.reshape(-1)])  # (n_c + B * Tq,)
-        chars = torch.cat([batch.c_chars[first].reshape(-1, W), batch.q_chars.reshape(-1, W)])  # (n_c + B * Tq, W)
-        x = self.embed(words[None], chars[None])[0]  # (n_c + B * Tq, d)
-        C = self.emb_enc(x[:n_c].view(len(first), Tc, -1), padding_mask(batch.c_mask[first]))
-        Q = self.emb_enc(x[n_c:].view(B, Tq, -1), q_pad)
-        return C[inverse], Q  # (B, Tc, d), (B, Tq, d)
+        if not self.training and batch.c_words.device.type == "cpu" and kernels.enabled("dedupe"):
+            return cpu.encode_shared_contexts(self.embed, self.emb_enc, batch.c_words, batch.c_chars, batch.c_mask,
+                                              batch.q_words, batch.q_chars, batch.q_mask)
+        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))
+        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))
+        return C, Q
 
     def forward(self, batch: Batch) -> QANetOutput:
         c_mask, q_mask = batch.c_mask, batch.q_mask
