@@ -22,7 +22,7 @@ from rckit.evaluation.decoding import (
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-def brute_force(start_logits, end_logits, mask, max_len, span_mask=None):
+def brute_force(start_logits, end_logits, mask, max_answer_len, span_mask=None):
     """Every valid span of every row as a list of (score, s, e), best first, in float64."""
     span_mask = mask if span_mask is None else span_mask
     rows = []
@@ -37,7 +37,7 @@ def brute_force(start_logits, end_logits, mask, max_len, span_mask=None):
         lp_s, lp_e = lp_s.tolist(), lp_e.tolist()
         spans = []
         for s in range(len(ok)):
-            for e in range(s, min(len(ok), s + max_len)):
+            for e in range(s, min(len(ok), s + max_answer_len)):
                 if all(ok[s : e + 1]):
                     spans.append((lp_s[s] + lp_e[e], s, e))
         spans.sort(key=lambda t: -t[0])
@@ -57,10 +57,10 @@ def random_case(rng: random.Random, dtype: torch.dtype, holes: bool = False):
     return start_logits, end_logits, mask, rng.randint(1, 40)
 
 
-def assert_spans_valid(start, end, mask, max_len):
+def assert_spans_valid(start, end, mask, max_answer_len):
     for b in range(mask.shape[0]):
         s, e = int(start[b]), int(end[b])
-        assert 0 <= s <= e < s + max_len
+        assert 0 <= s <= e < s + max_answer_len
         assert bool(mask[b, s : e + 1].all()), "span crosses padding"
 
 
@@ -70,16 +70,16 @@ def test_best_spans_matches_brute_force(dtype, holes):
     rng = random.Random(0)
     torch.manual_seed(0)
     for _ in range(60):
-        start_logits, end_logits, mask, max_len = random_case(rng, dtype, holes)
-        pred = best_spans(start_logits, end_logits, mask, max_len=max_len)
+        start_logits, end_logits, mask, max_answer_len = random_case(rng, dtype, holes)
+        pred = best_spans(start_logits, end_logits, mask, max_answer_len=max_answer_len)
         assert pred.start.dtype == torch.long and pred.score.dtype == torch.float32
         assert pred.start.shape == pred.end.shape == pred.score.shape == (mask.shape[0],)
-        for b, spans in enumerate(brute_force(start_logits, end_logits, mask, max_len)):
+        for b, spans in enumerate(brute_force(start_logits, end_logits, mask, max_answer_len)):
             s, e, score = int(pred.start[b]), int(pred.end[b]), float(pred.score[b])
             if not spans:
                 assert (s, e, score) == (-1, -1, -math.inf)
                 continue
-            assert_spans_valid(pred.start[b : b + 1], pred.end[b : b + 1], mask[b : b + 1], max_len)
+            assert_spans_valid(pred.start[b : b + 1], pred.end[b : b + 1], mask[b : b + 1], max_answer_len)
             assert score == pytest.approx(spans[0][0], abs=1e-4, rel=1e-5)
             # bf16 logits tie often; float32 ties only when two spans are nearly equal.
             margin = spans[0][0] - spans[1][0] if len(spans) > 1 else math.inf
@@ -93,11 +93,11 @@ def test_topk_matches_brute_force(dtype, holes):
     rng = random.Random(1)
     torch.manual_seed(1)
     for _ in range(40):
-        start_logits, end_logits, mask, max_len = random_case(rng, dtype, holes)
+        start_logits, end_logits, mask, max_answer_len = random_case(rng, dtype, holes)
         k = rng.randint(1, 12)
-        pred = topk_spans(start_logits, end_logits, mask, k, max_len=max_len)
+        pred = topk_spans(start_logits, end_logits, mask, k, max_answer_len=max_answer_len)
         assert pred.start.shape == pred.end.shape == pred.score.shape == (mask.shape[0], k)
-        for b, spans in enumerate(brute_force(start_logits, end_logits, mask, max_len)):
+        for b, spans in enumerate(brute_force(start_logits, end_logits, mask, max_answer_len)):
             n = min(k, len(spans))
             expected = [t[0] for t in spans[:n]]
             assert pred.score[b, :n].tolist() == pytest.approx(expected, abs=1e-4, rel=1e-5)
@@ -116,8 +116,8 @@ def test_best_equals_top1():
     torch.manual_seed(2)
     start_logits, end_logits = torch.randn(8, 50), torch.randn(8, 50)
     mask = torch.arange(50)[None, :] < torch.randint(1, 51, (8, 1))
-    best = best_spans(start_logits, end_logits, mask, max_len=7)
-    top = topk_spans(start_logits, end_logits, mask, 3, max_len=7)
+    best = best_spans(start_logits, end_logits, mask, max_answer_len=7)
+    top = topk_spans(start_logits, end_logits, mask, 3, max_answer_len=7)
     assert torch.equal(best.start, top.start[:, 0]) and torch.equal(best.end, top.end[:, 0])
     assert torch.allclose(best.score, top.score[:, 0])
 
@@ -128,8 +128,8 @@ def test_padding_invariance(dtype):
     B, T, P = 5, 30, 17
     start_logits, end_logits = torch.randn(B, T).to(dtype), torch.randn(B, T).to(dtype)
     mask = torch.arange(T)[None, :] < torch.tensor([[30], [1], [12], [29], [5]])
-    base = best_spans(start_logits, end_logits, mask, max_len=10)
-    base_top = topk_spans(start_logits, end_logits, mask, 4, max_len=10)
+    base = best_spans(start_logits, end_logits, mask, max_answer_len=10)
+    base_top = topk_spans(start_logits, end_logits, mask, 4, max_answer_len=10)
 
     big = torch.finfo(dtype).max
     for value in (big, -big, math.inf, math.nan):
@@ -139,10 +139,10 @@ def test_padding_invariance(dtype):
         pad = torch.full((B, P), value, dtype=dtype)
         s2, e2 = torch.cat([junk_s, pad], 1), torch.cat([junk_e, pad], 1)
         m2 = torch.cat([mask, torch.zeros(B, P, dtype=torch.bool)], 1)
-        pred = best_spans(s2, e2, m2, max_len=10)
+        pred = best_spans(s2, e2, m2, max_answer_len=10)
         assert torch.equal(pred.start, base.start) and torch.equal(pred.end, base.end)
         assert torch.allclose(pred.score, base.score, atol=1e-5)
-        top = topk_spans(s2, e2, m2, 4, max_len=10)
+        top = topk_spans(s2, e2, m2, 4, max_answer_len=10)
         assert torch.equal(top.start, base_top.start) and torch.equal(top.end, base_top.end)
         assert torch.allclose(top.score, base_top.score, atol=1e-5)
 
@@ -152,23 +152,23 @@ def test_max_len_one_gives_single_tokens_and_spans_stay_inside_mask():
     B, T = 16, 40
     start_logits, end_logits = torch.randn(B, T), torch.randn(B, T)
     mask = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B, 1))
-    pred = best_spans(start_logits, end_logits, mask, max_len=1)
+    pred = best_spans(start_logits, end_logits, mask, max_answer_len=1)
     assert torch.equal(pred.start, pred.end)
     # Make the padding look like the best possible answer: it must still be ignored.
     start_logits = start_logits.masked_fill(~mask, 1e4)
     end_logits = end_logits.masked_fill(~mask, 1e4)
-    for max_len in (1, 3, 30, 100):
-        pred = best_spans(start_logits, end_logits, mask, max_len=max_len)
-        assert_spans_valid(pred.start, pred.end, mask, max_len)
+    for max_answer_len in (1, 3, 30, 100):
+        pred = best_spans(start_logits, end_logits, mask, max_answer_len=max_answer_len)
+        assert_spans_valid(pred.start, pred.end, mask, max_answer_len)
 
 
 def test_max_len_counts_both_ends():
     start_logits = torch.tensor([[9.0, 0.0, 0.0, 0.0, 0.0]])
     end_logits = torch.tensor([[0.0, 0.0, 5.0, 0.0, 9.0]])
     mask = torch.ones(1, 5, dtype=torch.bool)
-    # (0, 4) is 5 tokens long: allowed with max_len=5, not with max_len=4.
-    assert best_spans(start_logits, end_logits, mask, max_len=5).end.item() == 4
-    assert best_spans(start_logits, end_logits, mask, max_len=4).end.item() == 2
+    # (0, 4) is 5 tokens long: allowed with max_answer_len=5, not with max_answer_len=4.
+    assert best_spans(start_logits, end_logits, mask, max_answer_len=5).end.item() == 4
+    assert best_spans(start_logits, end_logits, mask, max_answer_len=4).end.item() == 2
 
 
 def test_single_real_token_and_empty_rows():
@@ -253,7 +253,7 @@ def test_null_only_row_and_bad_null_index():
 def test_bad_arguments():
     x, mask = torch.zeros(2, 5), torch.ones(2, 5, dtype=torch.bool)
     with pytest.raises(ValueError):
-        best_spans(x, x, mask, max_len=0)
+        best_spans(x, x, mask, max_answer_len=0)
     with pytest.raises(ValueError):
         best_spans(x, x, mask.long())
     with pytest.raises(ValueError):
@@ -318,8 +318,8 @@ def test_large_batch_runs():
     B, T = 64, 400
     start_logits, end_logits = torch.randn(B, T), torch.randn(B, T)
     mask = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B, 1))
-    pred = best_spans(start_logits, end_logits, mask, max_len=30)
+    pred = best_spans(start_logits, end_logits, mask, max_answer_len=30)
     assert pred.start.shape == (B,)
     assert_spans_valid(pred.start, pred.end, mask, 30)
-    top = topk_spans(start_logits, end_logits, mask, 20, max_len=30)
+    top = topk_spans(start_logits, end_logits, mask, 20, max_answer_len=30)
     assert top.start.shape == (B, 20)

@@ -4,12 +4,15 @@ A span model gives, for every context token ``i``, a start logit and an end logi
 ``p_start = softmax(start_logits)`` and ``p_end = softmax(end_logits)``, both taken over the
 real tokens only, the answer is the span ``(s, e)`` that maximises
 
-    p_start[s] * p_end[e]   subject to   s <= e  and  e - s + 1 <= max_len     (BiDAF / QANet)
+    p_start[s] * p_end[e]   subject to   s <= e  and  e - s + 1 <= max_answer_len     (BiDAF / QANet)
 
 which is decoded here as the maximum of ``log p_start[s] + log p_end[e]``.
 
-``max_len`` is the answer length in tokens, counting both ends: ``max_len=1`` allows only
-single-token answers and ``max_len=30`` (the QANet setting) allows ``e <= s + 29``.
+``max_answer_len`` is the answer length in tokens, counting both ends: ``max_answer_len=1``
+allows only single-token answers and ``max_answer_len=30`` (the QANet setting) allows
+``e <= s + 29``. A run keeps it in its :class:`DecodeConfig` (``decode`` in ``config.json`` and
+in the checkpoint; ``--set decode.max_answer_len=N`` at training time), and evaluation,
+prediction, ``rckit bench`` and the training-time dev evaluation all decode with that.
 
 A span is *valid* when every token in it is real (``mask`` True), so a span never crosses
 padding, or a hole in the mask. With the usual right padding this is simply
@@ -26,8 +29,8 @@ padded positions may be anything (huge, inf, nan): they are overwritten before u
 Rows with no valid span (an all-padding mask, or only the null position in
 :func:`best_spans_with_null`) decode to ``start = end = -1`` and ``score = -inf``.
 
-Memory is O(B * T * max_len): scores are only formed on the band ``s <= e < s + max_len``,
-never on the full (T, T) matrix.
+Memory is O(B * T * max_answer_len): scores are only formed on the band
+``s <= e < s + max_answer_len``, never on the full (T, T) matrix.
 """
 
 from __future__ import annotations
@@ -37,6 +40,18 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from rckit.config import from_dict
+
+
+@dataclass
+class DecodeConfig:
+    """How answers are read off a span model's logits; saved with the run as ``decode``.
+
+    A cloze model's answer is the argmax over its entities, whatever this says.
+    """
+
+    max_answer_len: int = 30  # tokens, both ends counted (the QANet setting)
 
 
 @dataclass
@@ -48,7 +63,9 @@ class SpanPrediction:
     score: torch.Tensor  # float32, log p_start[start] + log p_end[end], -inf where no span
 
 
-def _check_inputs(start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_len: int) -> None:
+def _check_inputs(
+    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_answer_len: int
+) -> None:
     if start_logits.dim() != 2 or start_logits.shape != end_logits.shape or start_logits.shape != mask.shape:
         raise ValueError(
             "start_logits, end_logits and mask must all be (B, T); got "
@@ -58,8 +75,8 @@ def _check_inputs(start_logits: torch.Tensor, end_logits: torch.Tensor, mask: to
         raise ValueError(f"mask must be bool (True = real token), got {mask.dtype}")
     if not start_logits.is_floating_point() or not end_logits.is_floating_point():
         raise ValueError("start_logits and end_logits must be floating point")
-    if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    if max_answer_len < 1:
+        raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
 
 
 def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -69,15 +86,15 @@ def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 
 
 def _band_scores(
-    log_p_start: torch.Tensor, log_p_end: torch.Tensor, span_mask: torch.Tensor, max_len: int
+    log_p_start: torch.Tensor, log_p_end: torch.Tensor, span_mask: torch.Tensor, max_answer_len: int
 ) -> torch.Tensor:
     """Scores of all spans on the band, ``-inf`` where the span is not valid.
 
     Entry ``[b, s, d]`` is the span ``(s, s + d)``, so ``d = end - start`` in ``[0, L)`` with
-    ``L = min(max_len, T)`` (a longer band could only hold spans running past the end).
+    ``L = min(max_answer_len, T)`` (a longer band could only hold spans running past the end).
     """
     B, T = log_p_start.shape
-    L = min(max_len, T)
+    L = min(max_answer_len, T)
     d = torch.arange(L, device=log_p_start.device)  # (L,)
 
     # unfold gives a strided view: band[b, s, d] = padded[b, s + d], no copy until the add below.
@@ -121,32 +138,32 @@ def _decode_best(scores: torch.Tensor) -> SpanPrediction:
 
 @torch.no_grad()
 def best_spans(
-    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_len: int = 30
+    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_answer_len: int = 30
 ) -> SpanPrediction:
     """The most likely answer span of every example.
 
     Args:
         start_logits, end_logits: (B, T) raw logits, any float dtype, any device.
         mask: (B, T) bool, True = real token.
-        max_len: longest answer in tokens, both ends included: ``end - start + 1 <= max_len``.
+        max_answer_len: longest answer in tokens, both ends included: ``end - start + 1 <= max_answer_len``.
 
     Returns:
         :class:`SpanPrediction` with (B,) tensors on the input device. ``score`` is float32
         ``log p_start[start] + log p_end[end]``. Ties go to the smallest start, then the
         shortest span. A row with no real token gives ``(-1, -1)`` and score ``-inf``.
     """
-    _check_inputs(start_logits, end_logits, mask, max_len)
+    _check_inputs(start_logits, end_logits, mask, max_answer_len)
     B, T = start_logits.shape
     if T == 0:
         return _empty((B,), start_logits.device)
     log_p_start = _masked_log_softmax(start_logits, mask)
     log_p_end = _masked_log_softmax(end_logits, mask)
-    return _decode_best(_band_scores(log_p_start, log_p_end, mask, max_len))
+    return _decode_best(_band_scores(log_p_start, log_p_end, mask, max_answer_len))
 
 
 @torch.no_grad()
 def topk_spans(
-    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, k: int, max_len: int = 30
+    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, k: int, max_answer_len: int = 30
 ) -> SpanPrediction:
     """The ``k`` most likely answer spans of every example, best first.
 
@@ -155,7 +172,7 @@ def topk_spans(
     than ``k`` valid spans, its last entries are padding: ``start = end = -1`` and
     ``score = -inf``.
     """
-    _check_inputs(start_logits, end_logits, mask, max_len)
+    _check_inputs(start_logits, end_logits, mask, max_answer_len)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     B, T = start_logits.shape
@@ -163,7 +180,7 @@ def topk_spans(
         return _empty((B, k), start_logits.device)
     log_p_start = _masked_log_softmax(start_logits, mask)
     log_p_end = _masked_log_softmax(end_logits, mask)
-    scores = _band_scores(log_p_start, log_p_end, mask, max_len)  # (B, T, L)
+    scores = _band_scores(log_p_start, log_p_end, mask, max_answer_len)  # (B, T, L)
     L = scores.shape[2]
 
     flat = scores.reshape(B, T * L)  # (B, T * L)
@@ -185,7 +202,7 @@ def best_spans_with_null(
     end_logits: torch.Tensor,
     mask: torch.Tensor,
     null_index: int = 0,
-    max_len: int = 30,
+    max_answer_len: int = 30,
     threshold: float = 0.0,
 ) -> tuple[SpanPrediction, torch.Tensor]:
     """Best span plus a no-answer decision, for SQuAD v2.0 models with a null position.
@@ -206,7 +223,7 @@ def best_spans_with_null(
     Raises:
         ValueError: if ``null_index`` is out of range or not a real token in every row.
     """
-    _check_inputs(start_logits, end_logits, mask, max_len)
+    _check_inputs(start_logits, end_logits, mask, max_answer_len)
     B, T = start_logits.shape
     if not 0 <= null_index < T:
         raise ValueError(f"null_index {null_index} is out of range for T = {T}")
@@ -219,7 +236,7 @@ def best_spans_with_null(
 
     span_mask = mask.clone()
     span_mask[:, null_index] = False
-    pred = _decode_best(_band_scores(log_p_start, log_p_end, span_mask, max_len))
+    pred = _decode_best(_band_scores(log_p_start, log_p_end, span_mask, max_answer_len))
     is_null = (null_score - pred.score) > threshold
     return pred, is_null
 
@@ -257,3 +274,15 @@ def span_to_text(context: str, offsets: Sequence[tuple[int, int]] | torch.Tensor
     if char_end > len(context):
         raise ValueError(f"character span [{char_start}, {char_end}) runs past the context ({len(context)} chars)")
     return context[char_start:char_end]
+
+
+def decode_config_of(record: dict) -> DecodeConfig:
+    """The decode settings a run was saved with, from its checkpoint or its ``config.json``.
+
+    Runs saved before decoding had its own ``decode`` section kept ``max_answer_len`` in
+    ``train_config``; runs older still kept neither and decoded with the default.
+    """
+    if record.get("decode") is not None:
+        return from_dict(DecodeConfig, record["decode"])
+    old = (record.get("train_config") or {}).get("max_answer_len")
+    return DecodeConfig() if old is None else DecodeConfig(max_answer_len=int(old))
