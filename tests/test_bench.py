@@ -11,9 +11,9 @@ import torch
 from rckit.cli import main
 from rckit.data.cloze_data import load_cloze_data
 from rckit.data.cloze_synthetic import write_synthetic_cloze
+from rckit.evaluation.predict import predict_cloze
 from rckit.models import MODELS
 from rckit.training.bench import ClozeQuestions, bench
-from rckit.training.tasks import predict_cloze
 
 KEYS = ("train_examples_per_s", "train_first_pass_examples_per_s", "inference_examples_per_s", "latency_ms_median",
         "latency_ms_p90", "peak_rss_mb", "train_questions", "dtype", "device", "threads", "trainable_parameters",

@@ -283,3 +283,29 @@ def test_a_models_loss_terms_reach_metrics_and_the_learning_curve(prepared, tmp_
         assert {"loss_ce", "loss_rl", "loss_w_ce", "loss_w_rl"} <= set(r)
         assert 0 <= r["loss_rl"] <= 1 and r["loss_ce"] > 0 and r["loss_w_ce"] > 0 and r["loss_w_rl"] > 0
     assert (tmp_path / "r" / "learning_curve.png").stat().st_size > 0
+
+
+def test_train_saves_its_decode_settings_beside_the_train_config(prepared, tmp_path):
+    from rckit.evaluation.decoding import DecodeConfig
+
+    train("qanet", QANet, QANetConfig(**TINY_MODEL), TrainConfig(**TINY_TRAIN), prepared, tmp_path / "r", max_steps=3,
+          progress=False, decode=DecodeConfig(max_answer_len=3))
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    for ckpt in (load_checkpoint(tmp_path / "r" / "last.pt"), load_checkpoint(tmp_path / "r" / "best.pt"), config):
+        assert ckpt["decode"] == {"max_answer_len": 3} and "max_answer_len" not in ckpt["train_config"]
+
+
+def test_bench_decodes_spans_with_the_decode_settings(prepared):
+    from rckit.evaluation.decoding import DecodeConfig
+    from rckit.training.bench import SpanQuestions
+
+    torch.manual_seed(0)
+    model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info()).eval()
+    split = prepared.split("dev")
+    one, default = SpanQuestions(split, decode=DecodeConfig(max_answer_len=1)), SpanQuestions(split)
+    batch = one.eval_batch(one.rows(8))
+    with torch.no_grad():
+        out = model(batch)
+    assert (one.decode(out, batch).end == one.decode(out, batch).start).all()
+    spans = default.decode(out, batch)  # the default settings: answers of up to 30 tokens
+    assert (spans.end - spans.start < 30).all() and (spans.end >= spans.start).all()

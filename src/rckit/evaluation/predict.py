@@ -1,20 +1,44 @@
-"""From a trained span model to answer strings: whole splits, or one question at a time."""
+"""From a trained model to its answers: whole splits, or one question at a time.
+
+:func:`predict` is the one entry for a split of either task, as training's dev evaluation and
+``rckit evaluate`` use it: a SQuAD split (:class:`SquadSplit`) gives ``{question id: answer
+text}`` through :func:`predict_split` (span decoding with the run's :class:`DecodeConfig`), a
+cloze split (:class:`ClozeSplit`) gives the predicted entity number of every example through
+:func:`predict_cloze`. :func:`answer` answers one question about one context.
+"""
 
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 import torch
 
 from rckit.data.batching import BucketBatchSampler, SquadSplit
-from rckit.evaluation.decoding import best_spans, span_to_text
+from rckit.data.cloze import ClozeSplit
+from rckit.device import autocast
+from rckit.evaluation.decoding import DecodeConfig, best_spans, span_to_text
 
 
-def autocast(device: torch.device, dtype: torch.dtype | None):
-    if dtype is None or dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+def predict(
+    model: torch.nn.Module,
+    split: SquadSplit | ClozeSplit,
+    rows=None,
+    batch_size: int = 32,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    decode: DecodeConfig | None = None,
+    progress=None,
+) -> dict[str, str] | np.ndarray:
+    """The model's answers to ``rows`` of ``split`` (default: all), whichever task it is.
+
+    SQuAD: ``{question id: answer text}``, spans of at most ``decode.max_answer_len`` tokens.
+    Cloze: the predicted entity numbers, an int64 array in the order of ``rows``.
+    ``progress(n)``, if given, is called after each batch with its number of examples.
+    """
+    if isinstance(split, ClozeSplit):
+        rows = np.arange(len(split)) if rows is None else rows
+        return predict_cloze(model, split, rows, batch_size, device, dtype, progress=progress)
+    decode = decode or DecodeConfig()
+    return predict_split(model, split, rows, batch_size, decode.max_answer_len, device, dtype, progress)
 
 
 @torch.inference_mode()
@@ -54,6 +78,30 @@ def predict_split(
     finally:
         model.train(was_training)
     return preds
+
+
+@torch.inference_mode()
+def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: torch.device | str = "cpu",
+                  dtype: torch.dtype | None = None, max_doc_len: int | None = None, progress=None) -> np.ndarray:
+    """The predicted entity number for each of ``rows``, in that order: the argmax of the logits
+    (non-candidates already sit at the bottom). Documents are read whole unless ``max_doc_len``."""
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    rows = np.asarray(rows)
+    out_pred = np.empty(len(rows), dtype=np.int64)
+    lengths = np.asarray(split.lengths)[rows]
+    try:
+        for b in BucketBatchSampler(lengths, batch_size, shuffle=False):
+            batch = split.collate(rows[b], max_doc_len).to(device)
+            with autocast(device, dtype):
+                out = model(batch)
+            out_pred[b] = out.logits.float().argmax(-1).cpu().numpy()
+            if progress is not None:
+                progress(len(b))
+    finally:
+        model.train(was_training)
+    return out_pred
 
 
 @torch.inference_mode()

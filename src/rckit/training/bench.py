@@ -7,7 +7,8 @@ the decoding.
 
 - SQuAD span models: the first ``n_questions`` dev questions that have an answer; training
   contexts cut at ``max_c_len`` tokens (questions at ``max_q_len``); decoding is
-  ``best_spans`` with answers of at most 30 tokens, as ``rckit evaluate`` decodes.
+  ``best_spans`` with the run's :class:`DecodeConfig` (a fresh model: the preset's ``decode``
+  section, else the default), as ``rckit evaluate`` decodes.
 - Cloze models (``task="cloze"``, ``rckit bench --cloze-data DIR``): the first ``n_questions``
   examples of the cloze data's dev split; training documents cut at ``max_c_len`` tokens and
   bucketed as ``ClozeTask`` buckets them, with the loss the engine uses (cross-entropy over the
@@ -15,23 +16,24 @@ the decoding.
   entities, non-candidates already at the bottom of the logits. The file's entity numbering is
   kept: training redraws it per batch, which changes neither the shapes nor the work.
 
-Training examples/s: forward + backward + Adam step on batches of ``batch_size`` questions,
-bucketed by length as in training, over ``train_steps`` steps that follow one untimed pass over
-every batch: the steady state of a training run. The first pass is reported on its own
-(``train_first_pass_examples_per_s``): it also pays for what a run pays once, the heap growing
-to the largest batch (page faults) and oneDNN building its kernels for each new shape; with
-huge pages (``memory.use_huge_pages``, on in ``rckit``) it runs about as fast as the steps after
-it (BENCHMARKS.md, round 4).
-Inference examples/s: batch 32, whole contexts (documents), decoding included.
-Latency: one question at a time (batch 1), median and 90th percentile.
+What is measured:
+
+- training examples/s: forward + backward + Adam step on batches of ``batch_size`` questions,
+  bucketed by length as in training, over ``train_steps`` steps that follow one untimed pass
+  over every batch: the steady state of a training run. The first pass is reported on its own
+  (``train_first_pass_examples_per_s``): it also pays for what a run pays once, the heap
+  growing to the largest batch and oneDNN building its kernels for each new shape, which huge
+  pages (``memory.use_huge_pages``, on in ``rckit bench`` as in ``rckit train``) make cheaper;
+- inference examples/s: batch 32, whole contexts (documents), decoding included;
+- latency: one question at a time (batch 1), median and 90th percentile;
+- peak memory: the process's peak resident set (CPU) or peak allocated CUDA memory.
+
 ``train_steps=0`` (``rckit bench --steps 0``) leaves training out: inference and latency in a
-process that has not trained, as ``rckit evaluate``, ``predict`` and ``serve`` run them. After
-training in the same process inference runs slower than in a process that has not trained,
-and timing inference first instead raises the peak resident set (the training heap grows
-around what inference left), so the full bench keeps training first (BENCHMARKS.md, QANet
-round 6). Peak memory: the process's peak resident set (CPU) or peak allocated CUDA memory.
-``heap_limit_mb``: as ``rckit train --heap-limit-mb`` for the training part, the heap's ceiling
-for inference after it (``memory.py``).
+process that has not trained, as ``rckit evaluate``, ``predict`` and ``serve`` run them. Training
+in the same process changes how fast inference runs and how high the peak resident set gets,
+and the order matters, so the full bench always trains first. ``heap_limit_mb``: as
+``rckit train --heap-limit-mb`` for the training part, the heap's ceiling for inference after
+it (``memory.py``). BENCHMARKS.md has the figures and what each choice here is worth.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ import numpy as np
 import torch
 
 from rckit.data.batching import BucketBatchSampler
-from rckit.evaluation.decoding import best_spans
-from rckit.evaluation.predict import autocast
+from rckit.device import autocast
+from rckit.evaluation.decoding import DecodeConfig, best_spans
 from rckit.training import memory
 from rckit.training.losses import span_loss
 from rckit.training.tasks import cloze_loss
@@ -54,8 +56,9 @@ from rckit.training.tasks import cloze_loss
 class SpanQuestions:
     """SQuAD questions of a prepared split: span logits, the span loss (or the model's own)."""
 
-    def __init__(self, split, max_c_len: int = 400, max_q_len: int = 50):
+    def __init__(self, split, max_c_len: int = 400, max_q_len: int = 50, decode: DecodeConfig | None = None):
         self.split, self.max_c_len, self.max_q_len = split, max_c_len, max_q_len
+        self.max_answer_len = (decode or DecodeConfig()).max_answer_len
 
     def rows(self, n_questions: int) -> np.ndarray:
         idx = np.arange(min(n_questions, len(self.split)))
@@ -89,7 +92,7 @@ class SpanQuestions:
         return loss
 
     def decode(self, out, batch):
-        return best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, 30)
+        return best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, self.max_answer_len)
 
 
 class ClozeQuestions:
@@ -127,13 +130,34 @@ class ClozeQuestions:
         return out.logits.float().argmax(-1)  # (B,) entity numbers
 
 
+def bench_model(model_name: str, mcfg, tcfg, decode: DecodeConfig, data, device, dtype, train_steps: int = 20,
+                n_questions: int = 1024, heap_limit_mb: float = 0.0) -> dict:
+    """Bench a fresh ``model_name`` (seeded) built on ``data``: prepared SQuAD, or the
+    ``ClozeData`` of a cloze model, whose dev split gives the slice."""
+    from rckit.models import MODELS
+
+    if getattr(mcfg, "head", None) == "cloze":
+        split = data.dev
+        # Documents cut for training as the preset's runs cut them; evaluation reads them whole.
+        task_args = {"task": "cloze", "max_c_len": tcfg.max_c_len, "max_q_len": tcfg.max_q_len}
+    else:
+        split = data.split("dev")
+        task_args = {}  # span: contexts cut at 400 tokens for training, bench()'s defaults
+    torch.manual_seed(0)
+    model = MODELS[model_name][1](mcfg, data.embedding_info()).to(device)
+    return bench(model, split, device, dtype, train_steps=train_steps, n_questions=n_questions,
+                 heap_limit_mb=heap_limit_mb, decode=decode, **task_args)
+
+
 def bench(model, split, device, dtype, batch_size=32, train_steps=20, n_questions=1024, latency_questions=100,
-          max_c_len=400, warmup=3, heap_limit_mb=0.0, task="span", max_q_len=50) -> dict:
+          max_c_len=400, warmup=3, heap_limit_mb=0.0, task="span", max_q_len=50,
+          decode: DecodeConfig | None = None) -> dict:
     """``task``: ``"span"`` (``split`` a prepared SQuAD split) or ``"cloze"`` (a ``ClozeSplit``).
     ``max_c_len`` / ``max_q_len``: training limits (cloze: ``max_c_len`` cuts documents).
-    ``warmup``: untimed inference batches and questions; training warms up with a whole pass."""
+    ``warmup``: untimed inference batches and questions; training warms up with a whole pass.
+    ``decode``: how spans are decoded (default :class:`DecodeConfig`); cloze ignores it."""
     if task == "span":
-        questions = SpanQuestions(split, max_c_len, max_q_len)
+        questions = SpanQuestions(split, max_c_len, max_q_len, decode)
     elif task == "cloze":
         questions = ClozeQuestions(split, max_c_len, max_q_len)
     else:

@@ -1,18 +1,22 @@
 """The training engine every model shares: one loop, read top to bottom.
 
-``train()`` builds the model, optimiser (Adam or RMSProp, with L2), warm-up schedule and EMA, then runs
-steps over length-bucketed batches until ``max_steps``, ``time_budget`` or a SIGINT/SIGTERM,
-evaluating on a fixed dev subset with the EMA weights swapped in, keeping the best checkpoint
-by the task's dev score (F1 for SQuAD, accuracy for cloze) and a ``last.pt`` every
-``checkpoint_every`` steps. What is trained on is a task (:mod:`rckit.training.tasks`): its
-batches, its loss and its dev metric; a prepared SQuAD directory means the span task.
+``train()`` reads in the order a run happens: :func:`set_up` builds the model, optimiser (Adam
+or RMSProp, with L2), warm-up schedule, EMA and batch order; :func:`resume_from` puts a stopped
+run back where it was; then :func:`train_step` runs over length-bucketed batches until
+``max_steps``, ``time_budget`` or a SIGINT/SIGTERM (:func:`stop_reason`), and
+:func:`evaluate_and_keep_best` scores a fixed dev subset with the EMA weights swapped in,
+keeping the best checkpoint by the task's dev score (F1 for SQuAD, accuracy for cloze), beside
+a ``last.pt`` every ``checkpoint_every`` steps. What is trained on is a task
+(:mod:`rckit.training.tasks`): its batches, its loss and its dev metric; a prepared SQuAD
+directory means the span task. Dev answers are decoded with the run's :class:`DecodeConfig`.
 
 A stopped run resumes exactly:
 the sampler's order is a function of (seed, epoch), the checkpoint records the position in
 the epoch and the RNG state, so N steps equal k steps + resume + N - k steps.
 
-Run directory: ``config.json``, ``metrics.jsonl`` (one JSON per log/eval event),
-``learning_curve.png``, ``last.pt``, ``best.pt``. A model whose ``loss()`` leaves a dict of
+Run directory: ``config.json`` (model, train and decode settings, task, data),
+``metrics.jsonl`` (one JSON per log/eval event), ``learning_curve.png``, ``last.pt``,
+``best.pt``, ``summary.json``. A model whose ``loss()`` leaves a dict of
 scalar tensors in ``model.loss_terms`` (DCN+: its two loss terms and their learned weights)
 gets their means over each logging window in ``metrics.jsonl`` as ``loss_<name>``.
 """
@@ -26,6 +30,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,9 +38,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from rckit.config import differences
 from rckit.data.batching import BucketBatchSampler
-from rckit.evaluation.predict import autocast
+from rckit.device import autocast
+from rckit.evaluation.decoding import DecodeConfig
 from rckit.training.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
-from rckit.training.distributed import any_true, barrier, init_distributed
+from rckit.training.distributed import DistInfo, any_true, barrier, init_distributed
 from rckit.training.ema import EMA
 from rckit.training.tasks import SpanTask
 
@@ -58,7 +64,6 @@ class TrainConfig:
     renumber_entities: bool = True  # cloze: draw the entity numbering afresh for every training batch
     max_q_len: int = 50
     long_contexts: str = "truncate"  # "truncate" (keep if the answer fits) or "drop"
-    max_answer_len: int = 30
     eval_every: int = 1000
     eval_questions: int = 2000  # fixed random dev subset for periodic evaluation; 0 = all
     log_every: int = 50
@@ -147,6 +152,61 @@ def _trim_metrics(path: Path, step: int) -> None:
     path.write_text("".join(ln + "\n" for ln in keep))
 
 
+# ------------------------------------------------------------------------- what a run is made of
+
+
+class RunFiles:
+    """The run directory's files (see the module docstring)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.last, self.best = self.root / "last.pt", self.root / "best.pt"
+        self.metrics, self.curve = self.root / "metrics.jsonl", self.root / "learning_curve.png"
+        self.config, self.summary = self.root / "config.json", self.root / "summary.json"
+
+
+@dataclass
+class Run:
+    """What a run is, fixed when it starts: its settings, task, files, processes and device."""
+
+    model_name: str
+    model_cfg: Any
+    cfg: TrainConfig
+    decode: DecodeConfig
+    task: Any  # SpanTask or ClozeTask
+    files: RunFiles
+    dist: DistInfo
+    device: torch.device
+    dtype: torch.dtype | None  # autocast dtype, None for fp32
+
+
+@dataclass
+class Parts:
+    """What set-up builds: the model, what trains it, and the order it reads the data in."""
+
+    model: torch.nn.Module
+    params: list
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    ema: EMA
+    sampler: BucketBatchSampler
+    dev_rows: np.ndarray  # the fixed dev subset of periodic evaluation
+
+
+@dataclass
+class RunState:
+    """Where the run is: what a checkpoint records so that a resumed run goes on exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    elapsed: float = 0.0  # training seconds, summed over resumes
+    best_score: float = -1.0
+
+
+# ------------------------------------------------------------------------------------ the loop
+
+
 def train(
     model_name: str,
     model_cls,
@@ -159,194 +219,272 @@ def train(
     resume: bool = False,
     device: str | torch.device = "cpu",
     progress: bool = True,
+    decode: DecodeConfig | None = None,
 ) -> dict:
     """Train and return a summary (steps, best dev score, seconds). See the module docstring.
 
     ``data``: a task from :mod:`rckit.training.tasks`, or prepared SQuAD data (the span task).
+    ``decode``: how dev answers are decoded; saved with the run (default :class:`DecodeConfig`).
     """
+    dist, device = start_processes(device, cfg)
+    files = RunFiles(run_dir)
+    if dist.is_main:
+        open_run_dir(files, resume)
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    task = data if hasattr(data, "score_key") else SpanTask(data, cfg)
+    run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device, amp_dtype(cfg, device))
+    parts = set_up(run, model_cls)
+    state = resume_from(run, parts) if resume else RunState()
+    if dist.is_main:
+        write_config(run)
+    net = data_parallel(parts.model, dist)
+    bar = progress_bar(max_steps, state.step) if progress and dist.is_main else None
+    window = LogWindow()
+    t_start = time.perf_counter() - state.elapsed
+    stopped_by = "max_steps" if max_steps is not None and state.step >= max_steps else None
+    batches = training_batches(parts.sampler, task.train_rows, state)
+    parts.model.train()
+    with StopFlag() as stop:
+        while stopped_by is None:
+            ids = next(batches)
+            loss = train_step(run, net, parts, ids)
+            state.step += 1
+            state.batch_in_epoch += 1
+            state.elapsed = time.perf_counter() - t_start
+            window.add(loss.item(), len(ids), getattr(parts.model, "loss_terms", {}))
+            if state.step % cfg.log_every == 0:
+                log_window(run, window, state, parts.sched.get_last_lr()[0], bar, time_budget)
+            if bar is not None:
+                bar.update(1)
+            stopped_by = stop_reason(run, state, max_steps, time_budget, stop.requested)
+            if dist.is_main and (state.step % cfg.eval_every == 0 or stopped_by):
+                t_eval = time.perf_counter()
+                evaluate_and_keep_best(run, parts, state, bar)
+                window.t += time.perf_counter() - t_eval  # keep evaluation out of examples/s
+            if state.step % cfg.checkpoint_every == 0 or stopped_by:
+                checkpoint(run, parts, state, files.last)
+            barrier(dist)
+    if bar is not None:
+        bar.close()
+    return write_summary(run, state, stopped_by, len(parts.sampler))
+
+
+# ------------------------------------------------------------------------ set-up and resume
+
+
+def start_processes(device: str | torch.device, cfg: TrainConfig) -> tuple[DistInfo, torch.device]:
+    """Join the process group under torchrun (one CUDA device per process); check the batch splits."""
     device = torch.device(device)
     dist = init_distributed(device)
     if dist.enabled and device.type == "cuda":
         device = torch.device("cuda", dist.local_rank)
         torch.cuda.set_device(device)
-    run_dir = Path(run_dir)
-    main = dist.is_main
     if cfg.batch_size % dist.world_size:
         raise ValueError(f"batch_size {cfg.batch_size} must divide by the {dist.world_size} processes")
-    last_path, best_path, metrics_path = run_dir / "last.pt", run_dir / "best.pt", run_dir / "metrics.jsonl"
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        remove_stale_temp_files(run_dir)  # left by a checkpoint write that was killed before its rename
-        if not resume and last_path.exists():
-            raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
+    return dist, device
 
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    task = data if hasattr(data, "score_key") else SpanTask(data, cfg)
-    model = model_cls(model_cfg, task.model_inputs()).to(device)
+
+def open_run_dir(files: RunFiles, resume: bool) -> None:
+    """Create the run directory; refuse one that holds a run unless resuming it."""
+    files.root.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(files.root)  # left by a checkpoint write that was killed before its rename
+    if not resume and files.last.exists():
+        raise FileExistsError(f"{files.root} already holds a run; pass --resume to continue it or choose another --out")
+
+
+def set_up(run: Run, model_cls) -> Parts:
+    """The model on its device, Adam/RMSProp, the warm-up schedule, the EMA and the batch order."""
+    cfg, dist = run.cfg, run.dist
+    model = model_cls(run.model_cfg, run.task.model_inputs()).to(run.device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_factor(s, cfg.warmup_steps))
     ema = EMA(model, cfg.ema_decay)
+    sampler = BucketBatchSampler(run.task.train_lengths, cfg.batch_size // dist.world_size, seed=cfg.seed,
+                                 pool_batches=cfg.pool_batches, num_replicas=dist.world_size, rank=dist.rank)
+    dev_rows = eval_subset(run.task.n_dev, cfg.eval_questions, cfg.seed)
+    return Parts(model, params, opt, sched, ema, sampler, dev_rows)
 
-    rows = task.train_rows
-    sampler = BucketBatchSampler(
-        task.train_lengths,
-        cfg.batch_size // dist.world_size,
-        seed=cfg.seed,
-        pool_batches=cfg.pool_batches,
-        num_replicas=dist.world_size,
-        rank=dist.rank,
-    )
-    dev_rows = eval_subset(task.n_dev, cfg.eval_questions, cfg.seed)
 
-    step = epoch = batch_in_epoch = 0
-    elapsed = 0.0
-    best_score = -1.0
-    if resume:
-        if not last_path.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {last_path}")
-        ckpt = load_checkpoint(last_path)
-        if ckpt["model_name"] != model_name or ckpt["model_config"] != asdict(model_cfg):
-            was = {"model": ckpt["model_name"], **ckpt["model_config"]}
-            raise CheckpointError(f"{last_path}: written by a different model or config (checkpoint -> now: "
-                                  f"{differences(was, {'model': model_name, **asdict(model_cfg)})}); refusing to "
-                                  "resume: give the run's --preset and --set again, or choose another --out")
-        task.check_resume(ckpt, last_path)
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        sched.load_state_dict(ckpt["scheduler"])
-        ema.load_state_dict(ckpt["ema"])
-        step, epoch, batch_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"]
-        elapsed, best_score = ckpt["elapsed"], ckpt["best_score"]
-        _set_rng_state(ckpt["rng"], device)
-        if main:
-            _trim_metrics(metrics_path, step)
-    if main:
-        (run_dir / "config.json").write_text(
-            json.dumps({"model": model_name, "model_config": asdict(model_cfg), "train_config": asdict(cfg),
-                        "task": task.kind, "data": task.describe()},
-                       indent=1)
-        )
+def resume_from(run: Run, parts: Parts) -> RunState:
+    """Load ``last.pt`` into ``parts``, restore the RNG, forget log lines written after it."""
+    path = run.files.last
+    if not path.exists():
+        raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+    ckpt = load_checkpoint(path)
+    if ckpt["model_name"] != run.model_name or ckpt["model_config"] != asdict(run.model_cfg):
+        was = {"model": ckpt["model_name"], **ckpt["model_config"]}
+        raise CheckpointError(f"{path}: written by a different model or config (checkpoint -> now: "
+                              f"{differences(was, {'model': run.model_name, **asdict(run.model_cfg)})}); refusing to "
+                              "resume: give the run's --preset and --set again, or choose another --out")
+    run.task.check_resume(ckpt, path)
+    parts.model.load_state_dict(ckpt["model"])
+    parts.opt.load_state_dict(ckpt["optimizer"])
+    parts.sched.load_state_dict(ckpt["scheduler"])
+    parts.ema.load_state_dict(ckpt["ema"])
+    _set_rng_state(ckpt["rng"], run.device)
+    if run.dist.is_main:
+        _trim_metrics(run.files.metrics, ckpt["step"])
+    return RunState(ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"], ckpt["elapsed"], ckpt["best_score"])
 
+
+def data_parallel(model: torch.nn.Module, dist: DistInfo) -> torch.nn.Module:
+    """``model`` wrapped in DistributedDataParallel under torchrun, else itself."""
+    if not dist.enabled:
+        return model
     find_unused = getattr(model, "find_unused_parameters", False)  # DCN+ experts, QANet per-batch layer drop
-    net = DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=find_unused) \
-        if dist.enabled else model
-    dtype = amp_dtype(cfg, device)
+    return DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=find_unused)
 
-    def checkpoint(path: Path) -> None:
-        if not main:
-            return
-        save_checkpoint(
-            {
-                "model_name": model_name,
-                "model_config": asdict(model_cfg),
-                "train_config": asdict(cfg),
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(),
-                "ema": ema.state_dict(),
-                "step": step,
-                "epoch": epoch,
-                "batch_in_epoch": batch_in_epoch,
-                "elapsed": elapsed,
-                "best_score": best_score,
-                "score_key": task.score_key,
-                **task.checkpoint_fields(),  # task, vocab, embedding, data
-                "rng": _rng_state(device),
-            },
-            path,
-        )
 
-    def log(record: dict) -> None:
-        if main:
-            with metrics_path.open("a") as fh:
-                fh.write(json.dumps(record) + "\n")
+def write_config(run: Run) -> None:
+    run.files.config.write_text(json.dumps(
+        {"model": run.model_name, "model_config": asdict(run.model_cfg), "train_config": asdict(run.cfg),
+         "decode": asdict(run.decode), "task": run.task.kind, "data": run.task.describe()}, indent=1))
 
-    def evaluate() -> dict:
-        with ema.swapped_in(model):
-            return task.evaluate(model, dev_rows, device, dtype)
 
-    bar = None
-    if main and progress:
-        from tqdm import tqdm
+# ------------------------------------------------------------------------------- one step
 
-        bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
-    t_start = time.perf_counter() - elapsed
-    window_loss, window_n, window_t, window_terms = 0.0, 0, time.perf_counter(), {}
-    stopped_by = "max_steps"
-    model.train()
-    with StopFlag() as stop:
-        done = max_steps is not None and step >= max_steps
-        while not done:
-            sampler.set_epoch(epoch)
-            batches = list(sampler)
-            while batch_in_epoch < len(batches):
-                ids = rows[batches[batch_in_epoch]]
-                batch = task.collate(ids).to(device, non_blocking=True)
-                with autocast(device, dtype):
-                    out = net(batch)
-                loss = task.loss(model, out, batch)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                opt.step()
-                sched.step()
-                ema.update(model)
-                step += 1
-                batch_in_epoch += 1
-                elapsed = time.perf_counter() - t_start
-                window_loss += loss.item()
-                window_n += len(ids)
-                for k, v in getattr(model, "loss_terms", {}).items():  # a model's loss parts and weights
-                    window_terms[k] = window_terms.get(k, 0.0) + float(v)
 
-                if step % cfg.log_every == 0:
-                    dt = time.perf_counter() - window_t
-                    n_steps = cfg.log_every
-                    rec = {"step": step, "time": round(elapsed, 2), "loss": window_loss / n_steps,
-                           "lr": sched.get_last_lr()[0], "examples_per_s": window_n * dist.world_size / dt,
-                           **{f"loss_{k}": v / n_steps for k, v in window_terms.items()}}
-                    log(rec)
-                    if bar is not None:
-                        post = {"loss": f"{rec['loss']:.3f}", "ex/s": f"{rec['examples_per_s']:.1f}"}
-                        if time_budget:
-                            post["left"] = f"{max(0.0, time_budget - elapsed) / 60:.1f}m"
-                        bar.set_postfix(post, refresh=False)
-                    window_loss, window_n, window_t, window_terms = 0.0, 0, time.perf_counter(), {}
-                if bar is not None:
-                    bar.update(1)
+def training_batches(sampler: BucketBatchSampler, rows: np.ndarray, state: RunState):
+    """Training rows, batch after batch and epoch after epoch, from ``state``'s place in the epoch.
 
-                out_of_time = time_budget is not None and elapsed >= time_budget
-                finished = max_steps is not None and step >= max_steps
-                want_stop = any_true(stop.requested or out_of_time, dist, device)
-                if main and (step % cfg.eval_every == 0 or finished or want_stop):
-                    t_eval = time.perf_counter()
-                    result = evaluate()
-                    log({"step": step, "time": round(elapsed, 2), **result})
-                    if bar is not None:
-                        shown = " ".join(f"{k[4:]} {result[k]:.2f}" for k in task.metric_keys)
-                        bar.write(f"step {step}: dev {shown}")
-                    if result[task.score_key] > best_score:
-                        best_score = result[task.score_key]
-                        checkpoint(best_path)
-                    plot_learning_curve(metrics_path, run_dir / "learning_curve.png")
-                    window_t += time.perf_counter() - t_eval  # keep evaluation out of examples/s
-                if step % cfg.checkpoint_every == 0 or finished or want_stop:
-                    checkpoint(last_path)
-                barrier(dist)
-                if finished or want_stop:
-                    stopped_by = "max_steps" if finished else ("signal" if stop.requested else "time_budget")
-                    done = True
-                    break
-            else:
-                epoch += 1
-                batch_in_epoch = 0
+    The caller counts ``state.batch_in_epoch`` up after each batch; the order of an epoch is a
+    function of (seed, epoch), so a resumed run reads the batches the stopped one would have.
+    """
+    while True:
+        sampler.set_epoch(state.epoch)
+        order = list(sampler)
+        while state.batch_in_epoch < len(order):
+            yield rows[order[state.batch_in_epoch]]
+        state.epoch += 1
+        state.batch_in_epoch = 0
+
+
+def train_step(run: Run, net: torch.nn.Module, parts: Parts, ids: np.ndarray) -> torch.Tensor:
+    """Forward under autocast, the task's loss, backward, clip, optimiser and schedule step, EMA."""
+    batch = run.task.collate(ids).to(run.device, non_blocking=True)
+    with autocast(run.device, run.dtype):
+        out = net(batch)
+    loss = run.task.loss(parts.model, out, batch)
+    parts.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(parts.params, run.cfg.grad_clip)
+    parts.opt.step()
+    parts.sched.step()
+    parts.ema.update(parts.model)
+    return loss
+
+
+def stop_reason(run: Run, state: RunState, max_steps: int | None, time_budget: float | None,
+                signalled: bool) -> str | None:
+    """``max_steps``, ``signal`` or ``time_budget`` if the run stops after this step, else None.
+
+    Every process asks at every step: a signal or the clock seen by one stops them all together.
+    """
+    out_of_time = time_budget is not None and state.elapsed >= time_budget
+    finished = max_steps is not None and state.step >= max_steps
+    want_stop = any_true(signalled or out_of_time, run.dist, run.device)
+    if finished:
+        return "max_steps"
+    if want_stop:
+        return "signal" if signalled else "time_budget"
+    return None
+
+
+# ------------------------------------------------------------- logging, evaluation, checkpoints
+
+
+class LogWindow:
+    """Sums over the steps since the last log line: loss, examples, a model's loss terms, time."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.n, self.t, self.terms = 0.0, 0, time.perf_counter(), {}
+
+    def add(self, loss: float, n: int, terms: dict) -> None:
+        self.loss += loss
+        self.n += n
+        for k, v in terms.items():  # a model's loss parts and weights
+            self.terms[k] = self.terms.get(k, 0.0) + float(v)
+
+
+def log(run: Run, record: dict) -> None:
+    if run.dist.is_main:
+        with run.files.metrics.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+
+def log_window(run: Run, window: LogWindow, state: RunState, lr: float, bar, time_budget: float | None) -> None:
+    """One ``metrics.jsonl`` line of means over the window (and the bar's postfix); a new window."""
+    n_steps = run.cfg.log_every
+    rec = {"step": state.step, "time": round(state.elapsed, 2), "loss": window.loss / n_steps, "lr": lr,
+           "examples_per_s": window.n * run.dist.world_size / (time.perf_counter() - window.t),
+           **{f"loss_{k}": v / n_steps for k, v in window.terms.items()}}
+    log(run, rec)
     if bar is not None:
-        bar.close()
-    summary = {"steps": step, "epochs": epoch + batch_in_epoch / max(1, len(sampler)), "seconds": round(elapsed, 1),
-               f"best_{task.score_key}": best_score, "stopped_by": stopped_by, "run_dir": str(run_dir)}
-    if main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        post = {"loss": f"{rec['loss']:.3f}", "ex/s": f"{rec['examples_per_s']:.1f}"}
+        if time_budget:
+            post["left"] = f"{max(0.0, time_budget - state.elapsed) / 60:.1f}m"
+        bar.set_postfix(post, refresh=False)
+    window.reset()
+
+
+def evaluate_and_keep_best(run: Run, parts: Parts, state: RunState, bar) -> dict:
+    """Dev metrics with the EMA weights swapped in, logged; ``best.pt`` when the score improves."""
+    with parts.ema.swapped_in(parts.model):
+        result = run.task.evaluate(parts.model, parts.dev_rows, run.device, run.dtype, run.decode)
+    log(run, {"step": state.step, "time": round(state.elapsed, 2), **result})
+    if bar is not None:
+        shown = " ".join(f"{k[4:]} {result[k]:.2f}" for k in run.task.metric_keys)
+        bar.write(f"step {state.step}: dev {shown}")
+    if result[run.task.score_key] > state.best_score:
+        state.best_score = result[run.task.score_key]
+        checkpoint(run, parts, state, run.files.best)
+    plot_learning_curve(run.files.metrics, run.files.curve)
+    return result
+
+
+def checkpoint(run: Run, parts: Parts, state: RunState, path: Path) -> None:
+    """The run in one dict (:mod:`rckit.training.checkpoint`), written by the main process only."""
+    if not run.dist.is_main:
+        return
+    save_checkpoint(
+        {
+            "model_name": run.model_name,
+            "model_config": asdict(run.model_cfg),
+            "train_config": asdict(run.cfg),
+            "decode": asdict(run.decode),
+            "model": parts.model.state_dict(),
+            "optimizer": parts.opt.state_dict(),
+            "scheduler": parts.sched.state_dict(),
+            "ema": parts.ema.state_dict(),
+            "step": state.step,
+            "epoch": state.epoch,
+            "batch_in_epoch": state.batch_in_epoch,
+            "elapsed": state.elapsed,
+            "best_score": state.best_score,
+            "score_key": run.task.score_key,
+            **run.task.checkpoint_fields(),  # task, vocab, embedding, data
+            "rng": _rng_state(run.device),
+        },
+        path,
+    )
+
+
+def progress_bar(max_steps: int | None, initial: int):
+    from tqdm import tqdm
+
+    return tqdm(total=max_steps, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+
+def write_summary(run: Run, state: RunState, stopped_by: str, batches_per_epoch: int) -> dict:
+    summary = {"steps": state.step, "epochs": state.epoch + state.batch_in_epoch / max(1, batches_per_epoch),
+               "seconds": round(state.elapsed, 1), f"best_{run.task.score_key}": state.best_score,
+               "stopped_by": stopped_by, "run_dir": str(run.files.root)}
+    if run.dist.is_main:
+        run.files.summary.write_text(json.dumps(summary, indent=1))
     return summary
 
 

@@ -47,6 +47,16 @@ def parse_grid(items: list[str]) -> dict[str, list]:
     return grid
 
 
+def sweep_grid(model: str, given: list[str], only_given: bool = False) -> dict[str, list]:
+    """``model``'s default grid with the ``--grid KEY=V1,V2`` items replacing it key by key
+    (``only_given``: the given items alone)."""
+    grid = {} if only_given else dict(GRIDS.get(model, {}))
+    grid.update(parse_grid(given))
+    if not grid:
+        raise ValueError(f"no default grid for {model}: give --grid KEY=V1,V2 ...")
+    return grid
+
+
 def _parse_value(text: str):
     try:
         return json.loads(text)
@@ -76,11 +86,11 @@ def _apply(mcfg, tcfg, point: dict):
 
 def run_sweep(model_name: str, model_cls, mcfg, tcfg, make_task, out: str | Path, grid: dict[str, list],
               trials: int | None, budget: float | None, max_steps: int | None, seed: int = 0,
-              device="cpu", progress: bool = True) -> list[dict]:
+              device="cpu", progress: bool = True, decode=None) -> list[dict]:
     """Run (or resume) a sweep and return its results, best first.
 
     ``make_task(tcfg)`` builds the task for a trial's training config (the data is loaded
-    once by the caller and shared).
+    once by the caller and shared). ``decode``: every trial's :class:`DecodeConfig`.
     """
     from rckit.training.loop import train
 
@@ -103,7 +113,7 @@ def run_sweep(model_name: str, model_cls, mcfg, tcfg, make_task, out: str | Path
         m, t = _apply(mcfg, tcfg, point)
         print(f"trial {i + 1}/{len(points)}: {point}", flush=True)
         train(model_name, model_cls, m, t, make_task(t), run_dir, max_steps=max_steps, time_budget=budget,
-              resume=(run_dir / "last.pt").exists(), device=device, progress=progress)
+              resume=(run_dir / "last.pt").exists(), device=device, progress=progress, decode=decode)
         write_results(out)
     return write_results(out)
 

@@ -9,7 +9,8 @@ SQuAD span extraction and cloze questions is small and lives here, behind one sh
 - ``collate(ids)``: a training batch;
 - ``loss(model, out, batch)``: the model's own ``loss(out, batch, reward_fn=...)`` if it has
   one (DCN's iterative decoder, DCN+'s mixed objective), else the task's default loss;
-- ``evaluate(model, rows, device, dtype)``: dev metrics for the given dev rows, as a dict
+- ``evaluate(model, rows, device, dtype, decode)``: dev metrics for the given dev rows, from
+  :func:`rckit.evaluation.predict.predict` with the run's :class:`DecodeConfig`, as a dict
   whose ``score_key`` entry picks the best checkpoint (``dev_f1`` for spans, ``dev_acc`` for
   cloze);
 - ``checkpoint_fields()``: what a checkpoint must carry to rebuild the model and its inputs.
@@ -23,7 +24,8 @@ import torch.nn.functional as F
 
 from rckit.data.cloze import renumber_entities
 from rckit.data.squad import load_json
-from rckit.evaluation.predict import autocast, predict_split
+from rckit.evaluation.decoding import DecodeConfig
+from rckit.evaluation.predict import predict
 from rckit.evaluation.squad_metrics import per_question_scores
 from rckit.training.checkpoint import CheckpointError
 from rckit.training.losses import span_loss
@@ -88,10 +90,10 @@ class SpanTask:
             return model.loss(out, batch, reward_fn=self.reward_fn() if getattr(model, "uses_reward", False) else None)
         return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
 
-    def evaluate(self, model, rows, device, dtype) -> dict:
+    def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
         if self._dev_raw is None:
             self._dev_raw = load_json(self.dev_file)
-        preds = predict_split(model, self.dev_split, rows, 32, self.cfg.max_answer_len, device, dtype)
+        preds = predict(model, self.dev_split, rows, 32, device, dtype, decode)
         per_q = per_question_scores(self._dev_raw, preds, self.dev_version)
         chosen = [per_q[self.dev_split.qids[i]] for i in rows]
         return {"dev_em": 100.0 * sum(e for e, _ in chosen) / len(chosen),
@@ -124,27 +126,6 @@ def cloze_loss(logits: torch.Tensor, answer: torch.Tensor, valid: torch.Tensor |
     return torch.where(valid, ce, torch.zeros_like(ce)).sum() / valid.sum().clamp(min=1)
 
 
-@torch.inference_mode()
-def predict_cloze(model, split, rows, batch_size: int, device, dtype, max_doc_len: int | None = None) -> np.ndarray:
-    """The predicted entity number for each of ``rows``, in that order."""
-    from rckit.data.batching import BucketBatchSampler
-
-    was_training = model.training
-    model.eval()
-    rows = np.asarray(rows)
-    out_pred = np.empty(len(rows), dtype=np.int64)
-    lengths = np.asarray(split.lengths)[rows]
-    try:
-        for b in BucketBatchSampler(lengths, batch_size, shuffle=False):
-            batch = split.collate(rows[b], max_doc_len).to(device)
-            with autocast(device, dtype):
-                out = model(batch)
-            out_pred[b] = out.logits.float().argmax(-1).cpu().numpy()
-    finally:
-        model.train(was_training)
-    return out_pred
-
-
 class ClozeTask:
     """Cloze questions over anonymised entities: softmax over candidates, accuracy on dev."""
 
@@ -172,8 +153,8 @@ class ClozeTask:
             return model.loss(out, batch, reward_fn=None)
         return cloze_loss(out.logits, batch.answer, ~batch.answer_cut)
 
-    def evaluate(self, model, rows, device, dtype) -> dict:
-        pred = predict_cloze(model, self.dev_split, rows, 64, device, dtype)
+    def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
+        pred = predict(model, self.dev_split, rows, 64, device, dtype, decode)
         gold = self.dev_split.a["answer"][np.asarray(rows)]
         return {"dev_acc": 100.0 * float((pred == gold).mean()), "dev_questions": len(rows)}
 
