@@ -77,3 +77,36 @@ def test_set_keys_route_to_model_train_and_data():
         model_configs("qanet", None, ["nope=1"])
     with pytest.raises(ValueError, match="no preset 'huge'"):
         model_configs("qanet", "huge", [])
+
+
+def test_decode_settings_have_their_own_section():
+    from rckit.cli import run_configs
+    from rckit.evaluation.decoding import DecodeConfig
+
+    _, t, d = run_configs("qanet", "cpu-small", [])
+    assert d == DecodeConfig(max_answer_len=30) and not hasattr(t, "max_answer_len")  # the preset's decode section
+    for over in (["decode.max_answer_len=15"], ["max_answer_len=15"]):  # a bare key finds its section
+        assert run_configs("qanet", "cpu-small", over)[2].max_answer_len == 15
+    with pytest.raises(ValueError, match="use decode.max_answer_len"):
+        run_configs("qanet", None, ["train.max_answer_len=15"])
+    with pytest.raises(ValueError, match="unknown setting 'top_p'"):
+        run_configs("qanet", None, ["decode.top_p=0.9"])
+
+
+def test_every_preset_reads_and_none_keeps_decoding_under_train():
+    from rckit.cli import models_and_presets, run_configs
+    from rckit.config import load_preset
+    from rckit.models import preset_path
+
+    for model, presets in models_and_presets().items():
+        for preset in presets:
+            assert "max_answer_len" not in load_preset(preset_path(model, preset)).get("train", {})
+            run_configs(model, preset, [])
+
+
+def test_an_old_preset_with_train_max_answer_len_says_where_it_went(tmp_path, capsys):
+    preset = tmp_path / "old.json"
+    preset.write_text(json.dumps({"model": {}, "train": {"max_answer_len": 15}}))
+    assert main(["train", "qanet", "--preset", str(preset), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rckit train: preset") and "use decode.max_answer_len" in err and len(err.splitlines()) == 1

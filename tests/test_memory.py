@@ -87,13 +87,29 @@ def test_use_huge_pages_backs_large_tensors_with_huge_pages():
         assert huge < 8
 
 
-def test_the_cli_turns_huge_pages_on_before_torch_is_imported():
-    code = ("import os, sys; from rckit.cli import main; main(['score', 'no-such.json', 'no-such.json']); "
-            "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules)")
+@pytest.mark.parametrize("argv, trains", [
+    (["score", "no-such.json", "no-such.json"], False),
+    (["evaluate", "no-such-run"], False),
+    (["predict", "no-such-run", "--context", "a b", "--question", "c ?"], False),
+    (["train", "nosuchmodel", "--out", "x"], True),
+    (["bench", "nosuchmodel"], True),
+    (["sweep", "nosuchmodel", "--out", "x"], True),
+])
+def test_only_the_commands_that_train_turn_huge_pages_on_before_torch_is_imported(argv, trains, tmp_path):
+    # Each command fails at once on its missing input (exit 2), after its allocator set-up.
+    code = (f"import os, sys; from rckit.cli import main; code = main({argv!r}); "
+            "print(code, os.environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    expected = "1" if sys.platform.startswith("linux") and huge_page_mode() in ("always", "madvise") else "None"
-    assert out.split()[-2] == expected
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         check=True).stdout.split()
+    available = sys.platform.startswith("linux") and huge_page_mode() in ("always", "madvise")
+    assert out[0] == "2" and out[1] == ("1" if trains and available else "None")
+    if argv[0] == "score":
+        assert out[2] == "False"  # scoring never needs torch
+
+
+def test_huge_pages_cannot_be_turned_on_once_torch_is_imported():
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
     code = "import torch; from rckit.training.memory import use_huge_pages; print(use_huge_pages())"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           check=True).stdout.strip() == "False"  # too late once torch is in

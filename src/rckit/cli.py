@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--heap-limit-mb", type=float, default=0.0, metavar="N",
                    help="CPU: allocations of N MiB and more get their own mapping, returned when freed: a lower "
-                   "peak RSS, slower steps (e.g. 2; default 0: glibc's own threshold; BENCHMARKS.md round 3)")
+                   "peak RSS, slower steps (e.g. 2; default 0: glibc's own threshold; BENCHMARKS.md, \"Allocator\")")
 
     p = sub.add_parser(
         "evaluate",
@@ -262,10 +262,17 @@ def cmd_prepare(args) -> int:
     t0 = time.perf_counter()
     prepared = prepare_from_args(args)
     seconds = time.perf_counter() - t0
-    meta = prepared.meta
     if args.json:
-        print(json.dumps({**meta, "path": str(prepared.root), "from_cache": prepared.from_cache, "wall_seconds": round(seconds, 2)}))
-        return 0
+        print(json.dumps({**prepared.meta, "path": str(prepared.root), "from_cache": prepared.from_cache,
+                          "wall_seconds": round(seconds, 2)}))
+    else:
+        print_prepared(prepared, seconds)
+    return 0
+
+
+def print_prepared(prepared, seconds: float) -> None:
+    """What ``rckit prepare squad`` built or loaded: vocabulary, alignment, coverage, lengths."""
+    meta = prepared.meta
     how = "loaded from cache" if prepared.from_cache else "built"
     print(f"prepared data {how} in {seconds:.1f}s: {prepared.root}")
     v = meta["vocab"]
@@ -290,59 +297,32 @@ def cmd_prepare(args) -> int:
         )
         print(f"    context tokens mean {c['mean']} p95 {c['p95']} max {c['max']}; question tokens mean {q['mean']} p95 {q['p95']} max {q['max']}")
     print(f"  details: {prepared.root / 'meta.json'}")
-    return 0
 
 
 def prepare_squad_cloze(args) -> int:
-    from rckit.data.squad import read_squad
-    from rckit.data.squad_cloze import build_squad_cloze, write_squad_cloze
-    from rckit.evaluation.cloze_baselines import score_baselines
+    from rckit.data.squad_cloze import prepare_squad_cloze as build
 
     if not args.out:
         raise ValueError("squad-cloze needs --out DIR")
     if args.version != "1.1":
         raise ValueError("squad-cloze is built from SQuAD v1.1")
     t0 = time.perf_counter()
-    train_file, dev_file = resolve_files(args)
-    train, train_stats = build_squad_cloze(read_squad(train_file), seed=args.seed)
-    dev, dev_stats = build_squad_cloze(read_squad(dev_file), seed=args.seed)
-    baselines = {"train": score_baselines(train), "dev": score_baselines(dev)}
-    stats = {"train": train_stats, "dev": dev_stats, "baselines": baselines, "seed": args.seed,
-             "sources": {"train": str(train_file), "dev": str(dev_file)}}
-    write_squad_cloze(args.out, train, dev, stats)
+    stats = build(*resolve_files(args), args.out, seed=args.seed)
     if args.json:
         print(json.dumps(stats))
         return 0
     print(f"squad-cloze written to {args.out} in {time.perf_counter() - t0:.1f}s")
-    for name, st in (("train", train_stats), ("dev", dev_stats)):
-        print(f"  {name}: {json.dumps(st)}")
-    for name, b in baselines.items():
+    for name in ("train", "dev"):
+        print(f"  {name}: {json.dumps(stats[name])}")
+    for name, b in stats["baselines"].items():
         print(f"  baselines on {name}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in b.items()))
     return 0
 
 
 def cmd_score(args) -> int:
-    from rckit.data.squad import load_json
-    from rckit.evaluation.squad_metrics import score_predictions
+    from rckit.evaluation.squad_metrics import score_files
 
-    dataset = load_json(args.dataset)
-    predictions = load_json(args.predictions)
-    if not isinstance(predictions, dict):
-        raise ValueError(f"{args.predictions}: expected an object mapping question ids to answer strings, "
-                         f"got a {type(predictions).__name__}")
-    for qid, text in predictions.items():
-        if not isinstance(text, str):
-            raise ValueError(f"{args.predictions}: the prediction for question {qid!r} should be a string, "
-                             f"got {type(text).__name__}")
-    if not isinstance(dataset, dict):
-        raise ValueError(f"{args.dataset}: top level should be an object with 'data', got a {type(dataset).__name__}")
-    version = args.version or str(dataset.get("version", "1.1")).lstrip("v")
-    version = "2.0" if version.startswith("2") else "1.1"
-    try:
-        result = score_predictions(dataset, predictions, version)
-    except ValueError as e:  # predictions are checked above: what is left is about the dataset
-        raise ValueError(f"{args.dataset}: {e}") from e
-    print(json.dumps(result))
+    print(json.dumps(score_files(args.dataset, args.predictions, args.version)))
     return 0
 
 
@@ -358,241 +338,175 @@ def parse_duration(text: str | None) -> float | None:
         raise ValueError(f"--time-budget: cannot read {text!r} (use e.g. 90s, 45m, 2h)") from None
 
 
-def pick_device(name: str):
-    import torch
+def run_configs(model: str, preset: str | None, overrides: list[str]):
+    """(model config, train config, decode config) from a preset and ``--set`` overrides.
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device {name}: not a device name (cpu, cuda, cuda:1 ...)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: no CUDA device is available here (use --device cpu)")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
-
-
-def model_configs(model: str, preset: str | None, overrides: list[str]):
-    """(model config, train config) from a preset and ``--set`` overrides.
-
-    Keys are ``model.FIELD``, ``train.FIELD`` or ``data.FIELD`` (data preparation); a bare
-    ``FIELD`` goes to the model config if it has that field, else to the training config.
+    A preset has up to three sections, ``model``, ``train`` and ``decode``. Keys are
+    ``model.FIELD``, ``train.FIELD``, ``decode.FIELD`` or ``data.FIELD`` (data preparation); a
+    bare ``FIELD`` goes to the model config if it has that field, else to the decode config if
+    it has it, else to the training config.
     """
     from rckit.config import apply_overrides, load_preset
+    from rckit.evaluation.decoding import DecodeConfig
     from rckit.models import MODELS, preset_path
     from rckit.training.loop import TrainConfig
 
     if model not in MODELS:
         raise ValueError(f"no model named {model!r}; available: {', '.join(sorted(MODELS))}")
     cfg_cls, _ = MODELS[model]
-    mcfg, tcfg = cfg_cls(), TrainConfig()
+    mcfg, tcfg, dcfg = cfg_cls(), TrainConfig(), DecodeConfig()
     if preset:
         data = load_preset(preset_path(model, preset))
-        unknown = set(data) - {"model", "train"}
+        unknown = set(data) - {"model", "train", "decode"}
         if unknown:
-            raise ValueError(f"preset {preset!r}: unknown sections {sorted(unknown)} (expected model, train)")
+            raise ValueError(f"preset {preset!r}: unknown sections {sorted(unknown)} (expected model, train, decode)")
+        _refuse_moved(data.get("train", {}), f"preset {preset!r}: train.")
         mcfg = apply_overrides(mcfg, data.get("model", {}))
         tcfg = apply_overrides(tcfg, data.get("train", {}))
-    m_over, t_over = [], []
+        dcfg = apply_overrides(dcfg, data.get("decode", {}))
+    over = {"model": [], "train": [], "decode": []}
     for o in overrides:
         key = o.split("=", 1)[0].strip()
-        if key.startswith("data."):
+        section, _, field = key.partition(".")
+        if section == "data":
             continue  # PrepareConfig, applied by prepare_from_args
-        if key.startswith("model."):
-            m_over.append(o[len("model."):])
-        elif key.startswith("train."):
-            t_over.append(o[len("train."):])
-        elif hasattr(mcfg, key.split(".")[0]):
-            m_over.append(o)
+        if section in over and field:
+            over[section].append(o[len(section) + 1:])
+        elif hasattr(mcfg, section):
+            over["model"].append(o)
+        elif hasattr(dcfg, section):
+            over["decode"].append(o)
         else:
-            t_over.append(o)
-    return apply_overrides(mcfg, m_over), apply_overrides(tcfg, t_over)
+            over["train"].append(o)
+    _refuse_moved({o.split("=", 1)[0].strip(): None for o in over["train"]}, "--set train.")
+    return (apply_overrides(mcfg, over["model"]), apply_overrides(tcfg, over["train"]),
+            apply_overrides(dcfg, over["decode"]))
+
+
+def _refuse_moved(train_settings: dict, where: str) -> None:
+    """``max_answer_len`` was a training setting; say where it went rather than 'unknown setting'."""
+    if "max_answer_len" in train_settings:
+        raise ValueError(f"{where}max_answer_len: answer decoding has its own section now: "
+                         "use decode.max_answer_len")
+
+
+def model_configs(model: str, preset: str | None, overrides: list[str]):
+    """(model config, train config): :func:`run_configs` without the decode settings."""
+    mcfg, tcfg, _ = run_configs(model, preset, overrides)
+    return mcfg, tcfg
+
+
+def is_cloze(mcfg) -> bool:
+    return getattr(mcfg, "head", None) == "cloze"
+
+
+def cloze_data(args, seed: int):
+    from rckit.data.cloze_data import load_cloze_data
+    from rckit.data.vocab import DEFAULT_EMBEDDINGS
+
+    if not args.cloze_data:
+        raise ValueError("a cloze model needs --cloze-data DIR (e.g. from `rckit prepare squad-cloze --out DIR`)")
+    return load_cloze_data(args.cloze_data, embeddings=args.embeddings or DEFAULT_EMBEDDINGS, seed=seed)
+
+
+def task_data(args, mcfg, tcfg):
+    """What a model reads: the ``--cloze-data`` directory for a cloze model, else prepared SQuAD."""
+    return cloze_data(args, tcfg.seed) if is_cloze(mcfg) else prepare_from_args(args)
 
 
 def cmd_train(args) -> int:
-    from dataclasses import replace
-
-    from rckit.models import MODELS
     from rckit.training import memory
-    from rckit.training.loop import train
 
+    memory.use_huge_pages()  # before torch is imported
     if args.heap_limit_mb > 0:
         memory.limit_heap_growth(int(args.heap_limit_mb * 2**20))
-    mcfg, tcfg = model_configs(args.model, args.preset, args.set)
+    from dataclasses import replace
+
+    from rckit.device import pick_device
+    from rckit.models import MODELS
+    from rckit.training.distributed import barrier, init_distributed
+    from rckit.training.loop import train
+    from rckit.training.tasks import ClozeTask
+
+    mcfg, tcfg, decode = run_configs(args.model, args.preset, args.set)
     if args.checkpoint_every:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
-    from rckit.training.distributed import barrier, init_distributed
-
     device = pick_device(args.device)
     dist = init_distributed(device)
-    if getattr(mcfg, "head", None) == "cloze":
-        from rckit.training.tasks import ClozeTask
-
+    if is_cloze(mcfg):
         data = ClozeTask(cloze_data(args, tcfg.seed), tcfg)
-    else:
-        if dist.is_main:  # one process builds the cache; the others then load it
-            data = prepare_from_args(args)
+    else:  # one process builds the cache; the others then load it
+        data = prepare_from_args(args) if dist.is_main else None
         barrier(dist)
-        if not dist.is_main:
+        if data is None:
             data = prepare_from_args(args)
-    summary = train(
-        args.model, MODELS[args.model][1], mcfg, tcfg, data, args.out,
-        max_steps=args.max_steps, time_budget=parse_duration(args.time_budget), resume=args.resume,
-        device=device, progress=not args.no_progress,
-    )
+    summary = train(args.model, MODELS[args.model][1], mcfg, tcfg, data, args.out, max_steps=args.max_steps,
+                    time_budget=parse_duration(args.time_budget), resume=args.resume, device=device,
+                    progress=not args.no_progress, decode=decode)
     if dist.is_main:
         print(json.dumps(summary))
     return 0
 
 
-def cloze_data(args, seed: int):
-    from rckit.data.cloze_data import load_cloze_data
-
-    if not args.cloze_data:
-        raise ValueError("a cloze model needs --cloze-data DIR (e.g. from `rckit prepare squad-cloze --out DIR`)")
-    embeddings = str(Path(args.embeddings).resolve()) if args.embeddings else "glove-6b-50d"
-    # Absolute, so the run records where its data is whatever directory it is later used from.
-    return load_cloze_data(str(Path(args.cloze_data).resolve()), embeddings=embeddings, seed=seed)
-
-
-def evaluate_cloze(args, model, ckpt, device) -> int:
-    import numpy as np
-
-    from rckit.data.cloze_data import load_eval_split
-    from rckit.training.tasks import predict_cloze
-
-    info = ckpt["data"]
-    root = args.data or info["cloze_dir"]
-    split = load_eval_split(root, args.split or info["eval_split"], ckpt["vocab"])
-    rows = np.arange(min(args.limit, len(split)) if args.limit else len(split))
-    pred = predict_cloze(model, split, rows, args.batch_size, device, None)
-    gold = split.a["answer"][rows]
-    res = {"accuracy": 100.0 * float((pred == gold).mean()), "examples": int(len(rows)),
-           "split": args.split or info["eval_split"], "data": str(root)}
-    if args.out:
-        Path(args.out).write_text(json.dumps({split.ids[i]: f"@entity{int(p)}" for i, p in zip(rows, pred)}))
-    print(json.dumps(res))
-    return 0
-
-
 def cmd_evaluate(args) -> int:
-    from rckit.data.prepare import featurize
-    from rckit.data.squad import read_squad
-    from rckit.evaluation.predict import predict_split
-    from rckit.evaluation.squad_metrics import score_predictions
-    from rckit.runs import load_model
+    from rckit.device import pick_device
+    from rckit.evaluation.evaluate import evaluate_run
 
-    device = pick_device(args.device)
-    model, vocabs, ckpt = load_model(args.run, device, use_ema=args.weights == "ema")
-    if ckpt.get("task") == "cloze":
-        return evaluate_cloze(args, model, ckpt, device)
-    data = args.data or ckpt["data"]["dev_file"]
-    if not args.data and not Path(data).is_file():
-        raise FileNotFoundError(f"{args.run} was evaluated during training on {data}, which is not there now; "
-                                "give the file with --data")
-    ds = read_squad(data)
-    split, _ = featurize(ds, vocabs)
-    rows = None
-    raw = ds.raw
-    if args.limit:
-        rows = list(range(min(args.limit, len(split))))
-        keep = {split.qids[i] for i in rows}
-        raw = {**raw, "data": [
-            {**art, "paragraphs": [{**p, "qas": [qa for qa in p["qas"] if qa["id"] in keep]} for p in art["paragraphs"]]}
-            for art in raw["data"]
-        ]}
-    from tqdm import tqdm
-
-    with tqdm(total=len(rows) if rows else len(split), unit="q", file=sys.stderr, disable=None) as bar:
-        preds = predict_split(model, split, rows, args.batch_size, ckpt["train_config"].get("max_answer_len", 30),
-                              device, progress=bar.update)
-    if args.out:
-        Path(args.out).write_text(json.dumps(preds, ensure_ascii=False))
-    print(json.dumps(score_predictions(raw, preds, ds.report.version)))
+    result = evaluate_run(args.run, pick_device(args.device), data=args.data, split=args.split,
+                          weights=args.weights, limit=args.limit, batch_size=args.batch_size, out=args.out)
+    print(json.dumps(result))
     return 0
 
 
 def cmd_predict(args) -> int:
-    from rckit.evaluation.predict import answer
-    from rckit.runs import load_model
+    from rckit.device import pick_device
+    from rckit.evaluation.evaluate import answer_from_run
 
-    device = pick_device(args.device)
-    model, vocabs, ckpt = load_model(args.run, device)
-    if ckpt.get("task") == "cloze":
-        raise ValueError(f"{args.run} is a cloze model: it picks an @entity marker, not a span of a context; "
-                         "score it with `rckit evaluate`")
-    warn_long_context(args.context, ckpt["train_config"].get("max_c_len"))
-    res = answer(model, vocabs, args.context, args.question, ckpt["train_config"].get("max_answer_len", 30), device)
+    def warn(text):
+        print(f"rckit predict: warning: {text}", file=sys.stderr)
+
+    res = answer_from_run(args.run, args.context, args.question, pick_device(args.device), warn=warn)
     print(json.dumps(res, ensure_ascii=False) if args.json else res["answer"])
     return 0
 
 
-def warn_long_context(context: str, trained_on: int | None) -> None:
-    """One stderr line when a context is far longer than the model ever read in training."""
-    from rckit.data.tokenize import tokenize
-
-    n = len(tokenize(context)[0])
-    # Twice the limit: SQuAD's own longest paragraphs (up to ~770 tokens against the usual 400)
-    # are read whole at evaluation and answer well; a whole document is another matter.
-    if trained_on and n > 2 * trained_on:
-        print(f"rckit predict: warning: the context has {n} tokens and the model was trained on at most "
-              f"{trained_on} (train.max_c_len); it reads it whole, slowly, and answers far from the start "
-              "are unreliable: give the paragraph that holds the answer", file=sys.stderr)
-
-
 def cmd_bench(args) -> int:
+    from rckit.training import memory
+
+    memory.use_huge_pages()  # before torch is imported
     import torch
 
-    from rckit.models import MODELS
-    from rckit.training.bench import bench
+    from rckit.device import pick_device
+    from rckit.training.bench import bench_model
 
-    mcfg, tcfg = model_configs(args.model, args.preset, args.set)
-    if getattr(mcfg, "head", None) == "cloze":
-        data = cloze_data(args, tcfg.seed)
-        split = data.dev
-        # Documents cut for training as the preset's runs cut them; evaluation reads them whole.
-        task_args = {"task": "cloze", "max_c_len": tcfg.max_c_len, "max_q_len": tcfg.max_q_len}
-    else:
-        if args.cloze_data:
-            raise ValueError(f"--cloze-data is for cloze models; {args.model} with this preset reads SQuAD")
-        data = prepare_from_args(args)
-        split = data.split("dev")
-        task_args = {}  # span: contexts cut at 400 tokens for training, bench()'s defaults
-    device = pick_device(args.device)
-    torch.manual_seed(0)
-    model = MODELS[args.model][1](mcfg, data.embedding_info()).to(device)
-    res = bench(model, split, device, torch.bfloat16 if args.amp == "bf16" else None, train_steps=args.steps,
-                n_questions=args.questions, heap_limit_mb=args.heap_limit_mb, **task_args)
+    mcfg, tcfg, decode = run_configs(args.model, args.preset, args.set)
+    if args.cloze_data and not is_cloze(mcfg):
+        raise ValueError(f"--cloze-data is for cloze models; {args.model} with this preset reads SQuAD")
+    data = task_data(args, mcfg, tcfg)
+    res = bench_model(args.model, mcfg, tcfg, decode, data, pick_device(args.device),
+                      torch.bfloat16 if args.amp == "bf16" else None, train_steps=args.steps,
+                      n_questions=args.questions, heap_limit_mb=args.heap_limit_mb)
     res = {"model": args.model, "preset": args.preset, **res}
     print(json.dumps(res) if args.json else "\n".join(f"{k:26s} {v}" for k, v in res.items()))
     return 0
 
 
 def cmd_sweep(args) -> int:
+    from rckit.training import memory
+
+    memory.use_huge_pages()  # before torch is imported
+    from rckit.device import pick_device
     from rckit.models import MODELS
-    from rckit.training.sweep import GRIDS, parse_grid, run_sweep
+    from rckit.training.sweep import run_sweep, sweep_grid
     from rckit.training.tasks import ClozeTask, SpanTask
 
-    mcfg, tcfg = model_configs(args.model, args.preset, args.set)
-    grid = {} if args.only_grid else dict(GRIDS.get(args.model, {}))
-    grid.update(parse_grid(args.grid))
-    if not grid:
-        raise ValueError(f"no default grid for {args.model}: give --grid KEY=V1,V2 ...")
+    mcfg, tcfg, decode = run_configs(args.model, args.preset, args.set)
+    grid = sweep_grid(args.model, args.grid, args.only_grid)
     device = pick_device(args.device)
-    if getattr(mcfg, "head", None) == "cloze":
-        data = cloze_data(args, tcfg.seed)
-
-        def make_task(t):
-            return ClozeTask(data, t)
-    else:
-        prepared = prepare_from_args(args)
-
-        def make_task(t):
-            return SpanTask(prepared, t)
-    rows = run_sweep(args.model, MODELS[args.model][1], mcfg, tcfg, make_task, args.out, grid, args.trials,
-                     parse_duration(args.budget), args.max_steps, args.seed, device, not args.no_progress)
+    data, task_cls = task_data(args, mcfg, tcfg), ClozeTask if is_cloze(mcfg) else SpanTask
+    rows = run_sweep(args.model, MODELS[args.model][1], mcfg, tcfg, lambda t: task_cls(data, t), args.out, grid,
+                     args.trials, parse_duration(args.budget), args.max_steps, args.seed, device,
+                     not args.no_progress, decode=decode)
     print(f"{len(rows)} trials finished; table in {Path(args.out) / 'results.md'}")
     if rows:
         print(json.dumps(rows[0]))
@@ -627,10 +541,11 @@ def one_line(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command. A user error prints one line ``rckit COMMAND: ...`` and returns 2 (see ERRORS)."""
-    from rckit.training import memory
+    """Run one command. A user error prints one line ``rckit COMMAND: ...`` and returns 2 (see ERRORS).
 
-    memory.use_huge_pages()  # before anything imports torch
+    Commands import torch only when they need it; those that train (train, bench, sweep) first
+    tune the CPU allocator (:mod:`rckit.training.memory`), which must happen before that.
+    """
     args = build_parser().parse_args(argv)
     try:
         code = COMMANDS[args.command](args)

@@ -25,6 +25,7 @@ import torch
 
 from rckit.data.cloze import ClozeSplit, ClozeVocab, load_cloze_jsonl, max_entity_number, read_chen_file, read_question_dir
 from rckit.data.embeddings import EmbeddingInfo
+from rckit.data.vocab import DEFAULT_EMBEDDINGS
 
 LAYOUTS = {
     "squad-cloze": {"train": "train.jsonl", "dev": "dev.jsonl"},
@@ -111,8 +112,15 @@ def cloze_vectors(vocab: ClozeVocab, spec: str | None, seed: int = 0) -> tuple[n
 
 
 def load_cloze_data(root: str | Path, eval_split: str = "dev", min_count: int = 1,
-                    embeddings: str | None = "glove-6b-50d", seed: int = 0) -> ClozeData:
+                    embeddings: str | None = DEFAULT_EMBEDDINGS, seed: int = 0) -> ClozeData:
+    """A cloze directory's training and ``eval_split`` splits, vocabulary and initial vectors.
+
+    ``embeddings``: the packaged GloVe set (default), a GloVe text file, or None for random
+    vectors. Paths are recorded absolute, so a run's data is found from any directory.
+    """
     root = Path(root)
+    if embeddings not in (None, DEFAULT_EMBEDDINGS):
+        embeddings = str(Path(embeddings).resolve())
     layout = detect_layout(root)
     train_ex = read_split(root, layout, "train")
     eval_ex = read_split(root, layout, eval_split)

@@ -1,39 +1,30 @@
-"""Keep the heap from growing past what a CPU training run actually holds.
+"""CPU allocator settings for the commands that train (``rckit train``, ``bench``, ``sweep``).
 
-glibc's malloc serves blocks above its mmap threshold with their own ``mmap`` and gives them
-back on ``free``; smaller blocks come from the heap, which only shrinks from its top. The
-threshold starts at 128 KiB and, by default, rises to the size of every mmapped block that is
-freed (up to 32 MiB). A training step frees activations of a few MiB each, so after the first
-steps they all land in the heap, and as bucketed batches change length the freed holes no
-longer fit the next batch's tensors: the heap keeps growing. On the QANet paper preset (bf16,
-batch 32, contexts up to 400 tokens) the process's peak RSS reached about 4.1 GiB for a live
-peak of about 2.5 GiB (BENCHMARKS.md, round 3).
-
-:func:`limit_heap_growth` fixes the threshold (which also turns off its rise): tensors of that
-size and more get their own mapping and their memory goes back to the system the moment they
-are freed; small ones stay in the heap. The price is a page fault per 4 KiB of each large
-tensor's first touch. On the QANet paper preset with bf16 autocast, 2 MiB took the peak RSS of
-``rckit bench`` from 4,048-4,108 to 3,270-3,280 MiB and its training speed down by about a
-fifth; in fp32 (where nearly every activation is over 2 MiB) training was 20-30 % slower
-(BENCHMARKS.md, round 3). So it is a choice, ``rckit train --heap-limit-mb N`` (off by
+Heap growth. glibc's malloc serves blocks above its mmap threshold with their own ``mmap`` and
+gives them back on ``free``; smaller blocks come from the heap, which only shrinks from its top.
+The threshold rises to the size of every mmapped block that is freed, so after the first steps
+a training run's activations all land in the heap, and as bucketed batches change length the
+freed holes no longer fit the next batch's tensors: the heap, and the peak resident set, keep
+growing past what the run actually holds. :func:`limit_heap_growth` fixes the threshold (which
+also stops its rise): tensors of that size and more get their own mapping and go back to the
+system the moment they are freed. The price is a page fault per 4 KiB page of each large
+tensor's first touch, so slower steps: a choice, ``rckit train --heap-limit-mb N`` (off by
 default), for runs that must fit in memory. ``rckit bench --heap-limit-mb N`` sets it for its
 training part and then puts the threshold at glibc's ceiling for inference
-(:func:`heap_for_inference`: everything under 32 MiB from the heap, where the dynamic threshold
-ends up anyway). A no-op where the C library is not glibc; the standard
+(:func:`heap_for_inference`). A no-op where the C library is not glibc; the standard
 ``MALLOC_MMAP_THRESHOLD_`` environment variable, if set, wins.
 
-:func:`use_huge_pages` (on for every ``rckit`` command where the kernel has transparent huge pages
-in ``always`` or ``madvise`` mode) sets PyTorch's ``THP_MEM_ALLOC_ENABLE``:
-its CPU allocator then asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``)
-on every tensor of 2 MiB or more. One page fault then maps 2 MiB instead of 4 KiB, which is
-what a CPU run spends its first steps on while the heap grows to the largest batches (on this
-project's VMs a fault costs microseconds, and the first pass of QANet paper-preset training
-faulted in about a million 4 KiB pages). Measured on the paper preset in bf16 (BENCHMARKS.md,
-round 4): the 20-step bench trained at 19.0-22.3 examples/s with it against 17.2-17.8 without, at
-3,229-3,265 against 3,754-3,800 MiB peak RSS; after 80 steps the speed is the same (20.6-21.3
-against 20.8-20.9) and the peak still 620-710 MiB lower (4,044-4,087 against 4,707-4,752). The
-allocator reads the variable once, at its first allocation, so it must be set before torch is
-imported; a value the user set (``THP_MEM_ALLOC_ENABLE=0`` turns it off) wins.
+Huge pages. :func:`use_huge_pages` (called by ``rckit train``, ``bench`` and ``sweep`` where
+the kernel has transparent huge pages in ``always`` or ``madvise`` mode) sets PyTorch's
+``THP_MEM_ALLOC_ENABLE``: its CPU allocator then asks for transparent huge pages
+(``madvise(MADV_HUGEPAGE)``) on every tensor of 2 MiB or more, so one page fault maps 2 MiB
+instead of 4 KiB. That is what a CPU run spends its first steps on while the heap grows to the
+largest batches; it also lowers the peak resident set. Commands that only evaluate, predict or
+score leave the allocator alone. The allocator reads the variable once, at its first
+allocation, so it must be set before torch is imported; a value the user set
+(``THP_MEM_ALLOC_ENABLE=0`` turns it off) wins.
+
+What each setting costs and saves, measured: BENCHMARKS.md, "Allocator".
 """
 
 from __future__ import annotations

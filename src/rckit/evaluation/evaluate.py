@@ -1,0 +1,121 @@
+"""A trained run put to work: a whole evaluation set scored, or one question answered.
+
+:func:`evaluate_run` is ``rckit evaluate``: it loads the run's checkpoint, reads the data to
+evaluate on (SQuAD: the run's dev file or another SQuAD file; cloze: a split of the run's cloze
+directory or of another one), predicts with :func:`rckit.evaluation.predict.predict` and scores
+the predictions (official EM/F1, or accuracy in percent). :func:`answer_from_run` is
+``rckit predict``. Both decode with the :class:`DecodeConfig` the run was saved with
+(:func:`decode_config_of`, which also reads runs saved before it had its own section).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rckit.evaluation.decoding import decode_config_of
+from rckit.evaluation.predict import answer, predict
+from rckit.evaluation.squad_metrics import score_predictions
+from rckit.runs import load_model
+
+
+def evaluate_run(run: str | Path, device: torch.device, data: str | None = None, split: str | None = None,
+                 weights: str = "ema", limit: int | None = None, batch_size: int = 32, out: str | None = None,
+                 progress: bool = True) -> dict:
+    """Score a run on every example of ``data`` (default: what it was evaluated on in training).
+
+    ``weights``: ``ema`` (what training evaluated) or ``raw``. ``limit``: only the first N
+    examples, scored over those N. ``split``: which split of a cloze directory (default: the
+    run's). ``out``: where to write the predictions as JSON (``{id: answer}``).
+    """
+    model, vocabs, ckpt = load_model(run, device, use_ema=weights == "ema")
+    if ckpt.get("task") == "cloze":
+        result, preds = evaluate_cloze(model, ckpt, data, split, limit, batch_size, device)
+    else:
+        result, preds = evaluate_squad(run, model, vocabs, ckpt, data, limit, batch_size, device, progress)
+    if out:
+        Path(out).write_text(json.dumps(preds, ensure_ascii=False))
+    return result
+
+
+def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int | None, batch_size: int, device,
+                   progress: bool = True) -> tuple[dict, dict]:
+    """(official EM/F1 of the SQuAD file ``data``, ``{question id: answer text}``)."""
+    from tqdm import tqdm
+
+    from rckit.data.prepare import featurize
+    from rckit.data.squad import read_squad
+
+    path = data or ckpt["data"]["dev_file"]
+    if not data and not Path(path).is_file():
+        raise FileNotFoundError(f"{run} was evaluated during training on {path}, which is not there now; "
+                                "give the file with --data")
+    ds = read_squad(path)
+    split, _ = featurize(ds, vocabs)
+    rows = list(range(min(limit, len(split)))) if limit else None
+    raw = only_questions(ds.raw, {split.qids[i] for i in rows}) if rows is not None else ds.raw
+    with tqdm(total=len(rows) if rows else len(split), unit="q", file=sys.stderr,
+              disable=None if progress else True) as bar:
+        preds = predict(model, split, rows, batch_size, device, None, decode_config_of(ckpt), progress=bar.update)
+    return score_predictions(raw, preds, ds.report.version), preds
+
+
+def only_questions(raw: dict, keep: set[str]) -> dict:
+    """The SQuAD document ``raw`` with only the questions whose ids are in ``keep``, so that a
+    ``--limit`` evaluation is scored over the questions it answered (and says so in ``total``)."""
+    return {**raw, "data": [
+        {**art, "paragraphs": [{**p, "qas": [qa for qa in p["qas"] if qa["id"] in keep]} for p in art["paragraphs"]]}
+        for art in raw["data"]
+    ]}
+
+
+def evaluate_cloze(model, ckpt: dict, data: str | None, split: str | None, limit: int | None, batch_size: int,
+                   device) -> tuple[dict, dict]:
+    """(accuracy on a split of a cloze directory, ``{example id: "@entityN"}``)."""
+    from rckit.data.cloze_data import load_eval_split
+
+    info = ckpt["data"]
+    root = data or info["cloze_dir"]
+    split_name = split or info["eval_split"]
+    examples = load_eval_split(root, split_name, ckpt["vocab"])
+    rows = np.arange(min(limit, len(examples)) if limit else len(examples))
+    pred = predict(model, examples, rows, batch_size, device, None)
+    gold = examples.a["answer"][rows]
+    result = {"accuracy": 100.0 * float((pred == gold).mean()), "examples": int(len(rows)),
+              "split": split_name, "data": str(root)}
+    return result, {examples.ids[i]: f"@entity{int(p)}" for i, p in zip(rows, pred)}
+
+
+def answer_from_run(run: str | Path, context: str, question: str, device: torch.device, warn=None) -> dict:
+    """A span run's answer to one question (text, character span, log-probability).
+
+    ``warn(text)``, if given, hears when the context is far longer than the model trained on.
+    """
+    model, vocabs, ckpt = load_model(run, device)
+    if ckpt.get("task") == "cloze":
+        raise ValueError(f"{run} is a cloze model: it picks an @entity marker, not a span of a context; "
+                         "score it with `rckit evaluate`")
+    if warn is not None:
+        text = long_context_warning(context, ckpt["train_config"].get("max_c_len"))
+        if text:
+            warn(text)
+    return answer(model, vocabs, context, question, decode_config_of(ckpt).max_answer_len, device)
+
+
+def long_context_warning(context: str, trained_on: int | None) -> str | None:
+    """What to tell the user when a context is far longer than the model ever read in training."""
+    from rckit.data.tokenize import tokenize
+
+    n = len(tokenize(context)[0])
+    # Twice the limit: SQuAD's own longest paragraphs (up to ~770 tokens against the usual 400)
+    # are read whole at evaluation and answer well; a whole document is another matter.
+    if trained_on and n > 2 * trained_on:
+        return (f"the context has {n} tokens and the model was trained on at most {trained_on} (train.max_c_len); "
+                "it reads it whole, slowly, and answers far from the start are unreliable: give the paragraph "
+                "that holds the answer")
+    return None
+
