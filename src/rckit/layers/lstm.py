@@ -35,8 +35,8 @@ elementwise work into preallocated buffers, under ``no_grad``: autograd sees one
 (:class:`_Recurrence`), whose backward is hand-written BPTT (:func:`_backward_loop`) with the
 step-independent factors precomputed for all steps at once and the weight gradients summed
 by one matmul after the loop. ``SCRIPT_LOOPS = True`` compiles both loops with TorchScript; on
-CPU it gave no consistent gain over plain Python (``benchmarks/bench_lstm.py --script-loops``;
-BENCHMARKS.md, "Peephole LSTM against ``torch.nn.LSTM``"), so it is off. With
+CPU it gave no consistent gain over plain Python (``benchmarks/bench_lstm.py --script-loops``
+measures it), so it is off. With
 ``peephole=None`` and ``fused=True`` the module calls the same kernels as ``nn.LSTM``
 (``torch.lstm``: oneDNN on CPU, cuDNN on CUDA; packed sequences when a batch has padding),
 with this module's parameters; ``fused=False`` keeps the hand-written path, which the tests
