@@ -44,7 +44,8 @@ def one_token_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("decode")
     train_f = write_json(root / "train.json", squad_json(_paragraphs(4)))
     dev_f = write_json(root / "dev.json", squad_json(_paragraphs(3)))
-    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + WORDS)]
+    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
+             for i, w in enumerate(GLOVE_WORDS + WORDS)]
     (root / "glove.txt").write_text("\n".join(lines) + "\n")
     (root / "tiny.json").write_text(json.dumps({"model": TINY_MODEL, "train": TINY_TRAIN}))
     run = root / "run"
@@ -114,7 +115,8 @@ def test_old_runs_decode_with_their_train_config_setting_or_the_default(one_toke
 
 
 def test_decode_config_of_reads_every_layout():
-    assert decode_config_of({"decode": {"max_answer_len": 7}, "train_config": {"max_answer_len": 12}}) == DecodeConfig(7)
+    both = {"decode": {"max_answer_len": 7}, "train_config": {"max_answer_len": 12}}
+    assert decode_config_of(both) == DecodeConfig(7)  # the section wins
     assert decode_config_of({"train_config": {"max_answer_len": 12}}) == DecodeConfig(12)
     assert decode_config_of({"train_config": {}}) == decode_config_of({}) == DecodeConfig(30)
     with pytest.raises(ValueError, match="unknown fields"):

@@ -3,10 +3,10 @@
 Contents: ``format``, ``model_name``, ``model_config``, ``train_config`` and ``decode``
 (plain dicts; runs saved before ``decode`` existed kept ``max_answer_len`` in ``train_config``,
 which :func:`rckit.evaluation.decoding.decode_config_of` reads), ``model`` (state dict of the
-unwrapped module), ``optimizer``, ``scheduler``, ``ema``, ``step``, ``epoch``, ``batch_in_epoch``, ``elapsed``, ``best_score`` (of ``score_key``: dev F1
-or accuracy), ``task`` (span or cloze), ``vocab`` (word/char lists, or the cloze vocabulary),
-``embedding`` (table shapes), ``data`` (where the data came from), ``rng`` (torch CPU/CUDA
-generator states).
+unwrapped module), ``optimizer``, ``scheduler``, ``ema``, ``step``, ``epoch``,
+``batch_in_epoch``, ``elapsed``, ``best_score`` (of ``score_key``: dev F1 or accuracy),
+``task`` (span or cloze), ``vocab`` (word/char lists, or the cloze vocabulary), ``embedding``
+(table shapes), ``data`` (where the data came from), ``rng`` (torch CPU/CUDA generator states).
 
 Writing goes to a temporary file in the same directory, is flushed to disk, then renamed over
 the target, so a crash (even ``kill -9``) leaves either the old file or the new one, plus at
