@@ -43,7 +43,8 @@ def main() -> None:
 
     ckpt = load_checkpoint(checkpoint_of(args.run))
     cfg = from_dict(DCNPlusConfig, {**ckpt["model_config"], "mixed_objective": True})
-    tcfg = from_dict(TrainConfig, ckpt["train_config"])
+    # Checkpoints written before decoding had its own section kept max_answer_len among the training settings.
+    tcfg = from_dict(TrainConfig, {k: v for k, v in ckpt["train_config"].items() if k != "max_answer_len"})
     ns = argparse.Namespace(command="bench", train=None, dev=None, data_dir=args.data_dir, version="1.1",
                             cache_dir=None, embeddings=None, char_embeddings=None, set=[])
     task = SpanTask(prepare_from_args(ns), tcfg)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from rckit.data.batching import Batch, SquadSplit
 from rckit.data.embeddings import EmbeddingInfo
+from rckit import kernels
 from rckit.evaluation.decoding import span_to_text
 from rckit.evaluation.squad_metrics import f1_score
 from rckit.layers.coattention import Coattention, append_sentinel
@@ -404,7 +405,7 @@ def test_eval_encodes_a_document_shared_by_several_questions_once():
         encoder = model.encoder if isinstance(model, DCN) else model.enc1
         seen = []
         encoder.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[0]))
-        with torch.no_grad():
+        with torch.no_grad(), kernels.use("all"):  # the sharing is the `dedupe` fast path
             out = model(batch)
             assert seen == [3, 5]  # the documents: 3 distinct of 5, then the 5 questions
             for i in range(5):  # each question alone: nothing to share

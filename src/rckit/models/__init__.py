@@ -1,8 +1,9 @@
 """Model names -> (config dataclass, model class), and presets.
 
 A preset is a small JSON file ``presets/<model>-<name>.json`` of the form
-``{"model": {config fields}, "train": {TrainConfig fields}}``; ``--set model.x=..`` or
-``--set train.y=..`` overrides single fields after it.
+``{"model": {config fields}, "train": {TrainConfig fields}, "decode": {DecodeConfig fields}}``
+(``decode`` optional); ``--set model.x=..``, ``--set train.y=..`` or ``--set decode.z=..``
+overrides single fields after it.
 """
 
 from __future__ import annotations
