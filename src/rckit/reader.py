@@ -1,0 +1,277 @@
+"""One way to ask a trained span model questions: :class:`Reader`.
+
+``Reader.load(source)`` takes a run directory (its best checkpoint, EMA weights), an exported
+``.safetensors`` file (:mod:`rckit.export`) or nothing, which means the default model
+(:func:`default_model_path`). ``reader.answer(context, question)`` gives the ``top_k`` best
+answers, each ``{"answer", "score", "start", "end"}``: ``score`` is the span's probability
+``p_start[s] * p_end[e]`` in the window it was read in, ``start``/``end`` half-open character
+offsets into the context as given, so ``context[start:end] == answer``. ``answer_batch`` does
+the same for many (context, question) pairs in batched forwards; ``rckit predict`` and
+``rckit serve`` both go through it.
+
+Long contexts are read in windows of ``window`` tokens (the run's ``train.max_c_len``, the
+longest context it trained on), ``stride`` tokens apart (default ``window // 2``). With half a
+window of overlap every token lies at least a quarter of a window from the edge of some window
+(except near the document's own ends), so each answer is read with context on both sides, for
+twice the work of windows that only touch. Any span of at most ``window - stride`` tokens lies
+whole inside some window. Each window gives its ``top_k`` spans; they are merged by score, a
+character span found in two windows counting once with its higher score. That merge is exact:
+a span of the true top ``k`` is in the top ``k`` of the window where it scores best.
+
+Batches keep the questions on one context (and one window of it) together, so a model that
+shares work between them (QANet on CPU: :func:`rckit.kernels.cpu.encode_shared_contexts`)
+encodes each distinct window once; each distinct context is tokenized once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rckit.data.batching import Batch
+from rckit.data.prepare import Vocabularies, featurize
+from rckit.data.squad import ReadReport, SquadDataset, SquadExample
+from rckit.evaluation.decoding import DecodeConfig, decode_config_of, topk_spans
+
+BUNDLED = Path(__file__).resolve().parent / "bundled" / "qanet-squad.safetensors"
+DEFAULT_WINDOW = 400  # tokens; TrainConfig.max_c_len's default, for runs that do not record one
+
+
+def default_model_path() -> Path:
+    """``$RCKIT_MODEL`` if set (a run directory or an exported file), else the bundled model.
+
+    Raises FileNotFoundError, saying how to get a model, when neither is there.
+    """
+    env = os.environ.get("RCKIT_MODEL")
+    if env:
+        if not Path(env).exists():
+            raise FileNotFoundError(f"RCKIT_MODEL={env}: no such file or directory")
+        return Path(env)
+    if BUNDLED.is_file():
+        return BUNDLED
+    raise FileNotFoundError("no default model is installed: give a trained run or an exported file "
+                            "(`rckit predict RUN ...`, `rckit export RUN --out FILE`), or set RCKIT_MODEL=FILE")
+
+
+def check_text(name: str, text: str) -> None:
+    """Refuse a context or question with nothing to read or ask: no letter or digit."""
+    if not isinstance(text, str):
+        raise ValueError(f"the {name} should be a string, got {type(text).__name__}")
+    if not any(ch.isalnum() for ch in text):
+        what = "is empty" if not text.strip() else f"has no word, only punctuation ({text.strip()[:20]!r})"
+        raise ValueError(f"the {name} {what}: nothing to answer")
+
+
+def windows(n_tokens: int, window: int, stride: int) -> list[tuple[int, int]]:
+    """Half-open token ranges ``[lo, hi)`` of ``window`` tokens, ``stride`` apart, the last one
+    ending at ``n_tokens``; one range when the context fits."""
+    if n_tokens <= window:
+        return [(0, n_tokens)]
+    starts = list(range(0, n_tokens - window, stride)) + [n_tokens - window]
+    return [(lo, lo + window) for lo in starts]
+
+
+class Reader:
+    """A span model with its vocabularies and decode settings, answering questions about text.
+
+    ``model`` returns ``start_logits``/``end_logits`` for a :class:`Batch`. ``window``: the
+    most context tokens read at once. ``batch_size``: items (question, window) per forward.
+    ``info``: a JSON-serialisable description (model name, source, config, dev score,
+    parameter count), what ``GET /v1/model`` returns.
+    """
+
+    def __init__(self, model: torch.nn.Module, vocabs: Vocabularies, decode: DecodeConfig | None = None,
+                 window: int = DEFAULT_WINDOW, info: dict | None = None, device: str | torch.device = "cpu",
+                 batch_size: int = 32):
+        if window < 1:
+            raise ValueError(f"window must be >= 1 token, got {window}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.vocabs = vocabs
+        self.decode = decode or DecodeConfig()
+        self.window = int(window)
+        self.batch_size = batch_size
+        self.info = info if info is not None else {}
+
+    # ------------------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, source: str | Path | None = None, device: str | torch.device = "cpu") -> "Reader":
+        """A run directory or checkpoint (``.pt``), an exported file, or None: the default model."""
+        path = Path(source) if source is not None else default_model_path()
+        if path.is_dir() or path.suffix == ".pt":
+            return cls._from_run(path, device)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such run directory or model file")
+        return cls._from_export(path, device)
+
+    @classmethod
+    def _from_run(cls, path: Path, device) -> "Reader":
+        from rckit.runs import checkpoint_of, load_model
+
+        model, vocabs, ckpt = load_model(path, device)
+        if ckpt.get("task") == "cloze":
+            raise ValueError(f"{path} is a cloze model: it picks an @entity marker, not a span of a context; "
+                             "score it with `rckit evaluate`")
+        train_cfg = ckpt.get("train_config") or {}
+        file = checkpoint_of(path)
+        decode = decode_config_of(ckpt)
+        window = int(train_cfg.get("max_c_len") or DEFAULT_WINDOW)
+        best = ckpt.get("best_score", -1.0)
+        dev = None
+        if file.name == "best.pt" and best is not None and best >= 0:  # last.pt's best_score is another file's
+            dev = {ckpt.get("score_key", "f1"): best, "questions": train_cfg.get("eval_questions") or "all"}
+        info = describe(ckpt["model_name"], str(file.resolve()), "run", ckpt["model_config"], decode, window, dev,
+                        model, step=ckpt.get("step"))
+        return cls(model, vocabs, decode, window, info, device)
+
+    @classmethod
+    def _from_export(cls, path: Path, device) -> "Reader":
+        from rckit.export import load_exported
+
+        model, vocabs, meta = load_exported(path, device)
+        decode = decode_config_of(meta)
+        window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
+        info = describe(meta["model"], str(path.resolve()), meta["format"], meta["model_config"], decode, window,
+                        meta.get("dev_score"), model, step=meta.get("step"))
+        return cls(model, vocabs, decode, window, info, device)
+
+    # ------------------------------------------------------------------------------ answering
+
+    def answer(self, context: str, question: str | list[str], top_k: int = 1, max_answer_len: int | None = None,
+               stride: int | None = None) -> list[dict] | list[list[dict]]:
+        """The ``top_k`` best answers to ``question`` about ``context``, best first; for a list
+        of questions, one such list each. See the module docstring for the answer dicts."""
+        questions = [question] if isinstance(question, str) else list(question)
+        got = self.answer_batch([(context, q) for q in questions], top_k, max_answer_len, stride)
+        return got[0] if isinstance(question, str) else got
+
+    @torch.inference_mode()
+    def answer_batch(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
+                     stride: int | None = None) -> list[list[dict]]:
+        """Answers to many ``(context, question)`` pairs, in their order, in batched forwards."""
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        max_answer_len = self.decode.max_answer_len if max_answer_len is None else int(max_answer_len)
+        if max_answer_len < 1:
+            raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
+        stride = max(1, self.window // 2) if stride is None else int(stride)
+        if not 1 <= stride <= self.window:
+            raise ValueError(f"stride must be between 1 and the window ({self.window} tokens), got {stride}")
+        if not pairs:
+            return []
+        for i, (context, question) in enumerate(pairs):
+            where = "" if len(pairs) == 1 else f" (pair {i})"
+            try:
+                check_text("context", context)
+                check_text("question", question)
+            except ValueError as e:
+                raise ValueError(f"{e}{where}") from None
+
+        # Each distinct context once: tokenized once, and its windows shared by its questions.
+        context_ids: dict[str, int] = {}
+        for context, _ in pairs:
+            context_ids.setdefault(context, len(context_ids))
+        contexts = list(context_ids)
+        examples = [SquadExample(str(i), "", context_ids[c], c, q, [], is_impossible=True)
+                    for i, (c, q) in enumerate(pairs)]
+        split, _ = featurize(SquadDataset(examples, contexts, ReadReport("<input>", "1.1"), {}), self.vocabs)
+        a = split.a
+        by_context: dict[int, list[int]] = {}
+        for i, (c, _) in enumerate(pairs):
+            by_context.setdefault(context_ids[c], []).append(i)
+
+        # (pair, context, lo, hi) items; longest contexts first so a batch's windows are alike.
+        order = sorted(by_context, key=lambda c: -int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]))
+        groups = []
+        for c in order:
+            n = int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c])
+            for lo, hi in windows(n, self.window, stride):
+                groups.append([(i, c, lo, hi) for i in by_context[c]])
+        found: list[dict[tuple[int, int], float]] = [{} for _ in pairs]
+        for items in self._batches(groups):
+            batch = self._collate(a, items).to(self.device)
+            out = self.model(batch)
+            spans = topk_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, top_k,
+                               max_answer_len)
+            starts, ends, scores = spans.start.tolist(), spans.end.tolist(), spans.score.tolist()
+            for b, (i, c, lo, _) in enumerate(items):
+                offsets = a["ctx_offsets"][a["ctx_ptr"][c]:a["ctx_ptr"][c + 1]]
+                for s, e, score in zip(starts[b], ends[b], scores[b]):
+                    if s < 0:
+                        continue
+                    span = (int(offsets[lo + s][0]), int(offsets[lo + e][1]))
+                    if score > found[i].get(span, -math.inf):
+                        found[i][span] = score
+        results = []
+        for (context, _), spans_of in zip(pairs, found):
+            best = sorted(spans_of.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
+            results.append([{"answer": context[s:e], "score": math.exp(score), "start": s, "end": e}
+                            for (s, e), score in best])
+        return results
+
+    def _batches(self, groups: list[list[tuple]]):
+        """Items in batches of at most ``batch_size``; a group (the questions on one window)
+        starts a new batch rather than straddle two, unless it is larger than a batch."""
+        batch: list[tuple] = []
+        for group in groups:
+            if batch and len(batch) + len(group) > self.batch_size:
+                yield batch
+                batch = []
+            while len(group) > self.batch_size:
+                yield group[: self.batch_size]
+                group = group[self.batch_size:]
+            batch.extend(group)
+        if batch:
+            yield batch
+
+    @staticmethod
+    def _collate(a: dict, items: list[tuple]) -> Batch:
+        """A :class:`Batch` of question ``i`` with tokens ``[lo, hi)`` of context ``c``, per item."""
+        B = len(items)
+        c_len = np.array([hi - lo for _, _, lo, hi in items])
+        q_len = np.array([a["q_ptr"][i + 1] - a["q_ptr"][i] for i, *_ in items])
+        c_forms = np.zeros((B, int(c_len.max())), np.int64)
+        q_forms = np.zeros((B, int(q_len.max())), np.int64)
+        c_mask = np.zeros(c_forms.shape, bool)
+        q_mask = np.zeros(q_forms.shape, bool)
+        for b, (i, c, lo, hi) in enumerate(items):
+            base = a["ctx_ptr"][c]
+            c_forms[b, : hi - lo] = a["ctx_forms"][base + lo: base + hi]
+            c_mask[b, : hi - lo] = True
+            q_forms[b, : q_len[b]] = a["q_forms"][a["q_ptr"][i]: a["q_ptr"][i + 1]]
+            q_mask[b, : q_len[b]] = True
+        t = torch.from_numpy
+        none = torch.full((B,), -1, dtype=torch.long)
+        return Batch(
+            c_words=t(np.where(c_mask, a["form_words"][c_forms], 0).astype(np.int64)),
+            c_chars=t((a["form_chars"][c_forms] * c_mask[..., None]).astype(np.int64)),  # (B, Tc, W)
+            c_mask=t(c_mask),
+            q_words=t(np.where(q_mask, a["form_words"][q_forms], 0).astype(np.int64)),
+            q_chars=t((a["form_chars"][q_forms] * q_mask[..., None]).astype(np.int64)),  # (B, Tq, W)
+            q_mask=t(q_mask),
+            y_start=none,
+            y_end=none.clone(),
+            index=torch.tensor([i for i, *_ in items], dtype=torch.long),
+        )
+
+
+def describe(name: str, source: str, kind: str, config: dict, decode: DecodeConfig, window: int, dev: dict | None,
+             model: torch.nn.Module, step: int | None = None) -> dict:
+    """``Reader.info``: what a client may want to know about the model, JSON-serialisable."""
+    return {
+        "model": name,
+        "source": source,
+        "format": kind,
+        "config": config,
+        "decode": asdict(decode),
+        "window": window,
+        "dev_score": dev,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "step": step,
+    }
