@@ -1,0 +1,319 @@
+"""The HTTP side of ``rckit serve``: a JSON API over a :class:`rckit.reader.Reader`, and a page.
+
+``POST /v1/answer`` takes ``{"context": ..., "question": ...}`` (or ``"questions": [...]``, with
+optional ``"top_k"`` and ``"max_answer_len"``) and returns ``{"answers": ..., "model": ...,
+"ms": ...}``; ``GET /v1/model`` describes the model, ``GET /health`` says the server is up,
+``/docs`` is FastAPI's OpenAPI page and ``/`` a page to ask questions from a browser.
+
+Every mistake in a request gets one JSON line ``{"error": "what is wrong, naming the field"}``
+and a 4xx status, and the server goes on serving: 400 for a body that is not JSON, 413 for a
+body over ``max_body_bytes`` (refused from its Content-Length, or while it streams in, without
+reading more), 422 for a missing or mistyped field, an empty context or question, too many
+questions or a ``top_k`` out of range. A failure of the model itself is a 500 for the requests
+of that batch. Questions of concurrent requests are answered together (:mod:`.batcher`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rckit.serve.batcher import Batcher
+
+STATIC = Path(__file__).resolve().parent / "static"
+TOP_K = (1, 20)
+MAX_ANSWER_LEN = (1, 200)  # tokens; the decoder's cost grows with it
+
+
+class AnswerRequest(BaseModel):
+    """The body of ``POST /v1/answer``: one context and either one question or a list of them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    context: str = Field(description="the passage to read")
+    question: str | None = Field(None, description="one question (or give `questions`)")
+    questions: list[str] | None = Field(None, description="several questions about the same context")
+    top_k: int = Field(1, ge=TOP_K[0], le=TOP_K[1], description="how many answers per question, best first")
+    max_answer_len: int | None = Field(None, ge=MAX_ANSWER_LEN[0], le=MAX_ANSWER_LEN[1],
+                                       description="longest answer in tokens (default: the model's own setting)")
+
+
+class Answer(BaseModel):
+    answer: str = Field(description="the answer text, equal to context[start:end]")
+    score: float = Field(description="the model's probability of this span")
+    start: int = Field(description="character offset of the answer in the context")
+    end: int = Field(description="character offset just past the answer")
+
+
+class AnswerResponse(BaseModel):
+    answers: list[Answer] | list[list[Answer]] = Field(
+        description="for `question`: its answers, best first; for `questions`: one such list per question")
+    model: str
+    ms: float = Field(description="time spent in the server, milliseconds")
+
+
+class ErrorResponse(BaseModel):
+    error: str
+
+
+class ApiError(Exception):
+    """A request the server refuses: its HTTP status and what is wrong."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def model_name(info: dict) -> str:
+    name = info.get("model") or info.get("name") or "unknown"
+    return name if isinstance(name, str) else json.dumps(name)
+
+
+def create_app(reader, max_batch: int = 32, batch_window_ms: float = 5, max_body_bytes: int = 1_000_000,
+               max_questions: int = 64) -> FastAPI:
+    """A FastAPI app answering with ``reader`` (anything with ``answer_batch`` and ``info``)."""
+    batcher = Batcher(reader.answer_batch, max_batch=max_batch, window_ms=batch_window_ms)
+    info = reader.info
+    name = model_name(info)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="rckit", summary="Answers questions about a passage with a reading-comprehension model.",
+                  lifespan=lifespan)
+    app.state.batcher = batcher
+    errors = {status: {"model": ErrorResponse, "description": text} for status, text in (
+        (400, "the body is not JSON"), (413, f"the body is over {max_body_bytes} bytes"),
+        (422, "a field is missing, of the wrong type, empty or out of range"), (500, "the model failed"))}
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, e: ApiError):
+        return error(e.status, e.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, e: StarletteHTTPException):
+        if e.status_code == 404:
+            return error(404, f"no such page: {request.url.path}")
+        if e.status_code == 405:
+            return error(405, f"{request.method} is not allowed on {request.url.path}")
+        return error(e.status_code, str(e.detail))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, e: Exception):  # a bug in rckit: still one JSON line for the client
+        return error(500, f"internal error: {type(e).__name__}: {e}")
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, e: RequestValidationError):
+        return error(422, explain(e.errors()))
+
+    @app.post("/v1/answer", response_model=AnswerResponse, responses=errors, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": AnswerRequest.model_json_schema(),
+            "example": {"context": "The Eiffel Tower was completed in 1889 in Paris.",
+                        "question": "When was the Eiffel Tower completed?", "top_k": 3}}}}})
+    async def answer(request: Request):
+        """Answer one question (`question`) or several (`questions`) about one `context`."""
+        t0 = time.perf_counter()
+        body = await read_body(request, max_body_bytes)
+        req = parse_request(body, max_questions)
+        one = req.question is not None
+        questions = [req.question] if one else req.questions
+        try:
+            answers = await batcher.submit([(req.context, q) for q in questions], req.top_k, req.max_answer_len)
+        except Exception as e:  # noqa: BLE001 - the model's failure is this request's 500, not the server's end
+            return error(500, f"the model failed on this request: {type(e).__name__}: {e}")
+        ms = (time.perf_counter() - t0) * 1000
+        return JSONResponse({"answers": answers[0] if one else answers, "model": name, "ms": round(ms, 2)})
+
+    @app.get("/v1/model")
+    async def model() -> dict[str, Any]:
+        """What the model is: name, where it was loaded from, its configuration, its dev score if known."""
+        return info
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """The server is up; how many model calls and questions it has answered, how many requests wait."""
+        return {"status": "ok", "model": name, "calls": batcher.calls, "questions": batcher.questions,
+                "queued": batcher.queued}
+
+    @app.get("/", include_in_schema=False)
+    async def index():
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to be over ``limit`` bytes."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise ApiError(400, f"Content-Length is not a number: {length[:40]!r}")
+        if int(length) > limit:
+            raise ApiError(413, f"the body has {int(length)} bytes; this server takes at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():  # also bounds a chunked body, which has no Content-Length
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the body is over {limit} bytes, the most this server takes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_request(body: bytes, max_questions: int) -> AnswerRequest:
+    """The checked request, or an :class:`ApiError` naming what is wrong."""
+    if not body.strip():
+        raise ApiError(400, 'the body is empty: send JSON like {"context": "...", "question": "..."}')
+    try:
+        data = json.loads(body)
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text") from None
+    except ValueError as e:
+        raise ApiError(400, f"the body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, f'the body must be a JSON object like {{"context": "...", "question": "..."}}, '
+                            f"not {json_type(data)}")
+    try:
+        req = AnswerRequest.model_validate(data)
+    except ValidationError as e:
+        raise ApiError(422, explain(e.errors())) from None
+    if req.question is None and req.questions is None:
+        raise ApiError(422, "'question' (one question) or 'questions' (a list of them) is required")
+    if req.question is not None and req.questions is not None:
+        raise ApiError(422, "give 'question' or 'questions', not both")
+    check_text("context", req.context)
+    if req.question is not None:
+        check_text("question", req.question)
+    else:
+        if not req.questions:
+            raise ApiError(422, "'questions' is an empty list")
+        if len(req.questions) > max_questions:
+            raise ApiError(422, f"'questions' has {len(req.questions)} questions; this server takes at most "
+                                f"{max_questions} in one request")
+        for i, q in enumerate(req.questions):
+            check_text(f"questions[{i}]", q)
+    return req
+
+
+def check_text(field: str, text: str) -> None:
+    if not text.strip():
+        raise ApiError(422, f"'{field}' is empty")
+    if not any(ch.isalnum() for ch in text):
+        raise ApiError(422, f"'{field}' has no letter or digit: nothing to read")
+
+
+def explain(errors: list[dict]) -> str:
+    """One sentence for the first of pydantic's validation errors, naming the field."""
+    err = errors[0]
+    loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+    field = "".join(f"[{p}]" if p.isdigit() else (f".{p}" if i else p) for i, p in enumerate(loc)) or "the body"
+    kind, given, ctx = err.get("type", ""), err.get("input"), err.get("ctx") or {}
+    bounds = {"top_k": TOP_K, "max_answer_len": MAX_ANSWER_LEN}.get(field)
+    if kind == "missing":
+        return f"'{field}' is required"
+    if kind == "extra_forbidden":
+        return f"unknown field '{field}' (the fields are {', '.join(AnswerRequest.model_fields)})"
+    if kind == "string_type":
+        return f"'{field}' must be a string, not {json_type(given)}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"'{field}' must be an integer, not {json_type(given)}"
+    if kind == "list_type":
+        return f"'{field}' must be a list of strings, not {json_type(given)}"
+    if kind in ("greater_than_equal", "less_than_equal") and bounds:
+        return f"'{field}' must be between {bounds[0]} and {bounds[1]}, not {given}"
+    if kind == "model_type" or kind == "dict_type":
+        return f"'{field}' must be a JSON object, not {json_type(given)}"
+    detail = err.get("msg", "is not valid")
+    return f"'{field}': {detail}" + (f" ({ctx})" if ctx and not bounds else "")
+
+
+def json_type(value) -> str:
+    """How JSON would call ``value``'s type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one), or an OSError saying which address."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 32,
+          batch_window_ms: float = 5, max_body_bytes: int = 1_000_000, max_questions: int = 64,
+          threads: int | None = None) -> None:
+    """Load the model from ``source`` (a run, an exported file, None: the default model) and serve it
+    until Ctrl-C or SIGTERM.
+
+    The model runs in one worker thread using ``threads`` cores (default: all this process may use);
+    the event loop only parses requests and forms batches. Prints the URL once the socket listens
+    (``port=0`` takes a free port and prints which).
+    """
+    import torch
+    import uvicorn
+
+    from rckit.reader import Reader
+
+    for name, value, least in (("max_batch", max_batch, 1), ("max_body_bytes", max_body_bytes, 1),
+                               ("max_questions", max_questions, 1), ("batch_window_ms", batch_window_ms, 0),
+                               ("port", port, 0)):
+        if value < least:
+            raise ValueError(f"{name} must be at least {least}, not {value}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be at least 1, not {threads}")
+    torch.set_num_threads(threads or available_cores())
+    reader = Reader.load(source)
+    app = create_app(reader, max_batch, batch_window_ms, max_body_bytes, max_questions)
+    sock = listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
+    print(f"rckit serve: {model_name(reader.info)} at {url} (API: POST {url}v1/answer, docs: {url}docs); "
+          "Ctrl-C stops", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
