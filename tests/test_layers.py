@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit import kernels
 from rckit.layers.conv import DepthwiseSeparableConv1d
-from rckit.layers.dropout import Dropout, dropout
 from rckit.layers.embedding import CharCNN, InputEmbedding, PartiallyFrozenEmbedding
 from rckit.layers.highway import Highway
 from rckit.layers.masking import mask_logits, masked_softmax
@@ -126,28 +125,6 @@ def test_char_cnn_ignores_char_padding(spec):
     # The definition: embed, conv over the word, ReLU, max over the real chars.
     x = cnn.embed(torch.tensor([3, 4, 5])).T.unsqueeze(0)  # (1, Dc, 3)
     torch.testing.assert_close(out[0, 0], torch.relu(cnn.conv(x))[0].amax(1))
-
-
-@pytest.mark.parametrize("spec", ["none", "all"])
-def test_dropout_keeps_about_1_minus_p_and_preserves_the_mean(spec):
-    torch.manual_seed(0)
-    with kernels.use(spec):
-        y = dropout(torch.ones(1000, 1000), 0.1)
-        assert abs((y == 0).float().mean().item() - 0.1) < 2e-3
-        assert abs(y.mean().item() - 1.0) < 3e-3
-        x = torch.randn(50, 40, requires_grad=True)
-        y = dropout(x, 0.3)
-        y.sum().backward()
-        kept = y != 0
-        assert 0.55 < kept.float().mean().item() < 0.85
-        torch.testing.assert_close(y, x * kept / 0.7, rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(x.grad, kept.float() / 0.7, rtol=1e-4, atol=1e-6)
-        # Eval, p = 0, p = 1, bf16 and the module.
-        assert dropout(x, 0.5, training=False) is x and dropout(x, 0.0) is x
-        assert (dropout(x, 1.0) == 0).all()
-        assert dropout(x.detach().bfloat16(), 0.1).dtype == torch.bfloat16
-        m = Dropout(0.2).eval()
-        assert m(x) is x and "p=0.2" in repr(m)
 
 
 def test_input_embedding_keeps_pretrained_rows_fixed_and_takes_the_char_width_from_char_vectors():

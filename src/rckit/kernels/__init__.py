@@ -9,8 +9,8 @@ thing on CPU has paid off, the layer calls it from :mod:`rckit.kernels.cpu` behi
 Fast paths, by name (what each computes: :mod:`rckit.kernels.cpu`; what each is worth:
 BENCHMARKS.md, "CPU kernels"):
 
-- ``dropout``: dropout with a byte mask drawn from 16-bit lanes;
-- ``residual``: QANet's ``x + dropout(relu(y)) * keep / p_l`` with one byte mask;
+- ``residual``: QANet's ``x + dropout(relu(y)) * keep / p_l`` with one byte mask drawn from
+  16-bit random lanes;
 - ``conv``: the depthwise conv in oneDNN's channels-last layout, hand-written backward;
 - ``attention``: self-attention in fp32 under bf16 autocast;
 - ``char_cnn``: the char CNN at real characters only;
@@ -28,7 +28,7 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-NAMES = ("dropout", "residual", "conv", "attention", "char_cnn", "dedupe")
+NAMES = ("residual", "conv", "attention", "char_cnn", "dedupe")
 
 
 def parse(spec: str) -> frozenset[str]:

@@ -7,7 +7,6 @@ worth is measured in BENCHMARKS.md, "CPU kernels" (``benchmarks/qanet_ablation.p
 ================  ==============================================  ===========================
 name              computes                                         called by
 ================  ==============================================  ===========================
-``dropout``       :func:`dropout`                                  ``layers.dropout.dropout``
 ``residual``      :func:`residual`                                 ``EncoderBlock.residual``
 ``conv``          :func:`separable_conv`                           ``DepthwiseSeparableConv1d``
 ``attention``     :func:`attention`                                ``MultiHeadSelfAttention``
@@ -27,7 +26,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-# --- dropout ------------------------------------------------------------------------------------
+# --- QANet's residual ---------------------------------------------------------------------------
 
 _LANES = 2**16
 
@@ -76,18 +75,6 @@ def as_factor(mask: torch.Tensor) -> torch.Tensor:
     type is much faster than converting ``bool`` (BENCHMARKS.md, "CPU kernels").
     """
     return mask.view(torch.uint8)
-
-
-def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Training-mode dropout with a :func:`keep_mask`: ``x * mask / (1 - p)``, ``p`` rounded to a
-    multiple of 2^-16. Autograd saves the 1-byte mask. (BENCHMARKS.md, "CPU kernels".)"""
-    if p == 0.0:
-        return x
-    keep, inv_keep = keep_mask(x.shape, p, x.device)
-    return (x * keep).mul_(inv_keep)  # in place on the fresh product: one allocation, not two
-
-
-# --- QANet's residual ---------------------------------------------------------------------------
 
 
 def residual(x: torch.Tensor, y: torch.Tensor, p: float, survival: float, keep: torch.Tensor | None = None,

@@ -20,7 +20,6 @@ from torch import nn
 
 from rckit import kernels
 from rckit.kernels import cpu
-from rckit.layers.dropout import Dropout
 from rckit.layers.highway import Highway
 
 
@@ -67,7 +66,7 @@ class CharCNN(nn.Module):
         if char_vectors is not None:
             self.embed.weight.data.copy_(char_vectors)
         self.conv = nn.Conv1d(char_dim, out_dim, width, padding=width // 2)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         """``chars`` (B, T, W) long, 0 = <pad>; returns (B, T, out_dim)."""
@@ -101,7 +100,7 @@ class InputEmbedding(nn.Module):
             char_dim = char_vectors.shape[1]
         self.char = CharCNN(n_chars, char_dim, char_dim, char_conv_width, char_vectors, char_dropout)
         d_in = self.word.embedding_dim + char_dim
-        self.word_dropout = Dropout(dropout)
+        self.word_dropout = nn.Dropout(dropout)
         self.highway = Highway(d_in, highway_layers, dropout)
         self.proj = nn.Linear(d_in, d_model)
 

@@ -9,15 +9,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rckit.layers.dropout import Dropout
-
 
 class Highway(nn.Module):
     def __init__(self, dim: int, n_layers: int = 2, dropout: float = 0.0):
         super().__init__()
         self.gates = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_layers))
         self.transforms = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_layers))
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for gate, transform in zip(self.gates, self.transforms):

@@ -47,7 +47,7 @@ autocast the input projection is computed in bf16 and the cell state, gates and 
 float32. The fused path follows ``nn.LSTM`` under autocast (bf16 outputs); its final states are
 returned in the parameters' dtype.
 
-Dropout between layers is :class:`rckit.layers.dropout.Dropout` on the hand-written path and
+Dropout between layers is ``nn.Dropout`` on the hand-written path and
 ``torch.lstm``'s own on the fused path: same distribution, different random streams.
 
 Init: weights and biases uniform(-1/sqrt(H), 1/sqrt(H)) like ``nn.LSTM``, except the forget-gate
@@ -66,7 +66,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from rckit.layers.dropout import Dropout
 
 PEEPHOLES = {None: 0, "diagonal": 1, "full": 2}
 SCRIPT_LOOPS = False  # TorchScript the two loops: no consistent gain on CPU, and deprecated
@@ -258,7 +257,7 @@ class PeepholeLSTM(nn.Module):
         self.bidirectional, self.peephole, self.fused = bidirectional, peephole, fused
         self.num_directions = 2 if bidirectional else 1
         self.dropout_p = dropout
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         S, H = self.num_directions, hidden_size
         for k in range(num_layers):
             d_in = input_size if k == 0 else H * S

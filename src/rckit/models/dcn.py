@@ -98,7 +98,6 @@ from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.kernels import cpu
 from rckit.layers.coattention import Coattention
-from rckit.layers.dropout import Dropout
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
 from rckit.layers.masking import mask_logits, zero_padding
@@ -342,7 +341,7 @@ class DCN(nn.Module):
         self.coattention = Coattention(l, project_question=True)
         self.fusion = PeepholeLSTM(3 * l, l, bidirectional=True, peephole=None)
         self.decoder = DynamicDecoder(l, c.pool, c.iterations)
-        self.dropout = Dropout(c.dropout)
+        self.dropout = nn.Dropout(c.dropout)
 
     def encode(self, batch: Batch) -> torch.Tensor:
         """U (B, m, 2l), zero at padding."""
@@ -376,7 +375,7 @@ class DCNPlus(nn.Module):
         self.coattn2 = Coattention(2 * l, project_question=False)
         self.fusion = PeepholeLSTM(9 * l, l, bidirectional=True, peephole=None)  # U: 2l
         self.decoder = DynamicDecoder(l, c.pool, c.iterations, c.n_experts)
-        self.dropout = Dropout(c.dropout)
+        self.dropout = nn.Dropout(c.dropout)
         # For the engine: the mixed objective needs the F1 reward; experts without rows in a
         # batch get no gradient, so DistributedDataParallel must look for unused parameters.
         self.uses_reward = c.mixed_objective

@@ -48,6 +48,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -57,7 +58,6 @@ from rckit.data.embeddings import EmbeddingInfo
 from rckit.kernels import cpu
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
-from rckit.layers.dropout import Dropout, dropout
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
 
@@ -170,7 +170,7 @@ class EncoderBlock(nn.Module):
             keep = torch.rand(x.shape[0], 1, 1, device=x.device) < survival  # (B, 1, 1)
         if x.device.type == "cpu" and kernels.enabled("residual"):
             return cpu.residual(x, y, self.p, survival, keep, relu)
-        y = dropout(torch.relu(y) if relu else y, self.p)
+        y = F.dropout(torch.relu(y) if relu else y, self.p)
         return x + (y if keep is None else y * keep) / survival
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float],
@@ -247,7 +247,7 @@ class QANet(nn.Module):
                                       c.dropout, c.layer_survival, c.attention_dropout, c.checkpoint_blocks)
         self.w1 = nn.Linear(2 * d, 1, bias=False)
         self.w2 = nn.Linear(2 * d, 1, bias=False)
-        self.dropout = Dropout(c.dropout)
+        self.dropout = nn.Dropout(c.dropout)
         # Last, so that drawing its seed leaves the weight initialisation as it was.
         self.layer_drops = LayerDropDraws() if c.layer_dropout == "batch" else None
 
