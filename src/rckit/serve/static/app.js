@@ -1,0 +1,128 @@
+// The page of `rckit serve`: asks POST /v1/answer and marks the answer in the passage.
+// User text only ever enters the page as DOM text nodes, never as HTML.
+"use strict";
+
+const TOP_K = 5;
+const $ = (id) => document.getElementById(id);
+
+// The server's offsets count Unicode code points (Python strings); JavaScript strings count
+// UTF-16 units, so slice by code points or a passage with an emoji would be marked off by one.
+function codePointSlice(points, start, end) {
+  return points.slice(start, end).join("");
+}
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+// "asking", "answered" or "error": for whoever drives the page (tests, scripts).
+function setState(state) {
+  document.body.dataset.state = state;
+}
+
+function markPassage(context, span) {
+  const box = $("answer");
+  box.replaceChildren();
+  const points = Array.from(context);
+  const mark = document.createElement("mark");
+  mark.textContent = codePointSlice(points, span.start, span.end);
+  box.append(
+    document.createTextNode(codePointSlice(points, 0, span.start)),
+    mark,
+    document.createTextNode(codePointSlice(points, span.end, points.length)),
+  );
+  mark.scrollIntoView({ block: "nearest" });
+}
+
+function showTopk(context, answers) {
+  const list = $("topk");
+  list.replaceChildren();
+  answers.forEach((a, i) => {
+    const item = document.createElement("li");
+    const text = document.createElement("span");
+    text.className = "text";
+    text.textContent = a.answer;
+    const score = document.createElement("span");
+    score.className = "score";
+    const percent = Math.max(0, Math.min(100, a.score * 100));
+    score.textContent = `${percent.toFixed(1)}%`;
+    const bar = document.createElement("span");
+    bar.className = "bar";
+    bar.style.width = `${percent}%`;
+    item.append(text, score, bar);
+    item.title = "mark this answer in the passage";
+    item.addEventListener("click", () => {
+      for (const li of list.children) li.classList.toggle("current", li === item);
+      markPassage(context, a);
+    });
+    if (i === 0) item.classList.add("current");
+    list.append(item);
+  });
+}
+
+async function ask(event) {
+  if (event) event.preventDefault();
+  const context = $("context").value;
+  const question = $("question").value;
+  const button = $("ask");
+  showError("");
+  if (!context.trim() || !question.trim()) {
+    showError(!context.trim() ? "Write or paste a passage first." : "Write a question first.");
+    setState("error");
+    return;
+  }
+  setState("asking");
+  button.disabled = true;
+  button.textContent = "Asking…";
+  const t0 = performance.now();
+  try {
+    const response = await fetch("/v1/answer", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ context, question, top_k: TOP_K }),
+    });
+    let body;
+    try {
+      body = await response.json();
+    } catch {
+      throw new Error(`the server answered ${response.status} ${response.statusText}, not JSON`);
+    }
+    if (!response.ok) throw new Error(body.error || `the server answered ${response.status}`);
+    const answers = body.answers;
+    if (!answers.length) throw new Error("the model gave no answer");
+    markPassage(context, answers[0]);
+    showTopk(context, answers);
+    const total = performance.now() - t0;
+    $("took").textContent = `Answered in ${Math.round(total)} ms (${Math.round(body.ms)} ms in the server) by ${body.model}.`;
+    $("result").hidden = false;
+    setState("answered");
+  } catch (e) {
+    showError(`Could not answer: ${e.message}`);
+    setState("error");
+  } finally {
+    button.disabled = false;
+    button.textContent = "Ask";
+  }
+}
+
+async function showModel() {
+  try {
+    const response = await fetch("/v1/model");
+    if (!response.ok) return;
+    const info = await response.json();
+    const name = info.model || info.name;
+    if (name) $("model").textContent = ` · model: ${typeof name === "string" ? name : JSON.stringify(name)}`;
+  } catch {
+    // The footer stays plain; asking still works or says why not.
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("ask-form").addEventListener("submit", ask);
+  $("context").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) ask(e);
+  });
+  showModel();
+});
