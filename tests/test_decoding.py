@@ -112,6 +112,21 @@ def test_topk_matches_brute_force(dtype, holes):
             assert (pred.score[b, n:] == -math.inf).all()
 
 
+def test_topk_scores_are_log_span_probabilities():
+    """``exp(score) = p_start[s] * p_end[e]`` with both softmaxes over the real tokens: what
+    rckit.Reader reports as an answer's score."""
+    torch.manual_seed(3)
+    start_logits, end_logits = torch.randn(3, 20), torch.randn(3, 20)
+    mask = torch.arange(20)[None, :] < torch.tensor([[20], [11], [1]])
+    top = topk_spans(start_logits, end_logits, mask, 5, max_answer_len=4)
+    for b in range(3):
+        p_start = start_logits[b][mask[b]].softmax(0)
+        p_end = end_logits[b][mask[b]].softmax(0)
+        for s, e, score in zip(top.start[b].tolist(), top.end[b].tolist(), top.score[b].tolist()):
+            if s >= 0:
+                assert math.exp(score) == pytest.approx(float(p_start[s] * p_end[e]), rel=1e-5)
+
+
 def test_best_equals_top1():
     torch.manual_seed(2)
     start_logits, end_logits = torch.randn(8, 50), torch.randn(8, 50)

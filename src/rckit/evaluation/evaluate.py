@@ -1,11 +1,12 @@
-"""A trained run put to work: a whole evaluation set scored, or one question answered.
+"""A trained run put to work on a whole evaluation set.
 
 :func:`evaluate_run` is ``rckit evaluate``: it loads the run's checkpoint, reads the data to
 evaluate on (SQuAD: the run's dev file or another SQuAD file; cloze: a split of the run's cloze
 directory or of another one), predicts with :func:`rckit.evaluation.predict.predict` and scores
-the predictions (official EM/F1, or accuracy in percent). :func:`answer_from_run` is
-``rckit predict``. Both decode with the :class:`DecodeConfig` the run was saved with
-(:func:`decode_config_of`, which also reads runs saved before it had its own section).
+the predictions (official EM/F1, or accuracy in percent). It decodes with the
+:class:`DecodeConfig` the run was saved with (:func:`decode_config_of`, which also reads runs
+saved before it had its own section). Questions about new text go through
+:class:`rckit.reader.Reader` (``rckit predict``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from rckit.evaluation.decoding import decode_config_of
-from rckit.evaluation.predict import answer, predict
+from rckit.evaluation.predict import predict
 from rckit.evaluation.squad_metrics import score_predictions
 from rckit.runs import load_model
 
@@ -88,34 +89,3 @@ def evaluate_cloze(model, ckpt: dict, data: str | None, split: str | None, limit
     result = {"accuracy": 100.0 * float((pred == gold).mean()), "examples": int(len(rows)),
               "split": split_name, "data": str(root)}
     return result, {examples.ids[i]: f"@entity{int(p)}" for i, p in zip(rows, pred)}
-
-
-def answer_from_run(run: str | Path, context: str, question: str, device: torch.device, warn=None) -> dict:
-    """A span run's answer to one question (text, character span, log-probability).
-
-    ``warn(text)``, if given, hears when the context is far longer than the model trained on.
-    """
-    model, vocabs, ckpt = load_model(run, device)
-    if ckpt.get("task") == "cloze":
-        raise ValueError(f"{run} is a cloze model: it picks an @entity marker, not a span of a context; "
-                         "score it with `rckit evaluate`")
-    if warn is not None:
-        text = long_context_warning(context, ckpt["train_config"].get("max_c_len"))
-        if text:
-            warn(text)
-    return answer(model, vocabs, context, question, decode_config_of(ckpt).max_answer_len, device)
-
-
-def long_context_warning(context: str, trained_on: int | None) -> str | None:
-    """What to tell the user when a context is far longer than the model ever read in training."""
-    from rckit.data.tokenize import tokenize
-
-    n = len(tokenize(context)[0])
-    # Twice the limit: SQuAD's own longest paragraphs (up to ~770 tokens against the usual 400)
-    # are read whole at evaluation and answer well; a whole document is another matter.
-    if trained_on and n > 2 * trained_on:
-        return (f"the context has {n} tokens and the model was trained on at most {trained_on} (train.max_c_len); "
-                "it reads it whole, slowly, and answers far from the start are unreliable: give the paragraph "
-                "that holds the answer")
-    return None
-

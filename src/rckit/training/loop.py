@@ -307,7 +307,8 @@ def set_up(run: Run, model_cls) -> Parts:
 
 
 def resume_from(run: Run, parts: Parts) -> RunState:
-    """Load ``last.pt`` into ``parts``, restore the RNG, forget log lines written after it."""
+    """Load ``last.pt`` into ``parts``, restore the RNG, forget log lines written after it; say on
+    stderr (stdout carries the summary) the step and training time it goes on from."""
     path = run.files.last
     if not path.exists():
         raise FileNotFoundError(f"--resume: no checkpoint at {path}")
@@ -325,7 +326,19 @@ def resume_from(run: Run, parts: Parts) -> RunState:
     _set_rng_state(ckpt["rng"], run.device)
     if run.dist.is_main:
         _trim_metrics(run.files.metrics, ckpt["step"])
+        print(f"resuming {run.files.root} from step {ckpt['step']} ({format_duration(ckpt['elapsed'])} of training "
+              f"so far)", file=sys.stderr, flush=True)
     return RunState(ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"], ckpt["elapsed"], ckpt["best_score"])
+
+
+def format_duration(seconds: float) -> str:
+    """``12.3s``, ``4m05s``, ``2h03m``: elapsed training time as a person reads it."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m{int(seconds % 60):02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def data_parallel(model: torch.nn.Module, dist: DistInfo) -> torch.nn.Module:
