@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import post, start_server, stop_server, train_tiny_run
+from test_serve import post, start_server, stop_server
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -28,9 +28,9 @@ QUESTION = "What did Grace Hopper make in 1952?"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("page")
-    proc, url = start_server([str(train_tiny_run(root))], root / "serve.log")
+def server(tiny_export, tmp_path_factory):
+    """``rckit serve`` of conftest's tiny exported QANet; its URL."""
+    proc, url = start_server([str(tiny_export)], tmp_path_factory.mktemp("page") / "serve.log")
     yield url
     stop_server(proc)
 

@@ -1,8 +1,8 @@
 """rckit serve: the JSON API, its errors, batching of concurrent requests, a real server.
 
 Most tests use a fake reader (``answer_batch`` and ``info`` as :class:`rckit.reader.Reader`'s)
-that records the size of every call; the end-to-end ones load a tiny trained QANet run with the
-real Reader, in process and behind a real uvicorn server on 127.0.0.1.
+that records the size of every call; the end-to-end ones use the real Reader on conftest's tiny
+QANet run in process, and on its exported file behind a real uvicorn server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import GLOVE_WORDS, squad_json, write_json
 from rckit.serve.app import create_app
 
 CONTEXT = "Ada Lovelace wrote the first published program in 1843 for the Analytical Engine of Charles Babbage."
@@ -328,38 +327,6 @@ def test_a_failure_in_a_shared_call_fails_only_the_request_that_caused_it():
 
 # -- the real Reader, in process and behind a real server ----------------------------------------
 
-TINY_MODEL = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
-                  model_enc_kernel=3, emb_enc_kernel=3)
-TINY_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=100, eval_questions=0, checkpoint_every=1)
-TRAIN_TEXT = [
-    ("The Rosetta Stone was found in 1799 near Rashid. Champollion read the hieroglyphs in 1822.",
-     [("r1", "When was the stone found?", [("1799", 31)]), ("r2", "Who read the hieroglyphs?", [("Champollion", 49)])]),
-    ("Ada Lovelace wrote a program in 1843 for the Analytical Engine.",
-     [("a1", "Who wrote a program?", [("Ada Lovelace", 0)]), ("a2", "When was it written?", [("1843", 32)])]),
-]
-
-
-def train_tiny_run(root: Path) -> Path:
-    """A QANet run of two training steps on a few sentences: real weights, vocabulary and settings."""
-    from rckit.cli import main
-
-    train_f = write_json(root / "train.json", squad_json(TRAIN_TEXT))
-    words = sorted({w.lower() for c, _ in TRAIN_TEXT for w in re.findall(r"\w+", c)} | set(GLOVE_WORDS))
-    (root / "glove.txt").write_text("".join(f"{w} " + " ".join(f"{(i % 7) * 0.1 + k:.2f}" for k in range(4)) + "\n"
-                                            for i, w in enumerate(words)))
-    (root / "tiny.json").write_text(json.dumps({"model": TINY_MODEL, "train": TINY_TRAIN}))
-    run = root / "run"
-    assert main(["train", "qanet", "--preset", str(root / "tiny.json"), "--out", str(run), "--max-steps", "2",
-                 "--train", str(train_f), "--dev", str(train_f), "--embeddings", str(root / "glove.txt"),
-                 "--cache-dir", str(root / "cache"), "--no-progress"]) == 0
-    return run
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    return train_tiny_run(tmp_path_factory.mktemp("serve"))
-
-
 @pytest.fixture(scope="module")
 def tiny_reader(tiny_run):
     from rckit.reader import Reader
@@ -470,9 +437,9 @@ def post(url: str, body: dict | bytes, timeout: float = 60) -> tuple[int, dict]:
         return e.code, json.load(e)
 
 
-def test_a_real_server_answers_over_http_and_stops_on_ctrl_c(tiny_run, tmp_path):
+def test_a_real_server_answers_over_http_and_stops_on_ctrl_c(tiny_export, tmp_path):
     log = tmp_path / "serve.log"
-    proc, url = start_server([str(tiny_run), "--max-body-bytes", "5000", "--batch-window-ms", "300"], log)
+    proc, url = start_server([str(tiny_export), "--max-body-bytes", "5000", "--batch-window-ms", "300"], log)
     try:
         context, question = QUESTIONS[0]
         status, body = post(url, {"context": context, "question": question, "top_k": 3})
