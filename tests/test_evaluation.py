@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import GLOVE_WORDS, squad_json, write_json
+from conftest import GLOVE_WORDS, GREEK as WORDS, TINY_QANET as TINY_MODEL, TINY_QANET_TRAIN as TINY_TRAIN
+from conftest import greek_paragraphs as _paragraphs, squad_json, write_json
 from rckit.cli import main
 from rckit.data.cloze_data import load_cloze_data
 from rckit.data.cloze_synthetic import write_synthetic_cloze
@@ -18,24 +19,6 @@ from rckit.evaluation.predict import predict, predict_cloze, predict_split
 from rckit.models import MODELS
 from rckit.runs import load_model
 from rckit.training.checkpoint import load_checkpoint, save_checkpoint
-
-TINY_MODEL = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
-                  model_enc_kernel=3, emb_enc_kernel=3)
-TINY_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=100, eval_questions=0, checkpoint_every=1)
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-
-
-def _paragraphs(n_ctx):
-    paras = []
-    for c in range(n_ctx):
-        toks = [WORDS[(c * 5 + i * 3) % len(WORDS)] for i in range(10 + c)]
-        qas = []
-        for j in range(3):
-            k = 1 + (j * 4 + c) % (len(toks) - 1)
-            start = len(" ".join(toks[:k])) + 1
-            qas.append((f"c{c}q{j}", f"what follows {toks[k - 1]} ?", [(toks[k], start)]))
-        paras.append((" ".join(toks) + ".", qas))
-    return paras
 
 
 @pytest.fixture(scope="module")

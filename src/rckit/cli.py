@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long the first request of a batch waits for others to join it")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body accepted")
     p.add_argument("--max-questions", type=int, default=64, help="most questions in one request")
-    p.add_argument("--threads", type=int, help="torch threads for the model (default: torch's)")
+    p.add_argument("--threads", type=int, help="torch threads for the model (default: every core this process may use)")
 
     p = sub.add_parser(
         "score",

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from rckit.config import from_dict
-from rckit.data.embeddings import EmbeddingInfo
-from rckit.data.prepare import Vocabularies
+from rckit.runs import embedding_placeholder
+from rckit.data.prepare import Vocabularies, file_digest
 from rckit.data.vocab import DEFAULT_EMBEDDINGS
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.training.checkpoint import CheckpointError
@@ -77,14 +77,6 @@ def package_version() -> str | None:
         return version(PACKAGE)
     except PackageNotFoundError:
         return None
-
-
-def file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]:
@@ -251,14 +243,7 @@ def load_exported(path: str | Path, device: str | torch.device = "cpu"):
     state.update(meta.get("extra_state") or {})
 
     cfg_cls, model_cls = MODELS[name]
-    e = meta["embedding"]
-    info = EmbeddingInfo(
-        word_vectors=torch.zeros(e["words"], e["word_dim"]),
-        n_trainable_words=e["n_trainable_words"],
-        n_chars=e["n_chars"],
-        char_vectors=None if e["char_vectors_dim"] is None else torch.zeros(e["n_chars"], e["char_vectors_dim"]),
-        n_entities=e.get("n_entities", 0),
-    )
+    info = embedding_placeholder(meta["embedding"])
     try:
         model = model_cls(from_dict(cfg_cls, meta["model_config"]), info)
         model.load_state_dict(state)

@@ -71,6 +71,18 @@ def check_belongs_to_run(ckpt: dict, path: str | Path) -> None:
                               "this checkpoint does not belong to this run")
 
 
+def embedding_placeholder(e: dict) -> EmbeddingInfo:
+    """An :class:`EmbeddingInfo` of the recorded shapes, zeros inside: the model's tables come
+    from its saved state, so only their sizes are needed to build it."""
+    return EmbeddingInfo(
+        word_vectors=torch.zeros(e["words"], e["word_dim"]),
+        n_trainable_words=e["n_trainable_words"],
+        n_chars=e["n_chars"],
+        char_vectors=None if e["char_vectors_dim"] is None else torch.zeros(e["n_chars"], e["char_vectors_dim"]),
+        n_entities=e.get("n_entities", 0),
+    )
+
+
 def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: bool = True):
     """(model in eval mode with EMA weights, vocabularies, checkpoint dict).
 
@@ -84,14 +96,7 @@ def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: boo
         raise CheckpointError(f"{path}: unknown model {name!r} (known: {', '.join(MODELS)})")
     cfg_cls, model_cls = MODELS[name]
     cfg = from_dict(cfg_cls, ckpt["model_config"])
-    e = ckpt["embedding"]
-    info = EmbeddingInfo(
-        word_vectors=torch.zeros(e["words"], e["word_dim"]),
-        n_trainable_words=e["n_trainable_words"],
-        n_chars=e["n_chars"],
-        char_vectors=None if e["char_vectors_dim"] is None else torch.zeros(e["n_chars"], e["char_vectors_dim"]),
-        n_entities=e.get("n_entities", 0),
-    )
+    info = embedding_placeholder(ckpt["embedding"])
     model = model_cls(cfg, info)
     try:
         model.load_state_dict(ckpt["model"])
