@@ -134,6 +134,7 @@ def answer_entities(model: nn.Module, batch) -> ReaderOutput:
 
 
 class AttentiveReader(nn.Module):
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
     def __init__(self, config: AttentiveReaderConfig, emb: EmbeddingInfo):
         super().__init__()
         check_config(config, emb)
@@ -160,6 +161,7 @@ class AttentiveReader(nn.Module):
 
 
 class ImpatientReader(nn.Module):
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
     def __init__(self, config: ImpatientReaderConfig, emb: EmbeddingInfo):
         super().__init__()
         check_config(config, emb)

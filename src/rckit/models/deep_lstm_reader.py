@@ -126,6 +126,7 @@ def join_sequences(a: torch.Tensor, a_len: torch.Tensor, b: torch.Tensor, b_len:
 
 
 class DeepLSTMReader(nn.Module):
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
     def __init__(self, config: DeepLSTMReaderConfig, emb: EmbeddingInfo):
         super().__init__()
         if config.head not in HEADS:

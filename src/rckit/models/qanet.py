@@ -228,6 +228,7 @@ class EncoderStack(nn.Module):
 
 
 class QANet(nn.Module):
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
     def __init__(self, config: QANetConfig, emb: EmbeddingInfo):
         super().__init__()
         if config.layer_dropout not in LAYER_DROPOUT:

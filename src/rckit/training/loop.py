@@ -68,7 +68,7 @@ class TrainConfig:
     eval_questions: int = 2000  # fixed random dev subset for periodic evaluation; 0 = all
     log_every: int = 50
     checkpoint_every: int = 500
-    amp: str = "auto"  # "bf16", "fp32" or "auto" (bf16 on CUDA with bf16 support, else fp32)
+    amp: str = "auto"  # "bf16", "fp32" or "auto" (bf16 on CUDA with bf16 support; on CPU where the model trains faster)
     seed: int = 0
     pool_batches: int = 50
 
@@ -80,13 +80,18 @@ def warmup_factor(step: int, warmup: int) -> float:
     return math.log(step + 1) / math.log(warmup)
 
 
-def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
+def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls=None) -> torch.dtype | None:
+    """The autocast dtype of training. ``auto``: bf16 on CUDA with bf16 support; on CPU bf16 for
+    the models whose class says it trains faster there (``cpu_bf16 = True``, from the bf16 and
+    fp32 rows of BENCHMARKS.md), else fp32."""
     if cfg.amp == "bf16":
         return torch.bfloat16
     if cfg.amp == "fp32":
         return None
     if cfg.amp == "auto":
-        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+        return torch.bfloat16 if device.type == "cpu" and getattr(model_cls, "cpu_bf16", False) else None
     raise ValueError(f"amp must be bf16, fp32 or auto, got {cfg.amp!r}")
 
 
@@ -232,7 +237,8 @@ def train(
         open_run_dir(files, resume)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     task = data if hasattr(data, "score_key") else SpanTask(data, cfg)
-    run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device, amp_dtype(cfg, device))
+    run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device,
+              amp_dtype(cfg, device, model_cls))
     parts = set_up(run, model_cls)
     state = resume_from(run, parts) if resume else RunState()
     if dist.is_main:
