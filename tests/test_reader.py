@@ -258,7 +258,9 @@ def test_rckit_answer_uses_rckit_model(monkeypatch, tiny_export):
     assert set(best) == {"answer", "score", "start", "end"} and best["answer"]
     assert rckit._reader.cache_info().currsize >= 1
     again = rckit.answer("alpha beta gamma delta.", ["what follows alpha ?", "what follows beta ?"], top_k=2)
-    assert again[0][0] == best and len(again) == 2
+    assert len(again) == 2 and {k: again[0][0][k] for k in ("answer", "start", "end")} == {
+        k: best[k] for k in ("answer", "start", "end")}
+    assert again[0][0]["score"] == pytest.approx(best["score"], rel=1e-4)  # batch of 2: another summation order
     mine = Reader.load(tiny_export)
     assert rckit.answer("alpha beta gamma delta.", "what follows alpha ?", model=mine) == [best]
 
