@@ -16,7 +16,7 @@ from rckit.cli import main
 from rckit.data.prepare import PrepareConfig, prepare_squad
 from rckit.models.qanet import QANet, QANetConfig
 from rckit.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from rckit.training.loop import TrainConfig, train, warmup_factor
+from rckit.training.loop import TrainConfig, lr_factor, train, warmup_factor
 
 TINY_MODEL = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
                   model_enc_kernel=3, emb_enc_kernel=3)
@@ -57,6 +57,32 @@ def test_warmup_is_a_log_curve_to_one():
     assert vals[0] == 0.0 and vals[-1] == vals[-2] == 1.0
     assert vals[1] == pytest.approx(1 / 3) and vals[2] == pytest.approx(2 / 3)
     assert vals == sorted(vals)
+
+
+def test_lr_decays_linearly_to_zero_after_decay_from():
+    cfg = TrainConfig(warmup_steps=100, decay_from=1000, decay_steps=500)
+    assert lr_factor(10, cfg) == warmup_factor(10, 100) < 1.0
+    assert lr_factor(999, cfg) == 1.0 and lr_factor(1000, cfg) == 1.0
+    assert lr_factor(1250, cfg) == pytest.approx(0.5) and lr_factor(1500, cfg) == 0.0 == lr_factor(2000, cfg)
+    assert lr_factor(5000, TrainConfig(warmup_steps=100)) == 1.0  # decay_steps 0: constant
+
+
+def test_resume_keeps_the_decay_schedule(prepared, tmp_path):
+    over = dict(warmup_steps=0, decay_from=3, decay_steps=6)
+    straight = _train(prepared, tmp_path / "a", 8, **over)
+    _train(prepared, tmp_path / "b", 5, **over)
+    resumed = _train(prepared, tmp_path / "b", 8, resume=True, **over)
+    cfg = TrainConfig(**{**TINY_TRAIN, **over})
+    lrs = {r["step"]: r["lr"] for r in map(json.loads, (tmp_path / "b" / "metrics.jsonl").read_text().splitlines())
+           if "lr" in r}
+    assert sorted(lrs) == list(range(1, 9))
+    for step, lr in lrs.items():  # the rate after ``step`` optimiser steps, across the resume at 5
+        assert lr == pytest.approx(cfg.lr * lr_factor(step, cfg))
+    assert lrs[8] == pytest.approx(cfg.lr / 6)
+    a, b = load_checkpoint(tmp_path / "a" / "last.pt"), load_checkpoint(tmp_path / "b" / "last.pt")
+    assert resumed["steps"] == straight["steps"] == 8
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
 
 
 def test_n_steps_equal_k_steps_resume_n_minus_k(prepared, tmp_path):

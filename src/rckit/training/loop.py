@@ -52,6 +52,8 @@ class TrainConfig:
     optimizer: str = "adam"  # "adam" (beta1, beta2, eps) or "rmsprop" (rmsprop_alpha, momentum, eps)
     lr: float = 1e-3
     warmup_steps: int = 1000  # lr = lr * log(step + 1) / log(warmup_steps), then constant
+    decay_from: int = 0  # with decay_steps > 0: the lr falls linearly from this step ...
+    decay_steps: int = 0  # ... to 0 over this many steps (0: constant after warm-up)
     beta1: float = 0.8
     beta2: float = 0.999
     eps: float = 1e-7
@@ -78,6 +80,17 @@ def warmup_factor(step: int, warmup: int) -> float:
     if warmup <= 1 or step >= warmup - 1:
         return 1.0
     return math.log(step + 1) / math.log(warmup)
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """The learning rate's multiplier at ``step``: the warm-up, then constant, then (when
+    ``decay_steps`` > 0) a straight line from 1 at ``decay_from`` to 0 at ``decay_from +
+    decay_steps``. A run of a known length ends on the decay: the last steps average out the
+    noise of a large constant rate instead of stopping in the middle of it (RESULTS.md, the
+    bundled model)."""
+    if cfg.decay_steps > 0 and step >= cfg.decay_from:
+        return max(0.0, 1.0 - (step - cfg.decay_from) / cfg.decay_steps)
+    return warmup_factor(step, cfg.warmup_steps)
 
 
 def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls=None) -> torch.dtype | None:
@@ -304,7 +317,7 @@ def set_up(run: Run, model_cls) -> Parts:
     model = model_cls(run.model_cfg, run.task.model_inputs()).to(run.device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, cfg)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_factor(s, cfg.warmup_steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     ema = EMA(model, cfg.ema_decay)
     sampler = BucketBatchSampler(run.task.train_lengths, cfg.batch_size // dist.world_size, seed=cfg.seed,
                                  pool_batches=cfg.pool_batches, num_replicas=dist.world_size, rank=dist.rank)
