@@ -142,3 +142,21 @@ def test_predict_refuses_a_truncated_export(tiny_export, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("rckit predict: ") and "cut.safetensors" in err and "truncated" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_evaluate_scores_an_export_as_its_run(tiny_run, tmp_path, capsys):
+    f = tmp_path / "m.safetensors"
+    export_run(tiny_run, f, dtype="fp32")
+    dev = str(tiny_run.parent / "dev.json")
+    assert main(["evaluate", str(tiny_run), "--data", dev]) == 0
+    from_run = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["evaluate", str(f), "--data", dev, "--out", str(tmp_path / "p.json")]) == 0
+    from_file = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert from_file == from_run and from_file["total"] > 0
+    assert len(json.loads((tmp_path / "p.json").read_text())) == from_run["total"]
+    # The file keeps no dev path and one set of weights: both are said, not guessed.
+    for argv, words in ((["evaluate", str(f)], "--data"), (["evaluate", str(f), "--data", dev, "--weights", "raw"],
+                                                          "run directory")):
+        assert main(argv) != 0
+        err = capsys.readouterr().err
+        assert str(f) in err and words in err

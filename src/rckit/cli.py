@@ -128,10 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "evaluate",
         help="official EM/F1 (or cloze accuracy) of a trained run",
-        description="Predict every question of a SQuAD file with a trained run and print the official EM/F1; "
-        "for a cloze run, the accuracy over every example of its evaluation split.",
+        description="Predict every question of a SQuAD file with a trained run (or an exported .safetensors "
+        "file and --data) and print the official EM/F1; for a cloze run, the accuracy over every example of its "
+        "evaluation split.",
     )
-    p.add_argument("run", help="run directory")
+    p.add_argument("run", metavar="RUN|FILE", help="run directory, or a file from `rckit export` (with --data)")
     p.add_argument("--data", help="SQuAD file to evaluate on (default: the run's dev file); cloze: a cloze directory")
     p.add_argument("--split", default=None, help="cloze: which split of the directory (dev, test; default: the run's)")
     p.add_argument("--weights", default="ema", choices=["ema", "raw"],

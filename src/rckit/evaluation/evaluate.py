@@ -1,6 +1,7 @@
 """A trained run put to work on a whole evaluation set.
 
-:func:`evaluate_run` is ``rckit evaluate``: it loads the run's checkpoint, reads the data to
+:func:`evaluate_run` is ``rckit evaluate``: it loads the run's checkpoint (or an exported
+``.safetensors`` file, :mod:`rckit.export`, scored on a SQuAD file given with ``data``), reads the data to
 evaluate on (SQuAD: the run's dev file or another SQuAD file; cloze: a split of the run's cloze
 directory or of another one), predicts with :func:`rckit.evaluation.predict.predict` and scores
 the predictions (official EM/F1, or accuracy in percent). It decodes with the
@@ -33,7 +34,10 @@ def evaluate_run(run: str | Path, device: torch.device, data: str | None = None,
     examples, scored over those N. ``split``: which split of a cloze directory (default: the
     run's). ``out``: where to write the predictions as JSON (``{id: answer}``).
     """
-    model, vocabs, ckpt = load_model(run, device, use_ema=weights == "ema")
+    if Path(run).is_file() and Path(run).suffix == ".safetensors":
+        model, vocabs, ckpt = load_export_for_evaluation(run, device, data, weights)
+    else:
+        model, vocabs, ckpt = load_model(run, device, use_ema=weights == "ema")
     if ckpt.get("task") == "cloze":
         result, preds = evaluate_cloze(model, ckpt, data, split, limit, batch_size, device)
     else:
@@ -41,6 +45,22 @@ def evaluate_run(run: str | Path, device: torch.device, data: str | None = None,
     if out:
         Path(out).write_text(json.dumps(preds, ensure_ascii=False))
     return result
+
+
+def load_export_for_evaluation(path: str | Path, device, data: str | None, weights: str):
+    """An exported file as ``load_model`` gives a run: (model, vocabularies, a checkpoint-like
+    dict with its ``decode`` settings). The file keeps no data paths, so ``data`` is required; it
+    holds one set of weights (the run's EMA weights at export), so ``weights`` must be ``ema``."""
+    from rckit.export import load_exported
+
+    if not data:
+        raise ValueError(f"{path}: an exported model does not record its dev file; give the SQuAD file to "
+                         "evaluate on with --data")
+    if weights != "ema":
+        raise ValueError(f"{path}: an exported model holds one set of weights (the run's EMA weights); "
+                         "--weights raw needs the run directory")
+    model, vocabs, meta = load_exported(path, device)
+    return model, vocabs, {"task": "span", "decode": meta.get("decode"), "data": {}}
 
 
 def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int | None, batch_size: int, device,
