@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.data.batching import Batch
+from rckit.data.batching import Batch, assemble
 from rckit.data.prepare import Vocabularies, featurize
 from rckit.data.squad import ReadReport, SquadDataset, SquadExample
 from rckit.evaluation.decoding import DecodeConfig, decode_config_of, topk_spans
@@ -233,32 +233,10 @@ class Reader:
     @staticmethod
     def _collate(a: dict, items: list[tuple]) -> Batch:
         """A :class:`Batch` of question ``i`` with tokens ``[lo, hi)`` of context ``c``, per item."""
-        B = len(items)
-        c_len = np.array([hi - lo for _, _, lo, hi in items])
-        q_len = np.array([a["q_ptr"][i + 1] - a["q_ptr"][i] for i, *_ in items])
-        c_forms = np.zeros((B, int(c_len.max())), np.int64)
-        q_forms = np.zeros((B, int(q_len.max())), np.int64)
-        c_mask = np.zeros(c_forms.shape, bool)
-        q_mask = np.zeros(q_forms.shape, bool)
-        for b, (i, c, lo, hi) in enumerate(items):
-            base = a["ctx_ptr"][c]
-            c_forms[b, : hi - lo] = a["ctx_forms"][base + lo: base + hi]
-            c_mask[b, : hi - lo] = True
-            q_forms[b, : q_len[b]] = a["q_forms"][a["q_ptr"][i]: a["q_ptr"][i + 1]]
-            q_mask[b, : q_len[b]] = True
-        t = torch.from_numpy
-        none = torch.full((B,), -1, dtype=torch.long)
-        return Batch(
-            c_words=t(np.where(c_mask, a["form_words"][c_forms], 0).astype(np.int64)),
-            c_chars=t((a["form_chars"][c_forms] * c_mask[..., None]).astype(np.int64)),  # (B, Tc, W)
-            c_mask=t(c_mask),
-            q_words=t(np.where(q_mask, a["form_words"][q_forms], 0).astype(np.int64)),
-            q_chars=t((a["form_chars"][q_forms] * q_mask[..., None]).astype(np.int64)),  # (B, Tq, W)
-            q_mask=t(q_mask),
-            y_start=none,
-            y_end=none.clone(),
-            index=torch.tensor([i for i, *_ in items], dtype=torch.long),
-        )
+        i, c, lo, hi = (np.array(col, np.int64) for col in zip(*items))
+        none = np.full(len(items), -1, np.int64)
+        return assemble(a, a["ctx_ptr"][c] + lo, hi - lo, a["q_ptr"][i], a["q_ptr"][i + 1] - a["q_ptr"][i],
+                        none, none, i)
 
 
 def describe(name: str, source: str, kind: str, config: dict, decode: DecodeConfig, window: int, dev: dict | None,

@@ -89,40 +89,47 @@ class SquadSplit:
             c_len = np.minimum(c_len, max_c_len)
         if max_q_len is not None:
             q_len = np.minimum(q_len, max_q_len)
-        B, Tc, Tq = len(idx), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
-        c_forms = np.zeros((B, Tc), np.int64)
-        q_forms = np.zeros((B, Tq), np.int64)
-        c_mask = np.zeros((B, Tc), bool)
-        q_mask = np.zeros((B, Tq), bool)
-        for b, i in enumerate(idx):
-            lo = a["ctx_ptr"][a["q_ctx"][i]]
-            c_forms[b, : c_len[b]] = a["ctx_forms"][lo : lo + c_len[b]]
-            c_mask[b, : c_len[b]] = True
-            lo = a["q_ptr"][i]
-            q_forms[b, : q_len[b]] = a["q_forms"][lo : lo + q_len[b]]
-            q_mask[b, : q_len[b]] = True
-        # Form id 0 stands in for padding; the masks zero the ids there below.
-        c_words = np.where(c_mask, a["form_words"][c_forms], 0)
-        q_words = np.where(q_mask, a["form_words"][q_forms], 0)
-        c_chars = a["form_chars"][c_forms] * c_mask[..., None]  # (B, Tc, W)
-        q_chars = a["form_chars"][q_forms] * q_mask[..., None]  # (B, Tq, W)
+        c_lo = a["ctx_ptr"][a["q_ctx"][idx]]
         y_start = a["y_start"][idx].astype(np.int64)
         y_end = a["y_end"][idx].astype(np.int64)
         cut = y_end >= c_len
         y_start[cut] = -1
         y_end[cut] = -1
-        t = torch.from_numpy
-        return Batch(
-            c_words=t(c_words.astype(np.int64)),
-            c_chars=t(c_chars.astype(np.int64)),
-            c_mask=t(c_mask),
-            q_words=t(q_words.astype(np.int64)),
-            q_chars=t(q_chars.astype(np.int64)),
-            q_mask=t(q_mask),
-            y_start=t(y_start),
-            y_end=t(y_end),
-            index=t(idx),
-        )
+        return assemble(a, c_lo, c_len, a["q_ptr"][idx], q_len, y_start, y_end, idx)
+
+
+def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end, index) -> Batch:
+    """A padded :class:`Batch` of example ``b`` = context tokens ``ctx_forms[c_lo[b]:c_lo[b] +
+    c_len[b]]`` and question tokens ``q_forms[q_lo[b]:q_lo[b] + q_len[b]]`` of the arrays ``a``
+    (a prepared split's: form ids, looked up into word and character ids here). Training and
+    evaluation batches (:meth:`SquadSplit.collate`) and the windows of a long document
+    (:class:`rckit.reader.Reader`) are both made here."""
+    c_len, q_len = np.asarray(c_len, np.int64), np.asarray(q_len, np.int64)
+    B, Tc, Tq = len(c_len), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
+    c_forms = np.zeros((B, Tc), np.int64)
+    q_forms = np.zeros((B, Tq), np.int64)
+    c_mask = np.arange(Tc) < c_len[:, None]  # (B, Tc)
+    q_mask = np.arange(Tq) < q_len[:, None]  # (B, Tq)
+    for b in range(B):
+        c_forms[b, : c_len[b]] = a["ctx_forms"][c_lo[b] : c_lo[b] + c_len[b]]
+        q_forms[b, : q_len[b]] = a["q_forms"][q_lo[b] : q_lo[b] + q_len[b]]
+    # Form id 0 stands in for padding; the masks zero the ids there below.
+    c_words = np.where(c_mask, a["form_words"][c_forms], 0)
+    q_words = np.where(q_mask, a["form_words"][q_forms], 0)
+    c_chars = a["form_chars"][c_forms] * c_mask[..., None]  # (B, Tc, W)
+    q_chars = a["form_chars"][q_forms] * q_mask[..., None]  # (B, Tq, W)
+    t = torch.from_numpy
+    return Batch(
+        c_words=t(c_words.astype(np.int64)),
+        c_chars=t(c_chars.astype(np.int64)),
+        c_mask=t(c_mask),
+        q_words=t(q_words.astype(np.int64)),
+        q_chars=t(q_chars.astype(np.int64)),
+        q_mask=t(q_mask),
+        y_start=t(np.asarray(y_start, np.int64)),
+        y_end=t(np.asarray(y_end, np.int64)),
+        index=t(np.asarray(index, np.int64)),
+    )
 
 
 class BucketBatchSampler:
