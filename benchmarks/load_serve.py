@@ -201,7 +201,7 @@ def main() -> int:
     ap.add_argument("--max-requests", type=int, default=5000, help="requests per level at most")
     ap.add_argument("--questions-per-request", type=int, default=1)
     ap.add_argument("--max-batch", type=int, default=32, help="as rckit serve --max-batch")
-    ap.add_argument("--batch-window-ms", type=float, default=5, help="as rckit serve --batch-window-ms")
+    ap.add_argument("--batch-window-ms", type=float, default=2, help="as rckit serve --batch-window-ms")
     ap.add_argument("--threads", type=int, help="as rckit serve --threads")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()

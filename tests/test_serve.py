@@ -476,3 +476,11 @@ def test_a_real_server_answers_over_http_and_stops_on_ctrl_c(tiny_export, tmp_pa
         code = stop_server(proc)
     err = log.read_text()
     assert code == 130 and "Traceback" not in err, err
+
+
+def test_the_model_leaves_one_core_to_the_http_side(monkeypatch):
+    import rckit.serve.app as app
+
+    for cores, want in ((1, 1), (2, 1), (16, 15)):
+        monkeypatch.setattr(app, "available_cores", lambda: cores)
+        assert app.model_threads() == want

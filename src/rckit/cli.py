@@ -198,11 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=32, help="questions per forward pass")
-    p.add_argument("--batch-window-ms", type=float, default=5.0,
+    p.add_argument("--batch-window-ms", type=float, default=2.0,
                    help="how long the first request of a batch waits for others to join it")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body accepted")
     p.add_argument("--max-questions", type=int, default=64, help="most questions in one request")
-    p.add_argument("--threads", type=int, help="torch threads for the model (default: every core this process may use)")
+    p.add_argument("--threads", type=int, help="torch threads for the model (default: every core this process may use but one, "
+                   "left to the HTTP side)")
 
     p = sub.add_parser(
         "score",

@@ -86,7 +86,7 @@ def model_name(info: dict) -> str:
     return name if isinstance(name, str) else json.dumps(name)
 
 
-def create_app(reader, max_batch: int = 32, batch_window_ms: float = 5, max_body_bytes: int = 1_000_000,
+def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body_bytes: int = 1_000_000,
                max_questions: int = 64) -> FastAPI:
     """A FastAPI app answering with ``reader`` (anything with ``answer_batch`` and ``info``)."""
     batcher = Batcher(reader.answer_batch, max_batch=max_batch, window_ms=batch_window_ms)
@@ -265,6 +265,13 @@ def json_type(value) -> str:
     return type(value).__name__
 
 
+def model_threads() -> int:
+    """Torch threads for the model by default: every core this process may use but one, which
+    the event loop needs to parse requests and write answers while the model computes (on 2
+    cores, 1 thread served 1.4x the questions/s of 2 at 8 clients: BENCHMARKS.md, Serving)."""
+    return max(1, available_cores() - 1)
+
+
 def available_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -286,12 +293,13 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 32,
-          batch_window_ms: float = 5, max_body_bytes: int = 1_000_000, max_questions: int = 64,
+          batch_window_ms: float = 2, max_body_bytes: int = 1_000_000, max_questions: int = 64,
           threads: int | None = None) -> None:
     """Load the model from ``source`` (a run, an exported file, None: the default model) and serve it
     until Ctrl-C or SIGTERM.
 
-    The model runs in one worker thread using ``threads`` cores (default: all this process may use);
+    The model runs in one worker thread using ``threads`` cores (default: :func:`model_threads`,
+    all this process may use but one);
     the event loop only parses requests and forms batches. Prints the URL once the socket listens
     (``port=0`` takes a free port and prints which).
     """
@@ -307,7 +315,7 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
             raise ValueError(f"{name} must be at least {least}, not {value}")
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
-    torch.set_num_threads(threads or available_cores())
+    torch.set_num_threads(threads or model_threads())
     reader = Reader.load(source)
     app = create_app(reader, max_batch, batch_window_ms, max_body_bytes, max_questions)
     sock = listen(host, port)

@@ -39,7 +39,7 @@ class Pending:
 class Batcher:
     """Answers ``submit``-ted questions in batches; ``answer_batch`` runs in one worker thread."""
 
-    def __init__(self, answer_batch: AnswerBatch, max_batch: int = 32, window_ms: float = 5.0):
+    def __init__(self, answer_batch: AnswerBatch, max_batch: int = 32, window_ms: float = 2.0):
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, not {max_batch}")
         if window_ms < 0:
