@@ -484,3 +484,16 @@ def test_the_model_leaves_one_core_to_the_http_side(monkeypatch):
     for cores, want in ((1, 1), (2, 1), (16, 15)):
         monkeypatch.setattr(app, "available_cores", lambda: cores)
         assert app.model_threads() == want
+
+
+def test_ctrl_c_ends_serve_with_130_even_if_uvicorn_returns_quietly(tiny_export, monkeypatch, capsys):
+    import rckit.serve.app as app
+    from rckit.cli import main
+
+    def run_then_return(self, sockets=None):  # a shutdown after SIGINT that re-raises nothing
+        self.handle_exit(signal.SIGINT, None)
+
+    monkeypatch.setattr(app.uvicorn.Server, "run", run_then_return)
+    monkeypatch.setattr("torch.set_num_threads", lambda n: None)  # keep this process's threads
+    assert main(["serve", str(tiny_export), "--port", "0"]) == 130
+    assert "interrupted" in capsys.readouterr().err

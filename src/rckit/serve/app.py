@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
@@ -292,6 +294,18 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class SignalledServer(uvicorn.Server):
+    """uvicorn's server that remembers which signal stopped it, so that Ctrl-C always ends
+    ``rckit serve`` with status 130: uvicorn re-raises the signal after its graceful shutdown,
+    but one CI run saw the process exit 0 after SIGINT instead."""
+
+    stopped_by: int | None = None
+
+    def handle_exit(self, sig, frame) -> None:
+        self.stopped_by = sig
+        super().handle_exit(sig, frame)
+
+
 def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 32,
           batch_window_ms: float = 2, max_body_bytes: int = 1_000_000, max_questions: int = 64,
           threads: int | None = None) -> None:
@@ -304,7 +318,6 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
     (``port=0`` takes a free port and prints which).
     """
     import torch
-    import uvicorn
 
     from rckit.reader import Reader
 
@@ -324,4 +337,8 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
     print(f"rckit serve: {model_name(reader.info)} at {url} (API: POST {url}v1/answer, docs: {url}docs); "
           "Ctrl-C stops", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    server = SignalledServer(config)
+    server.run(sockets=[sock])
+    if server.stopped_by == signal.SIGINT:  # uvicorn re-raises it after shutdown, but not in every race
+        raise KeyboardInterrupt
+
