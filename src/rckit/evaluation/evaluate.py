@@ -34,7 +34,7 @@ def evaluate_run(run: str | Path, device: torch.device, data: str | None = None,
     examples, scored over those N. ``split``: which split of a cloze directory (default: the
     run's). ``out``: where to write the predictions as JSON (``{id: answer}``).
     """
-    if Path(run).is_file() and Path(run).suffix == ".safetensors":
+    if Path(run).suffix == ".safetensors":
         model, vocabs, ckpt = load_export_for_evaluation(run, device, data, weights)
     else:
         model, vocabs, ckpt = load_model(run, device, use_ema=weights == "ema")
