@@ -311,6 +311,31 @@ def test_a_models_loss_terms_reach_metrics_and_the_learning_curve(prepared, tmp_
     assert (tmp_path / "r" / "learning_curve.png").stat().st_size > 0
 
 
+def test_reward_from_trains_on_cross_entropy_alone_until_that_step(prepared, tmp_path):
+    """Before train.reward_from DCN+ is exactly its cross-entropy-only twin; from it on, the reward term is in."""
+    from rckit.models.dcn import DCNPlus, DCNPlusConfig
+
+    small = dict(hidden=8, pool=2, iterations=2, dropout=0.0, word_dropout=0.0, n_experts=2)
+    cfg = TrainConfig(**{**TINY_TRAIN, "log_every": 1, "warmup_steps": 0, "reward_from": 3})
+    train("dcn_plus", DCNPlus, DCNPlusConfig(**small), cfg, prepared, tmp_path / "mixed", max_steps=5, progress=False)
+    logged = [json.loads(ln) for ln in (tmp_path / "mixed" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in logged if "loss" in r]
+    assert [("loss_rl" in r) for r in logged] == [False, False, False, True, True]  # steps 1-3: state.step 0-2 < 3
+
+    torch.manual_seed(0)
+    cfg = TrainConfig(**{**TINY_TRAIN, "warmup_steps": 0, "reward_from": 100})
+    train("dcn_plus", DCNPlus, DCNPlusConfig(**small), cfg, prepared, tmp_path / "warm", max_steps=3, progress=False)
+    train("dcn_plus", DCNPlus, DCNPlusConfig(**small, mixed_objective=False), cfg, prepared, tmp_path / "ce",
+          max_steps=3, progress=False)
+    warm = load_checkpoint(tmp_path / "warm" / "last.pt")["model"]
+    ce = load_checkpoint(tmp_path / "ce" / "last.pt")["model"]
+    assert set(warm) - set(ce) == {"log_sigma2_raw"}
+    for k, v in ce.items():
+        assert torch.equal(warm[k], v), k
+    fresh = DCNPlus(DCNPlusConfig(**small), prepared.embedding_info())
+    assert torch.equal(warm["log_sigma2_raw"], fresh.log_sigma2_raw.detach())  # the weights rest until reward_from
+
+
 def test_train_saves_its_decode_settings_beside_the_train_config(prepared, tmp_path):
     from rckit.evaluation.decoding import DecodeConfig
 

@@ -73,6 +73,13 @@ cross-entropy 20 to 1). ``log sigma^2`` keeps a soft floor ``log_sigma2_floor`` 
 batches where every sample is perfect (V = 0). :meth:`DCNPlus.loss` leaves the terms and
 weights of its last call in ``loss_terms`` for the training log.
 
+A cross-entropy phase first (``train.reward_from``, our addition; self-critical training is
+usually started from a model trained on its likelihood first). Until that step the engine
+sets ``reward_on`` False: no sampled rollout, the loss is the plain cross-entropy and the
+weights ``sigma`` rest at their start. Early on a sample's F1 and the greedy span's are both
+near 0, the reward term's gradient is nearly orthogonal to the cross-entropy's and under the
+learned weights it takes a large share of every step (RESULTS.md, issue 14).
+
 Sizes: the paper presets use l = 200, pool 16, 4 iterations, contexts cut at 600 tokens. The
 CPU presets (45 minutes on 2 cores) cut l to 96 (DCN) and 64 (DCN+, whose encoder runs three
 biLSTMs and a 9l-wide fusion), the pool to 8, the iterations to 2, the experts to 4 and the
@@ -379,7 +386,8 @@ class DCNPlus(nn.Module):
         # For the engine: the mixed objective needs the F1 reward; experts without rows in a
         # batch get no gradient, so DistributedDataParallel must look for unused parameters.
         self.uses_reward = c.mixed_objective
-        self.find_unused_parameters = c.n_experts > 0
+        self.reward_on = True  # the engine clears it for the steps before train.reward_from (cross-entropy alone)
+        self.find_unused_parameters = c.n_experts > 0 or c.mixed_objective  # sigma gets no gradient before reward_from
         if c.mixed_objective:
             # raw parameters of log sigma^2 for (ce, rl), set so that log sigma^2 starts at 0
             raw = math.log(math.expm1(-c.log_sigma2_floor)) if c.log_sigma2_floor < 0 else 0.0
@@ -402,7 +410,7 @@ class DCNPlus(nn.Module):
         U = self.encode(batch)
         run = self.decoder(U, batch.c_mask)
         sample = None
-        if self.training and self.config.mixed_objective:
+        if self.training and self.config.mixed_objective and self.reward_on:
             rl = self.decoder(U, batch.c_mask, sample=True)
             logp = iteration_log_probs(rl["start_iters"], rl["starts"]) + iteration_log_probs(rl["end_iters"], rl["ends"])
             logp = torch.where(rl["active"], logp, torch.zeros_like(logp)).sum(0)  # (B,)

@@ -61,6 +61,7 @@ class TrainConfig:
     momentum: float = 0.9  # RMSProp only
     weight_decay: float = 3e-7  # L2 on every trainable parameter (added to the gradient)
     grad_clip: float = 5.0
+    reward_from: int = 0  # models with a reward term (DCN+'s mixed objective): cross-entropy alone before this step
     ema_decay: float = 0.9999  # 0: no averaging, evaluation and checkpoints use the raw weights
     max_c_len: int = 400  # training only; evaluation reads every context whole (cloze: document length)
     renumber_entities: bool = True  # cloze: draw the entity numbering afresh for every training batch
@@ -266,6 +267,8 @@ def train(
     with StopFlag() as stop:
         while stopped_by is None:
             ids = next(batches)
+            if hasattr(parts.model, "reward_on"):
+                parts.model.reward_on = state.step >= cfg.reward_from
             loss = train_step(run, net, parts, ids)
             state.step += 1
             state.batch_in_epoch += 1
