@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import random
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from conftest import check_cloze_contract, cloze_overfit_accuracy
 
 from rckit.cli import main
-from rckit.data.cloze import ClozeExample, ClozeSplit, ClozeVocab
+from rckit.data.cloze import ENTITY_OFFSET, ClozeExample, ClozeSplit, ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.attentive_reader import (AttentiveReader, AttentiveReaderConfig, ImpatientReader,
                                            ImpatientReaderConfig)
@@ -166,3 +167,38 @@ def test_presets_build_cloze_models(name, preset):
     assert mcfg.hidden == (256 if preset == "paper" else 128)
     _, emb = split_and_emb(2, seed=7)
     assert isinstance(model_cls(mcfg, emb), model_cls)
+
+
+def test_copy_task_scores_the_head_with_all_attention_on_one_position(monkeypatch):
+    """The Attentive Reader's copy logits are its answer logits when s is one-hot at copy_at."""
+    import rckit.models.attentive_reader as ar
+    from rckit.data.cloze import copy_targets, with_copy_positions
+
+    split, emb = split_and_emb(8, seed=3)
+    model = make("attentive", emb).eval()
+    batch = with_copy_positions(split.collate(range(8)), torch.Generator().manual_seed(0))
+    target, valid = copy_targets(batch)
+    assert valid.all() and (batch.doc.gather(1, batch.copy_at[:, None]).squeeze(1) == target + ENTITY_OFFSET).all()
+    with torch.no_grad():
+        copy = model(batch).copy_logits
+        one_hot = torch.nn.functional.one_hot(batch.copy_at, batch.doc.shape[1]).float()
+        monkeypatch.setattr(ar, "attention_weights", lambda m, w_ms, d_mask: one_hot)
+        forced = model(replace(batch, copy_at=None))
+    assert forced.copy_logits is None
+    torch.testing.assert_close(copy, forced.logits)
+
+
+@pytest.mark.parametrize("kind", READERS)
+def test_copy_task_gradient_reaches_the_answer_path(kind):
+    split, emb = split_and_emb(6, seed=4)
+    model = make(kind, emb).train()
+    from rckit.data.cloze import copy_targets, with_copy_positions
+    from rckit.training.tasks import cloze_loss
+
+    batch = with_copy_positions(split.collate(range(6)))
+    out = model(batch)
+    assert out.copy_logits.shape == out.logits.shape
+    target, valid = copy_targets(batch)
+    cloze_loss(out.copy_logits, target, valid).backward()
+    assert model.W_rg.weight.grad.abs().sum() > 0 and model.answer.weight.grad.abs().sum() > 0
+    assert model.w_ms.weight.grad is None or model.w_ms.weight.grad.abs().sum() == 0  # the attention is bypassed

@@ -166,3 +166,43 @@ def test_dcn_models_train_with_their_own_loss(model, extra, tmp_path, tiny_squad
     assert len(losses) == 3 and all(l == l for l in losses)  # finite, logged every step
     assert main(["evaluate", str(run)]) == 0
     assert json.loads(capsys.readouterr().out)["missing"] == 0
+
+
+def test_copy_positions_are_entity_mentions_drawn_uniformly():
+    from rckit.data.cloze import ENTITY_OFFSET, ClozeSplit, ClozeVocab, copy_targets, with_copy_positions
+
+    exs = cloze_examples(3, 5, "c") + [ClozeExample("none", ["red", "@entity1", "blue"], ["@placeholder"], "@entity1",
+                                                    ["@entity1"])]
+    split = ClozeSplit.from_examples(exs, ClozeVocab.build(exs, n_entities=5))
+    batch = split.collate(range(4))
+    batch.doc[3, 1] = 0  # a row whose only entity is gone: no position to copy from
+    batch.doc_mask[3, 1] = False
+    seen = torch.zeros_like(batch.doc_mask)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        b = with_copy_positions(batch, gen)
+        seen[torch.arange(3), b.copy_at[:3]] = True
+        assert b.copy_at[3] == -1
+        target, valid = copy_targets(b)
+        assert valid.tolist() == [True, True, True, False]
+        assert (batch.doc[torch.arange(3), b.copy_at[:3]] - ENTITY_OFFSET == target[:3]).all()
+    mentions = (batch.doc >= ENTITY_OFFSET) & (batch.doc < ENTITY_OFFSET + 5) & batch.doc_mask
+    assert torch.equal(seen[:3], mentions[:3])  # every mention drawn, nothing else
+
+
+def test_copy_steps_add_the_copy_task_then_stop(cloze_dir, tmp_path, tiny_glove):
+    from rckit.models.attentive_reader import AttentiveReader, AttentiveReaderConfig
+
+    root, _ = cloze_dir
+    data = load_cloze_data(root, embeddings=str(tiny_glove))
+    cfg = TrainConfig(**{**TINY_TRAIN, "copy_steps": 3})
+    train("attentive_reader", AttentiveReader, AttentiveReaderConfig(hidden=8, attention=8, dropout=0.0), cfg,
+          ClozeTask(data, cfg), tmp_path / "ar", max_steps=5, progress=False)
+    logged = [json.loads(ln) for ln in (tmp_path / "ar" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in logged if "loss" in r]
+    assert [("loss_copy" in r) for r in logged] == [True, True, True, False, False]
+    for r in logged[:3]:
+        assert r["loss"] == pytest.approx(r["loss_answer"] + r["loss_copy"], rel=1e-4)
+    with pytest.raises(ValueError, match="DeepLSTMReader has no copy task"):
+        train("deep_lstm_reader", DeepLSTMReader, DeepLSTMReaderConfig(head="cloze", **TINY_READER), cfg,
+              ClozeTask(data, cfg), tmp_path / "dlr", max_steps=2, progress=False)

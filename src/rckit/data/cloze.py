@@ -43,7 +43,7 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -316,9 +316,13 @@ class ClozeBatch:
     answer: torch.Tensor  # (B,) long, entity number k of the answer
     answer_cut: torch.Tensor  # (B,) bool, every mention of the answer was cut off by max_doc_len
     index: torch.Tensor  # (B,) long, row of each example in its split
+    copy_at: torch.Tensor | None = None  # (B,) long, training's copy task: a document position of an entity, -1: none
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "ClozeBatch":
-        return ClozeBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        def move(v):
+            return None if v is None else v.to(device, non_blocking=non_blocking)
+
+        return ClozeBatch(**{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
     def __len__(self) -> int:
         return self.doc.shape[0]
@@ -346,7 +350,31 @@ def renumber_entities(batch: ClozeBatch, generator: torch.Generator | None = Non
     return ClozeBatch(doc=renumber(batch.doc), doc_mask=batch.doc_mask, query=renumber(batch.query),
                       query_mask=batch.query_mask, candidates=candidates,
                       answer=perm.gather(1, batch.answer.unsqueeze(1)).squeeze(1), answer_cut=batch.answer_cut,
-                      index=batch.index)
+                      index=batch.index, copy_at=batch.copy_at)
+
+
+def entity_mentions(batch: ClozeBatch) -> torch.Tensor:
+    """(B, Td) bool: the real document tokens that are entity markers."""
+    k = batch.doc - ENTITY_OFFSET
+    return batch.doc_mask & (k >= 0) & (k < batch.candidates.shape[1])
+
+
+def with_copy_positions(batch: ClozeBatch, generator: torch.Generator | None = None) -> ClozeBatch:
+    """The same batch with ``copy_at``: one entity mention per document, drawn uniformly; -1 where a
+    document has none. The copy task asks the reader which entity stands there (models/attentive_reader.py)."""
+    mentions = entity_mentions(batch)  # (B, Td)
+    has = mentions.any(1)  # (B,)
+    weights = torch.where(has.unsqueeze(1), mentions, batch.doc_mask).float()  # rows without an entity: any token
+    t = torch.multinomial(weights, 1, generator=generator).squeeze(1)  # (B,)
+    return replace(batch, copy_at=torch.where(has, t, torch.full_like(t, -1)))
+
+
+def copy_targets(batch: ClozeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The entity number at each ``copy_at`` (B,) and which rows have one (B,) bool."""
+    valid = batch.copy_at >= 0
+    at = batch.copy_at.clamp(min=0).unsqueeze(1)  # (B, 1)
+    target = batch.doc.gather(1, at).squeeze(1) - ENTITY_OFFSET  # (B,)
+    return torch.where(valid, target, torch.zeros_like(target)), valid
 
 
 class ClozeSplit:

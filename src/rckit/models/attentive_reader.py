@@ -38,6 +38,21 @@ Readings taken where the paper is loose:
 - Dropout on the word embeddings and on ``g``, as in the Deep LSTM Reader. The encoders are
   plain LSTMs (``peephole=None``) by default; the paper names peepholes only for the deep
   reader. Training per the paper: RMSProp, momentum 0.9, decay 0.95 (in the presets).
+
+Learning, and the copy task (``train.copy_steps``; an addition to training, the model is the
+paper's). With entity numbers redrawn every batch, neither half of the reader can learn
+without the other at the start. The attention is pulled towards the answer's mentions only
+if ``g`` says *which* entity was attended (the copy path ``y_d(t) -> W_rg -> g -> W(a)``), and
+the copy path gets a consistent gradient only if the attention already favours the answer
+over the document's other entities: with the attention spread evenly over them, pushing the
+answer's score up and the others' down cancels. On CNN the answer's frequency breaks the tie
+(the maximum-frequency baseline is 30 %); on squad-cloze it hardly does (9 % against ~7 %
+chance), and the readers sat at ``ln(candidates)`` even on 128 questions seen 75 times
+(RESULTS.md, "The copy task"). Given the right attention the copy path is learned in ~100
+steps, so the copy task trains it directly: at one entity mention ``t`` per document, drawn
+at random, ``g_copy = tanh(W_rg y_d(t) + W_ug u)`` (``W_qg u`` in the Impatient Reader) must
+name the entity at ``t`` through the same head ``W(a)``. Its cross-entropy is added to the
+answer's for the first ``copy_steps`` steps; after that the loss is the paper's.
 """
 
 from __future__ import annotations
@@ -84,6 +99,7 @@ class Encoded:
 class Attended:
     g: torch.Tensor  # (B, 2H) the joint document-query embedding, before dropout
     s: torch.Tensor  # attention over the document: (B, Td), or (B, Tq, Td) for the Impatient Reader
+    encoded: Encoded  # what g was computed from
 
 
 class Encoders(nn.Module):
@@ -127,10 +143,23 @@ def entity_output(config: AttentiveReaderConfig, emb: EmbeddingInfo, D: int, mod
 
 
 def answer_entities(model: nn.Module, batch) -> ReaderOutput:
-    """The cloze head of both readers: dropout on g, then ``W(a) g`` over the candidate markers."""
-    g = model.encode.dropout(model.attend(batch).g)  # (B, 2H)
+    """The cloze head of both readers: dropout on g, then ``W(a) g`` over the candidate markers.
+
+    With ``batch.copy_at`` (training's copy task) also the head's scores when the attention is
+    replaced by the one position ``t = copy_at``: ``g_copy = tanh(W_rg y_d(t) + W_ug u)``.
+    """
+    att = model.attend(batch)
     e = model.encode.embed(model.entity_ids) if model.config.tied_output else None  # (N, E)
-    return ReaderOutput(logits=entity_logits(model.answer, g, e, batch.candidates))  # (B, N)
+
+    def head(g: torch.Tensor) -> torch.Tensor:  # (B, 2H) -> (B, N)
+        return entity_logits(model.answer, model.encode.dropout(g), e, batch.candidates)
+
+    copy = None
+    if batch.copy_at is not None:
+        y_d, u = att.encoded.y_d, att.encoded.u
+        r = y_d[torch.arange(y_d.shape[0], device=y_d.device), batch.copy_at.clamp(min=0)]  # (B, 2H)
+        copy = head(model.joint(r, u))
+    return ReaderOutput(logits=head(att.g), copy_logits=copy)
 
 
 class AttentiveReader(nn.Module):
@@ -153,8 +182,11 @@ class AttentiveReader(nn.Module):
         m = torch.tanh(self.W_ym(e.y_d) + self.W_um(e.u).unsqueeze(1))  # (B, Td, A)
         s = attention_weights(m, self.w_ms, e.d_mask)  # (B, Td)
         r = torch.einsum("bt,btd->bd", s, e.y_d)  # (B, 2H)
-        g = torch.tanh(self.W_rg(r) + self.W_ug(e.u))  # (B, 2H)
-        return Attended(g=g, s=s)
+        return Attended(g=self.joint(r, e.u), s=s, encoded=e)
+
+    def joint(self, r: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``g = tanh(W_rg r + W_ug u)``: (B, 2H), (B, 2H) -> (B, 2H)."""
+        return torch.tanh(self.W_rg(r) + self.W_ug(u))
 
     def forward(self, batch) -> ReaderOutput:
         return answer_entities(self, batch)
@@ -191,8 +223,11 @@ class ImpatientReader(nn.Module):
             real = e.q_mask[:, i : i + 1]  # (B, 1)
             r = torch.where(real, r_i, r)  # a padded query step leaves r(i) = r(i - 1)
             rows.append(s * real.to(s.dtype))
-        g = torch.tanh(self.W_rg(r) + self.W_qg(e.u))  # (B, 2H)
-        return Attended(g=g, s=torch.stack(rows, dim=1))  # s: (B, Tq, Td)
+        return Attended(g=self.joint(r, e.u), s=torch.stack(rows, dim=1), encoded=e)  # s: (B, Tq, Td)
+
+    def joint(self, r: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``g = tanh(W_rg r(|q|) + W_qg u)``: (B, 2H), (B, 2H) -> (B, 2H)."""
+        return torch.tanh(self.W_rg(r) + self.W_qg(u))
 
     def forward(self, batch) -> ReaderOutput:
         return answer_entities(self, batch)

@@ -89,6 +89,7 @@ class ReaderOutput:
     logits: torch.Tensor | None = None  # (B, N) entity scores, non-candidates at finfo.min (cloze)
     start_logits: torch.Tensor | None = None  # (B, Td), padding at finfo.min (span)
     end_logits: torch.Tensor | None = None  # (B, Td)
+    copy_logits: torch.Tensor | None = None  # (B, N) the copy task's entity scores (attention readers, training)
 
 
 def entity_logits(answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tensor | None,

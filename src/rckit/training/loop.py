@@ -62,6 +62,8 @@ class TrainConfig:
     weight_decay: float = 3e-7  # L2 on every trainable parameter (added to the gradient)
     grad_clip: float = 5.0
     reward_from: int = 0  # models with a reward term (DCN+'s mixed objective): cross-entropy alone before this step
+    copy_steps: int = 0  # cloze attention readers: add the copy task's loss for the first copy_steps steps
+    copy_weight: float = 1.0  # its weight
     ema_decay: float = 0.9999  # 0: no averaging, evaluation and checkpoints use the raw weights
     max_c_len: int = 400  # training only; evaluation reads every context whole (cloze: document length)
     renumber_entities: bool = True  # cloze: draw the entity numbering afresh for every training batch
@@ -251,6 +253,8 @@ def train(
         open_run_dir(files, resume)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     task = data if hasattr(data, "score_key") else SpanTask(data, cfg)
+    if cfg.copy_steps and task.kind != "cloze":
+        raise ValueError(f"train.copy_steps is a cloze readers' setting; this is a {task.kind} run")
     run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device,
               amp_dtype(cfg, device, model_cls))
     parts = set_up(run, model_cls)
@@ -267,8 +271,7 @@ def train(
     with StopFlag() as stop:
         while stopped_by is None:
             ids = next(batches)
-            if hasattr(parts.model, "reward_on"):
-                parts.model.reward_on = state.step >= cfg.reward_from
+            set_phase(run, parts.model, state.step)
             loss = train_step(run, net, parts, ids)
             state.step += 1
             state.batch_in_epoch += 1
@@ -395,6 +398,14 @@ def training_batches(sampler: BucketBatchSampler, rows: np.ndarray, state: RunSt
         state.batch_in_epoch = 0
 
 
+def set_phase(run: Run, model: torch.nn.Module, step: int) -> None:
+    """The switches that depend on the step: DCN+'s reward term from ``reward_from``, the cloze
+    copy task before ``copy_steps``."""
+    if hasattr(model, "reward_on"):
+        model.reward_on = step >= run.cfg.reward_from
+    run.task.copy_on = step < run.cfg.copy_steps
+
+
 def train_step(run: Run, net: torch.nn.Module, parts: Parts, ids: np.ndarray) -> torch.Tensor:
     """Forward under autocast, the task's loss, backward, clip, optimiser and schedule step, EMA."""
     batch = run.task.collate(ids).to(run.device, non_blocking=True)
@@ -436,13 +447,14 @@ class LogWindow:
         self.reset()
 
     def reset(self) -> None:
-        self.loss, self.n, self.t, self.terms = 0.0, 0, time.perf_counter(), {}
+        self.loss, self.n, self.t, self.terms, self.counts = 0.0, 0, time.perf_counter(), {}, {}
 
     def add(self, loss: float, n: int, terms: dict) -> None:
         self.loss += loss
         self.n += n
-        for k, v in terms.items():  # a model's loss parts and weights
+        for k, v in terms.items():  # a model's loss parts and weights, on the steps that have them
             self.terms[k] = self.terms.get(k, 0.0) + float(v)
+            self.counts[k] = self.counts.get(k, 0) + 1
 
 
 def log(run: Run, record: dict) -> None:
@@ -456,7 +468,7 @@ def log_window(run: Run, window: LogWindow, state: RunState, lr: float, bar, tim
     n_steps = run.cfg.log_every
     rec = {"step": state.step, "time": round(state.elapsed, 2), "loss": window.loss / n_steps, "lr": lr,
            "examples_per_s": window.n * run.dist.world_size / (time.perf_counter() - window.t),
-           **{f"loss_{k}": v / n_steps for k, v in window.terms.items()}}
+           **{f"loss_{k}": v / window.counts[k] for k, v in window.terms.items()}}
     log(run, rec)
     if bar is not None:
         post = {"loss": f"{rec['loss']:.3f}", "ex/s": f"{rec['examples_per_s']:.1f}"}

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rckit.data.cloze import renumber_entities
+from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
 from rckit.evaluation.decoding import DecodeConfig
 from rckit.evaluation.predict import predict
@@ -139,6 +139,7 @@ class ClozeTask:
         self.train_rows = np.arange(len(self.train_split))
         self.train_lengths = np.minimum(np.asarray(self.train_split.lengths), cfg.max_c_len + cfg.max_q_len)
         self.n_dev = len(self.dev_split)
+        self.copy_on = False  # the engine sets it for the steps before train.copy_steps
 
     def model_inputs(self):
         return self.data.embedding_info()
@@ -146,12 +147,26 @@ class ClozeTask:
     def collate(self, ids):
         batch = self.train_split.collate(ids, self.cfg.max_c_len)
         # torch's generator: its state is in every checkpoint, so a resumed run draws the same numbers
-        return renumber_entities(batch) if self.cfg.renumber_entities else batch
+        if self.cfg.renumber_entities:
+            batch = renumber_entities(batch)
+        return with_copy_positions(batch) if self.copy_on else batch
 
     def loss(self, model, out, batch) -> torch.Tensor:
+        """Cross-entropy of the answer; while the copy task runs, plus ``copy_weight`` times its
+        cross-entropy (the entity at ``batch.copy_at``), both logged as loss terms."""
         if hasattr(model, "loss"):
             return model.loss(out, batch, reward_fn=None)
-        return cloze_loss(out.logits, batch.answer, ~batch.answer_cut)
+        loss = cloze_loss(out.logits, batch.answer, ~batch.answer_cut)
+        if batch.copy_at is None:
+            model.loss_terms = {}
+            return loss
+        if out.copy_logits is None:
+            raise ValueError(f"{type(model).__name__} has no copy task (train.copy_steps): it does not attend to "
+                             "document positions; set train.copy_steps=0")
+        target, valid = copy_targets(batch)
+        copy = cloze_loss(out.copy_logits, target, valid)
+        model.loss_terms = {"answer": loss.detach(), "copy": copy.detach()}
+        return loss + self.cfg.copy_weight * copy
 
     def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
         pred = predict(model, self.dev_split, rows, 64, device, dtype, decode)

@@ -1,0 +1,133 @@
+"""Why a cloze reader sits at ln(candidates) on real data: train it on a cloze directory and
+watch its attention, with the copy task and an oracle attention as switches.
+
+Trains one reader (fixed sizes: hidden and attention ``--hidden``, no dropout, Adam) with the
+library's model, loss, renumbering and copy task, and prints every ``--every`` steps the
+training loss, the accuracy on (a spread subset of) the evaluation split, and where the
+attention readers look: the attention mass on the answer's mentions (``s_ans``), on any entity
+mention (``s_ent``), and the answer's share of the document's tokens (what uniform attention
+would give it).
+
+    --copy-steps K   the copy task for the first K steps (train.copy_steps in the engine)
+    --oracle F       mix F of an oracle attention (uniform on the answer's mentions) into the
+                     reader's own in training (Attentive Reader only): is the copy path
+                     learnable when the attention is right?
+    --fixed-numbering  keep each example's entity numbering
+
+    python benchmarks/cloze_probe.py --data runs/cloze-mem/data               (128 questions, train = dev)
+    python benchmarks/cloze_probe.py --data runs/cloze-mem/data --oracle 1.0
+    python benchmarks/cloze_probe.py --data runs/cloze-mem/data --copy-steps 100
+    python benchmarks/cloze_probe.py --data runs/squad-cloze --steps 1200 --every 200 --eval-n 500 --copy-steps 300
+
+Seeded; with ``OMP_NUM_THREADS=1`` the same command prints the same lines on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+import rckit.models.attentive_reader as attentive
+from rckit.data.cloze import ENTITY_OFFSET, copy_targets, entity_mentions, renumber_entities, with_copy_positions
+from rckit.data.cloze_data import load_cloze_data
+from rckit.models import MODELS
+from rckit.training.tasks import cloze_loss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="a cloze directory (train.jsonl + dev.jsonl, ...)")
+    ap.add_argument("--model", default="attentive_reader", choices=["deep_lstm_reader", "attentive_reader", "impatient_reader"])
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--every", type=int, default=50)
+    ap.add_argument("--max-len", type=int, default=300, help="documents cut to this many tokens")
+    ap.add_argument("--eval-n", type=int, default=0, help="evaluate on this many spread questions (0: all)")
+    ap.add_argument("--copy-steps", type=int, default=0)
+    ap.add_argument("--oracle", type=float, default=0.0)
+    ap.add_argument("--fixed-numbering", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+
+    torch.manual_seed(a.seed)
+    data = load_cloze_data(a.data)
+    cfg_cls, model_cls = MODELS[a.model]
+    sizes = {"hidden": a.hidden, "dropout": 0.0}
+    if a.model != "deep_lstm_reader":
+        sizes["attention"] = a.hidden
+    model = model_cls(cfg_cls(**sizes), data.embedding_info())
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    gen = torch.Generator().manual_seed(a.seed)
+
+    current = {}
+    if a.oracle:
+        if a.model != "attentive_reader":
+            ap.error("--oracle is for the Attentive Reader")
+        own = attentive.attention_weights
+
+        def mixed(m, w_ms, d_mask):  # the reader's attention, with --oracle of it on the answer's mentions
+            s = own(m, w_ms, d_mask)
+            b = current.get("batch")
+            if b is None or not model.training:
+                return s
+            ans = (b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)).to(s.dtype)
+            return (1 - a.oracle) * s + a.oracle * ans / ans.sum(1, keepdim=True).clamp(min=1)
+
+        attentive.attention_weights = mixed
+
+    rows = np.arange(len(data.dev))
+    if a.eval_n:
+        rows = rows[:: max(1, len(rows) // a.eval_n)]
+
+    def accuracy() -> float:
+        model.eval()
+        hits = 0
+        with torch.no_grad():
+            for i in range(0, len(rows), 100):
+                b = data.dev.collate(rows[i : i + 100], a.max_len)
+                hits += int((model(b).logits.argmax(1) == b.answer).sum())
+        model.train()
+        return 100.0 * hits / len(rows)
+
+    t0, losses = time.perf_counter(), []
+    for step in range(1, a.steps + 1):
+        b = data.train.collate(torch.randperm(len(data.train), generator=gen)[: a.batch].numpy(), a.max_len)
+        if not a.fixed_numbering:
+            b = renumber_entities(b, gen)
+        if step <= a.copy_steps:
+            b = with_copy_positions(b, gen)
+        current["batch"] = b
+        out = model(b)
+        loss = cloze_loss(out.logits, b.answer, ~b.answer_cut)
+        if b.copy_at is not None:
+            target, valid = copy_targets(b)
+            loss = loss + cloze_loss(out.copy_logits, target, valid)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % a.every:
+            continue
+        line = f"step {step} loss {np.mean(losses[-a.every:]):.3f} acc {accuracy():.1f}"
+        if hasattr(model, "attend"):
+            current["batch"] = None  # the reader's own attention, without the oracle
+            with torch.no_grad():
+                s = model.attend(replace(b, copy_at=None)).s
+                if s.dim() == 3:  # the Impatient Reader: the mean over real query steps
+                    s = s.sum(1) / b.query_mask.sum(1, keepdim=True)
+                ans = b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)
+                share = ans.sum(1) / b.doc_mask.sum(1)
+                line += (f" s_ans {(s * ans).sum(1).mean():.3f} s_ent {(s * entity_mentions(b)).sum(1).mean():.3f}"
+                         f" uniform_ans {share.mean():.3f}")
+        print(f"{line} t {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
