@@ -12,6 +12,9 @@ would give it).
     --oracle F       mix F of an oracle attention (uniform on the answer's mentions) into the
                      reader's own in training (Attentive Reader only): is the copy path
                      learnable when the attention is right?
+    --register-steps K  Deep LSTM Reader, first K steps: at every document position the output
+                     head applied to y(t) must name the last entity mentioned up to t (an
+                     entity register: write on a mention, hold it, read it out through W(a))
     --fixed-numbering  keep each example's entity numbering
 
     python benchmarks/cloze_probe.py --data runs/cloze-mem/data               (128 questions, train = dev)
@@ -51,6 +54,7 @@ def main() -> None:
     ap.add_argument("--eval-n", type=int, default=0, help="evaluate on this many spread questions (0: all)")
     ap.add_argument("--copy-steps", type=int, default=0)
     ap.add_argument("--oracle", type=float, default=0.0)
+    ap.add_argument("--register-steps", type=int, default=0)
     ap.add_argument("--fixed-numbering", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -81,6 +85,35 @@ def main() -> None:
 
         attentive.attention_weights = mixed
 
+    if a.register_steps:
+        if a.model != "deep_lstm_reader":
+            ap.error("--register-steps is for the Deep LSTM Reader")
+        read = model.read
+
+        def keep_y(x, mask):
+            current["y"] = read(x, mask)
+            return current["y"]
+
+        model.read = keep_y
+
+    def register_loss(b) -> torch.Tensor:
+        """Cross-entropy of the last entity mentioned up to each document position, from y there."""
+        y = current["y"]  # (B, T, G) over the joined sequence
+        B, Td = b.doc.shape
+        start = b.query_mask.sum(1) + 1 if model.config.form == "qca" else torch.zeros(B, dtype=torch.long)
+        pos = (start.unsqueeze(1) + torch.arange(Td)).clamp(max=y.shape[1] - 1)  # (B, Td)
+        y_doc = y.gather(1, pos.unsqueeze(-1).expand(B, Td, y.shape[-1]))  # (B, Td, G)
+        mentions = entity_mentions(b)
+        idx = torch.where(mentions, torch.arange(Td).expand(B, Td), torch.full((B, Td), -1))
+        last = idx.cummax(1).values  # (B, Td) position of the latest mention, -1 before the first
+        valid = (last >= 0) & b.doc_mask
+        target = torch.where(valid, b.doc.gather(1, last.clamp(min=0)) - ENTITY_OFFSET, 0)  # (B, Td)
+        e = model.embed(model.entity_ids)
+        logits = (model.answer(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y.dtype).min)
+        ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), target.reshape(-1),
+                                               reduction="none")
+        return (ce * valid.reshape(-1)).sum() / valid.sum().clamp(min=1)
+
     rows = np.arange(len(data.dev))
     if a.eval_n:
         rows = rows[:: max(1, len(rows) // a.eval_n)]
@@ -108,6 +141,8 @@ def main() -> None:
         if b.copy_at is not None:
             target, valid = copy_targets(b)
             loss = loss + cloze_loss(out.copy_logits, target, valid)
+        if step <= a.register_steps:
+            loss = loss + register_loss(b)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)

@@ -549,16 +549,22 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
     keys = [k for k in ("dev_f1", "dev_em", "dev_acc") if any(k in r for r in dev)]
     # A model that logs the weights of its loss terms (DCN+'s mixed objective) gets a third row.
     weights = sorted({k for r in train for k in r if k.startswith("loss_w_")})
+    terms = sorted({k for r in train for k in r if k.startswith("loss_")} - set(weights))
     rows = 3 if weights else 2
     fig, axes = plt.subplots(rows, 2, figsize=(11, 3.5 * rows), squeeze=False)
     for col, x in enumerate(("step", "time")):
         scale = 60.0 if x == "time" else 1.0
         label = "wall-clock minutes" if x == "time" else "step"
         ax = axes[0, col]
-        ax.plot([r[x] / scale for r in train], [r["loss"] for r in train], lw=1)
+        ax.plot([r[x] / scale for r in train], [r["loss"] for r in train], lw=1, label="loss")
+        for key in terms:  # its parts (DCN+: ce, rl; the cloze copy task: answer, copy), where logged
+            pts = [(r[x] / scale, r[key]) for r in train if key in r]
+            ax.plot(*zip(*pts), lw=1, label=key[len("loss_"):])
         ax.set_xlabel(label)
         ax.set_ylabel("training loss")
         ax.grid(alpha=0.3)
+        if terms:
+            ax.legend()
         ax = axes[1, col]
         for key, marker in zip(keys, "os^"):
             ax.plot([r[x] / scale for r in dev], [r[key] for r in dev], marker=marker, label=key[4:].upper())
