@@ -247,14 +247,14 @@ def train(
     ``data``: a task from :mod:`rckit.training.tasks`, or prepared SQuAD data (the span task).
     ``decode``: how dev answers are decoded; saved with the run (default :class:`DecodeConfig`).
     """
+    if cfg.copy_steps and getattr(data, "kind", "span") != "cloze":  # before the run directory is made
+        raise ValueError("train.copy_steps is a cloze readers' setting; this is a span run")
     dist, device = start_processes(device, cfg)
     files = RunFiles(run_dir)
     if dist.is_main:
         open_run_dir(files, resume)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     task = data if hasattr(data, "score_key") else SpanTask(data, cfg)
-    if cfg.copy_steps and task.kind != "cloze":
-        raise ValueError(f"train.copy_steps is a cloze readers' setting; this is a {task.kind} run")
     run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device,
               amp_dtype(cfg, device, model_cls))
     parts = set_up(run, model_cls)
