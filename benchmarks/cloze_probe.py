@@ -15,6 +15,9 @@ would give it).
     --register-steps K  Deep LSTM Reader, first K steps: at every document position the output
                      head applied to y(t) must name the last entity mentioned up to t (an
                      entity register: write on a mention, hold it, read it out through W(a))
+    --track-steps K  Deep LSTM Reader, first K steps: at every document position from the answer's
+                     first mention on, the output head applied to y(t) must name the answer (the
+                     answer so far: the final loss, asked at every step after the answer is seen)
     --fixed-numbering  keep each example's entity numbering
 
     python benchmarks/cloze_probe.py --data runs/cloze-mem/data               (128 questions, train = dev)
@@ -55,6 +58,10 @@ def main() -> None:
     ap.add_argument("--copy-steps", type=int, default=0)
     ap.add_argument("--oracle", type=float, default=0.0)
     ap.add_argument("--register-steps", type=int, default=0)
+    ap.add_argument("--track-steps", type=int, default=0)
+    ap.add_argument("--track-weight", type=float, default=1.0)
+    ap.add_argument("--answer-weight", type=float, default=1.0, help="the answer's loss weight (0: auxiliaries alone)")
+    ap.add_argument("--answer-from", type=int, default=0, help="no answer loss before this step")
     ap.add_argument("--fixed-numbering", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -85,9 +92,9 @@ def main() -> None:
 
         attentive.attention_weights = mixed
 
-    if a.register_steps:
+    if a.register_steps or a.track_steps:
         if a.model != "deep_lstm_reader":
-            ap.error("--register-steps is for the Deep LSTM Reader")
+            ap.error("--register-steps and --track-steps are for the Deep LSTM Reader")
         read = model.read
 
         def keep_y(x, mask):
@@ -96,20 +103,36 @@ def main() -> None:
 
         model.read = keep_y
 
-    def register_loss(b) -> torch.Tensor:
-        """Cross-entropy of the last entity mentioned up to each document position, from y there."""
+    def doc_outputs(b) -> torch.Tensor:
+        """y at the document positions of the joined sequence: (B, Td, G)."""
         y = current["y"]  # (B, T, G) over the joined sequence
         B, Td = b.doc.shape
         start = b.query_mask.sum(1) + 1 if model.config.form == "qca" else torch.zeros(B, dtype=torch.long)
         pos = (start.unsqueeze(1) + torch.arange(Td)).clamp(max=y.shape[1] - 1)  # (B, Td)
-        y_doc = y.gather(1, pos.unsqueeze(-1).expand(B, Td, y.shape[-1]))  # (B, Td, G)
+        return y.gather(1, pos.unsqueeze(-1).expand(B, Td, y.shape[-1]))
+
+    def track_loss(b) -> torch.Tensor:
+        """Cross-entropy of the answer from y at every document position from its first mention on."""
+        y_doc = doc_outputs(b)
+        B, Td = b.doc.shape
+        seen = (b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)).cummax(1).values & b.doc_mask  # (B, Td)
+        e = model.embed(model.entity_ids)
+        logits = (model.answer(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
+        ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), b.answer.repeat_interleave(Td),
+                                               reduction="none")
+        return (ce * seen.reshape(-1)).sum() / seen.sum().clamp(min=1)
+
+    def register_loss(b) -> torch.Tensor:
+        """Cross-entropy of the last entity mentioned up to each document position, from y there."""
+        y_doc = doc_outputs(b)
+        B, Td = b.doc.shape
         mentions = entity_mentions(b)
         idx = torch.where(mentions, torch.arange(Td).expand(B, Td), torch.full((B, Td), -1))
         last = idx.cummax(1).values  # (B, Td) position of the latest mention, -1 before the first
         valid = (last >= 0) & b.doc_mask
         target = torch.where(valid, b.doc.gather(1, last.clamp(min=0)) - ENTITY_OFFSET, 0)  # (B, Td)
         e = model.embed(model.entity_ids)
-        logits = (model.answer(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y.dtype).min)
+        logits = (model.answer(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
         ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), target.reshape(-1),
                                                reduction="none")
         return (ce * valid.reshape(-1)).sum() / valid.sum().clamp(min=1)
@@ -137,12 +160,14 @@ def main() -> None:
             b = with_copy_positions(b, gen)
         current["batch"] = b
         out = model(b)
-        loss = cloze_loss(out.logits, b.answer, ~b.answer_cut)
+        loss = (a.answer_weight if step > a.answer_from else 0.0) * cloze_loss(out.logits, b.answer, ~b.answer_cut)
         if b.copy_at is not None:
             target, valid = copy_targets(b)
             loss = loss + cloze_loss(out.copy_logits, target, valid)
         if step <= a.register_steps:
             loss = loss + register_loss(b)
+        if a.answer_from < step <= a.answer_from + a.track_steps:
+            loss = loss + a.track_weight * track_loss(b)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
