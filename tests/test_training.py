@@ -372,3 +372,45 @@ def test_amp_auto_on_cpu_is_bf16_only_for_models_that_train_faster_in_it():
     assert picked["dcn"] is None and picked["dcn_plus"] is None  # slower in bf16 on CPU (BENCHMARKS.md)
     assert amp_dtype(TrainConfig(amp="fp32"), cpu, MODELS["qanet"][1]) is None
     assert amp_dtype(TrainConfig(amp="bf16"), cpu, MODELS["dcn"][1]) == torch.bfloat16
+
+
+def test_init_from_starts_a_new_run_from_another_runs_weights(prepared, tmp_path):
+    _train(prepared, tmp_path / "a", 3)
+    src = load_checkpoint(tmp_path / "a" / "last.pt")
+    cfg = TrainConfig(**{**TINY_TRAIN, "lr": 0.0})  # no step moves the weights: what is saved is what was loaded
+    s = train("qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, tmp_path / "b", max_steps=2, progress=False,
+              init_from=tmp_path / "a" / "last.pt")
+    assert s["steps"] == 2  # the step count starts afresh
+    b = load_checkpoint(tmp_path / "b" / "last.pt")
+    for k in src["model"]:
+        assert torch.equal(src["model"][k], b["model"][k]), k
+    for k in b["ema"]["shadow"]:  # the average starts from the loaded weights, not the random ones
+        assert torch.equal(b["ema"]["shadow"][k], src["model"][k]), k
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["init_from"]["step"] == 3
+
+
+def test_init_from_refuses_a_checkpoint_of_another_shape(prepared, tmp_path):
+    _train(prepared, tmp_path / "a", 2)
+    with pytest.raises(CheckpointError, match="--init-from: .* in this model .*d_model"):
+        train("qanet", QANet, QANetConfig(**{**TINY_MODEL, "d_model": 32}), TrainConfig(**TINY_TRAIN), prepared,
+              tmp_path / "b", max_steps=2, progress=False, init_from=tmp_path / "a" / "last.pt")
+    with pytest.raises(ValueError, match="give one of them"):
+        train("qanet", QANet, QANetConfig(**TINY_MODEL), TrainConfig(**TINY_TRAIN), prepared, tmp_path / "a",
+              max_steps=4, resume=True, progress=False, init_from=tmp_path / "a" / "last.pt")
+
+
+def test_init_from_starts_dcn_plus_mixed_objective_from_a_cross_entropy_run(prepared, tmp_path, capsys):
+    """Self-critical training started from a cross-entropy model: sigma, absent there, keeps its start."""
+    from rckit.models.dcn import DCNPlus, DCNPlusConfig
+
+    small = dict(hidden=8, pool=2, iterations=2, dropout=0.0, word_dropout=0.0, n_experts=2)
+    cfg = TrainConfig(**{**TINY_TRAIN, "warmup_steps": 0})
+    train("dcn_plus", DCNPlus, DCNPlusConfig(**small, mixed_objective=False), cfg, prepared, tmp_path / "ce",
+          max_steps=2, progress=False)
+    s = train("dcn_plus", DCNPlus, DCNPlusConfig(**small), cfg, prepared, tmp_path / "mixed", max_steps=2,
+              progress=False, init_from=tmp_path / "ce" / "last.pt")
+    assert "kept at their initialisation: log_sigma2_raw" in capsys.readouterr().err
+    logged = [json.loads(ln) for ln in (tmp_path / "mixed" / "metrics.jsonl").read_text().splitlines()]
+    assert s["steps"] == 2 and any("loss_rl" in r for r in logged)
+    config = json.loads((tmp_path / "mixed" / "config.json").read_text())
+    assert config["init_from"]["initialised"] == ["log_sigma2_raw"] and config["init_from"]["model"] == "dcn_plus"

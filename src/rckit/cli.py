@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cloze-data", help="cloze models: a directory from `rckit prepare squad-cloze`, Chen et al.'s "
                    "train/dev.txt, or DeepMind Q&A training/ validation/ .question folders")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument("--init-from", metavar="CHECKPOINT", help="start a new run from the model weights of another run's "
+                   "last.pt or best.pt (same data vocabulary; weights the checkpoint lacks keep their initialisation, "
+                   "e.g. DCN+'s mixed-objective weights after a cross-entropy run); the optimiser and step count start afresh")
     p.add_argument("--checkpoint-every", type=int, metavar="N", help="write last.pt every N steps")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -503,7 +506,7 @@ def cmd_train(args) -> int:
             data = prepare_from_args(args)
     summary = train(args.model, MODELS[args.model][1], mcfg, tcfg, data, args.out, max_steps=args.max_steps,
                     time_budget=parse_duration(args.time_budget), resume=args.resume, device=device,
-                    progress=not args.no_progress, decode=decode)
+                    progress=not args.no_progress, decode=decode, init_from=args.init_from)
     if dist.is_main:
         print(json.dumps(summary))
     return 0

@@ -2,7 +2,7 @@
 
 ``train()`` reads in the order a run happens: :func:`set_up` builds the model, optimiser (Adam
 or RMSProp, with L2), warm-up schedule, EMA and batch order; :func:`resume_from` puts a stopped
-run back where it was; then :func:`train_step` runs over length-bucketed batches until
+run back where it was (or :func:`init_weights` starts a new one from another run's weights); then :func:`train_step` runs over length-bucketed batches until
 ``max_steps``, ``time_budget`` or a SIGINT/SIGTERM (:func:`stop_reason`), and
 :func:`evaluate_and_keep_best` scores a fixed dev subset with the EMA weights swapped in,
 keeping the best checkpoint by the task's dev score (F1 for SQuAD, accuracy for cloze), beside
@@ -199,6 +199,7 @@ class Run:
     dist: DistInfo
     device: torch.device
     dtype: torch.dtype | None  # autocast dtype, None for fp32
+    init_from: dict | None = None  # the checkpoint a new run started from (--init-from), for config.json
 
 
 @dataclass
@@ -241,14 +242,21 @@ def train(
     device: str | torch.device = "cpu",
     progress: bool = True,
     decode: DecodeConfig | None = None,
+    init_from: str | Path | None = None,
 ) -> dict:
     """Train and return a summary (steps, best dev score, seconds). See the module docstring.
 
     ``data``: a task from :mod:`rckit.training.tasks`, or prepared SQuAD data (the span task).
     ``decode``: how dev answers are decoded; saved with the run (default :class:`DecodeConfig`).
+    ``init_from``: a new run starts from the model weights of this checkpoint (another run's
+    ``last.pt`` or ``best.pt``), see :func:`init_weights`; the optimiser, schedule and step
+    count start afresh.
     """
     if cfg.copy_steps and getattr(data, "kind", "span") != "cloze":  # before the run directory is made
         raise ValueError("train.copy_steps is a cloze readers' setting; this is a span run")
+    if init_from is not None and resume:
+        raise ValueError("--init-from starts a new run from another run's weights and --resume continues this one; "
+                         "give one of them")
     dist, device = start_processes(device, cfg)
     files = RunFiles(run_dir)
     if dist.is_main:
@@ -258,6 +266,8 @@ def train(
     run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device,
               amp_dtype(cfg, device, model_cls))
     parts = set_up(run, model_cls)
+    if init_from is not None:
+        run.init_from = init_weights(run, parts, init_from)
     state = resume_from(run, parts) if resume else RunState()
     if dist.is_main:
         write_config(run)
@@ -356,6 +366,35 @@ def resume_from(run: Run, parts: Parts) -> RunState:
     return RunState(ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"], ckpt["elapsed"], ckpt["best_score"])
 
 
+def init_weights(run: Run, parts: Parts, path: str | Path) -> dict:
+    """Load the model weights of the checkpoint at ``path`` into a new run; return what it was.
+
+    The data's vocabulary must be the checkpoint's (embedding rows mean words). Every tensor in
+    the checkpoint must fit a parameter of this model with the same shape; parameters the
+    checkpoint lacks keep their initialisation and are named on stderr (e.g. DCN+'s mixed
+    objective weights, started from a model trained on cross-entropy alone). The EMA starts from
+    the loaded weights.
+    """
+    ckpt = load_checkpoint(path)
+    run.task.check_resume(ckpt, path)
+    own = parts.model.state_dict()
+    extra = sorted(set(ckpt["model"]) - set(own))
+    if extra:
+        raise CheckpointError(f"{path}: --init-from holds weights this {run.model_name} model has no place for: "
+                              f"{', '.join(extra[:8])}{' ...' if len(extra) > 8 else ''}")
+    for name, t in ckpt["model"].items():
+        if t.shape != own[name].shape:
+            raise CheckpointError(f"{path}: --init-from: {name} is {tuple(t.shape)} there and {tuple(own[name].shape)} "
+                                  f"in this model (model config: {differences(ckpt['model_config'], asdict(run.model_cfg))})")
+    missing = sorted(set(own) - set(ckpt["model"]))
+    parts.model.load_state_dict(ckpt["model"], strict=False)
+    parts.ema = EMA(parts.model, run.cfg.ema_decay)
+    if run.dist.is_main:
+        print(f"starting from the weights of {path} ({ckpt['model_name']}, step {ckpt['step']})"
+              + (f"; kept at their initialisation: {', '.join(missing)}" if missing else ""), file=sys.stderr, flush=True)
+    return {"path": str(path), "model": ckpt["model_name"], "step": ckpt["step"], "initialised": missing}
+
+
 def format_duration(seconds: float) -> str:
     """``12.3s``, ``4m05s``, ``2h03m``: elapsed training time as a person reads it."""
     if seconds < 60:
@@ -377,7 +416,8 @@ def data_parallel(model: torch.nn.Module, dist: DistInfo) -> torch.nn.Module:
 def write_config(run: Run) -> None:
     run.files.config.write_text(json.dumps(
         {"model": run.model_name, "model_config": asdict(run.model_cfg), "train_config": asdict(run.cfg),
-         "decode": asdict(run.decode), "task": run.task.kind, "data": run.task.describe()}, indent=1))
+         "decode": asdict(run.decode), "task": run.task.kind, "data": run.task.describe(),
+         **({"init_from": run.init_from} if run.init_from else {})}, indent=1))
 
 
 # ------------------------------------------------------------------------------- one step
