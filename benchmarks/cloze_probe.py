@@ -15,6 +15,8 @@ would give it).
     --register-steps K  Deep LSTM Reader, first K steps: at every document position the output
                      head applied to y(t) must name the last entity mentioned up to t (an
                      entity register: write on a mention, hold it, read it out through W(a))
+    --register-head  read the register out through its own map M_r instead of the answer's M
+                     (W_r(a) = e(a)^T M_r): y(t) can hold the latest entity and the answer apart
     --track-steps K  Deep LSTM Reader, first K steps: at every document position from the answer's
                      first mention on, the output head applied to y(t) must name the answer (the
                      answer so far: the final loss, asked at every step after the answer is seen)
@@ -58,6 +60,7 @@ def main() -> None:
     ap.add_argument("--copy-steps", type=int, default=0)
     ap.add_argument("--oracle", type=float, default=0.0)
     ap.add_argument("--register-steps", type=int, default=0)
+    ap.add_argument("--register-head", action="store_true")
     ap.add_argument("--track-steps", type=int, default=0)
     ap.add_argument("--track-weight", type=float, default=1.0)
     ap.add_argument("--answer-weight", type=float, default=1.0, help="the answer's loss weight (0: auxiliaries alone)")
@@ -73,6 +76,8 @@ def main() -> None:
     if a.model != "deep_lstm_reader":
         sizes["attention"] = a.hidden
     model = model_cls(cfg_cls(**sizes), data.embedding_info())
+    if a.register_head:
+        model.register_head = torch.nn.Linear(model.answer.in_features, model.answer.out_features)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     gen = torch.Generator().manual_seed(a.seed)
 
@@ -132,7 +137,8 @@ def main() -> None:
         valid = (last >= 0) & b.doc_mask
         target = torch.where(valid, b.doc.gather(1, last.clamp(min=0)) - ENTITY_OFFSET, 0)  # (B, Td)
         e = model.embed(model.entity_ids)
-        logits = (model.answer(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
+        head = model.register_head if a.register_head else model.answer
+        logits = (head(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
         ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), target.reshape(-1),
                                                reduction="none")
         return (ce * valid.reshape(-1)).sum() / valid.sum().clamp(min=1)
