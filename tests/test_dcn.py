@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -417,3 +418,30 @@ def test_eval_encodes_a_document_shared_by_several_questions_once():
         seen.clear()
         model(batch)
         assert seen[0] == 5
+
+
+def test_pointer_credit_scores_each_draw_beside_the_other_pointers_greedy_choice():
+    """By hand: R_s = F1(s^, e) - F1(s, e) on the start's log-probs, R_e = F1(s, e^) - F1(s, e) on the end's."""
+    model, batch = make_model(replace(TINY_PLUS, reward_credit="pointer")), grad_batch()
+    torch.manual_seed(3)
+    out = model.train()(batch)
+    valid = batch.y_start >= 0
+    B = len(batch)
+    f_greedy, f_start, f_end = torch.rand(B), torch.rand(B), torch.rand(B)
+    seen = {}
+
+    def reward(index, starts, ends):
+        seen["starts"], seen["ends"] = starts, ends
+        return torch.stack([f_greedy[index], f_start[index], f_end[index]], dim=1)
+
+    loss = self_critical_loss(out, batch, reward, "pointer")
+    s_hat, e_hat, s, e = out.sample.start, out.sample.end, out.starts[-1], out.ends[-1]
+    assert torch.equal(seen["starts"], torch.stack([s, s_hat, s], 1)) and torch.equal(seen["ends"], torch.stack([e, e, e_hat], 1))
+    n = valid.sum()
+    torch.testing.assert_close(loss, ((1 - f_start) + (1 - f_end))[valid].sum() / n)
+    g_s, g_e = torch.autograd.grad(loss, [out.sample.start_log_prob, out.sample.end_log_prob])
+    torch.testing.assert_close(g_s, torch.where(valid, -(f_start - f_greedy) / n, 0.0))
+    torch.testing.assert_close(g_e, torch.where(valid, -(f_end - f_greedy) / n, 0.0))
+    torch.testing.assert_close(out.sample.start_log_prob + out.sample.end_log_prob, out.sample.log_prob)
+    with pytest.raises(ValueError, match="reward_credit"):
+        make_model(replace(TINY_PLUS, reward_credit="span"))

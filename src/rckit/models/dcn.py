@@ -73,6 +73,21 @@ cross-entropy 20 to 1). ``log sigma^2`` keeps a soft floor ``log_sigma2_floor`` 
 batches where every sample is perfect (V = 0). :meth:`DCNPlus.loss` leaves the terms and
 weights of its last call in ``loss_terms`` for the training log.
 
+Credit per pointer (``reward_credit="pointer"``, our variant; ``"joint"`` is eq. 16). Eq. 16
+gives the start and the end draws one reward, that of the span they make together. Early in
+training most sampled spans are worthless whatever one pointer drew: an end drawn before the
+start is the empty answer, and a right start beside a wrong end scores as a wrong span, so a
+right start is pushed down as often as a wrong one. The variant scores each draw beside the
+other pointer's greedy choice::
+
+    R_s = F1(s^, e) - F1(s, e)        R_e = F1(s, e^) - F1(s, e)
+    grad L_rl = -mean_b [R_s * grad sum_i log p_i^start(s^_i) + R_e * grad sum_i log p_i^end(e^_i)]
+
+Each term is the self-critical estimate of the gradient of one pointer's expected F1 with the
+other held at its greedy choice (coordinate-wise, not the joint gradient); a draw equal to the
+greedy choice gets no push. Its loss value is the two shortfalls ``(1 - F1(s^, e)) + (1 -
+F1(s, e^))``, in [0, 2], what ``sigma_rl`` sees.
+
 A cross-entropy phase first (``train.reward_from``, our addition; self-critical training is
 usually started from a model trained on its likelihood first). Until that step the engine
 sets ``reward_on`` False: no sampled rollout, the loss is the plain cross-entropy and the
@@ -131,6 +146,7 @@ class DCNPlusConfig(DCNConfig):
     moe_balance: float = 0.01  # weight of the load-balancing term
     mixed_objective: bool = True  # CE + self-critical RL with learned weights
     log_sigma2_floor: float = -2.0  # soft floor of the learned log sigma^2
+    reward_credit: str = "joint"  # "joint": eq. 16, one reward for the sampled span; "pointer": each pointer's draw scored beside the other's greedy choice
 
 
 @dataclass
@@ -138,6 +154,8 @@ class SampledRollout:
     start: torch.Tensor  # (B,) long, s^_T
     end: torch.Tensor  # (B,) long, e^_T
     log_prob: torch.Tensor  # (B,) float32, sum over active iterations of log p(s^_i) + log p(e^_i)
+    start_log_prob: torch.Tensor | None = None  # (B,) its start part, sum of log p(s^_i)
+    end_log_prob: torch.Tensor | None = None  # (B,) its end part, sum of log p(e^_i)
 
 
 @dataclass
@@ -309,21 +327,35 @@ def iterative_span_loss(out: DCNOutput, y_start: torch.Tensor, y_end: torch.Tens
     return torch.where(valid, ce, torch.zeros_like(ce)).sum() / valid.sum().clamp(min=1)
 
 
-def self_critical_loss(out: DCNOutput, batch: Batch, reward_fn) -> torch.Tensor:
-    """Self-critical policy-gradient term whose value is ``V = mean (1 - F1(sample))`` (module docstring).
+def self_critical_loss(out: DCNOutput, batch: Batch, reward_fn, credit: str = "joint") -> torch.Tensor:
+    """Self-critical policy-gradient term with the value of the loss it descends (module docstring).
 
-    The gradient is that of ``S = -mean R * log p(sampled trajectory)``, R = F1(sample) - F1(greedy),
-    both over answerable examples; rewards carry no gradient.
+    ``credit="joint"`` (eq. 16): the gradient is that of ``S = -mean R * log p(sampled trajectory)``,
+    R = F1(s^, e^) - F1(s, e) (sample minus greedy); the value is ``V = mean (1 - F1(s^, e^))``.
+    ``credit="pointer"``: ``S = -mean [R_s log p(s^..) + R_e log p(e^..)]`` with
+    R_s = F1(s^, e) - F1(s, e) and R_e = F1(s, e^) - F1(s, e); the value is
+    ``V = mean [(1 - F1(s^, e)) + (1 - F1(s, e^))]``. Means over answerable examples; rewards
+    carry no gradient.
     """
+    if credit not in ("joint", "pointer"):
+        raise ValueError(f"reward_credit must be 'joint' or 'pointer', got {credit!r}")
     valid = (batch.y_start >= 0) & (batch.y_end >= 0)  # (B,)
     n = valid.sum().clamp(min=1)
-    starts = torch.stack([out.sample.start, out.starts[-1]], dim=1)  # (B, 2): sampled, greedy
-    ends = torch.stack([out.sample.end, out.ends[-1]], dim=1)
+    s_hat, e_hat, s, e = out.sample.start, out.sample.end, out.starts[-1], out.ends[-1]
+    logp = out.sample.log_prob
+    if credit == "joint":  # columns: the sampled span (s^, e^), the greedy span (s, e)
+        spans = [(s_hat, e_hat), (s, e)]
+    else:  # the greedy span, the start's draw beside the greedy end (s^, e), the end's draw (s, e^)
+        spans = [(s, e), (s_hat, e), (s, e_hat)]
     with torch.no_grad():
-        f1 = reward_fn(batch.index, starts, ends).to(out.sample.log_prob)  # (B, 2)
-        R = f1[:, 0] - f1[:, 1]  # (B,)
-        V = torch.where(valid, 1.0 - f1[:, 0], torch.zeros_like(R)).sum() / n
-    S = torch.where(valid, -R * out.sample.log_prob, torch.zeros_like(R)).sum() / n
+        f1 = reward_fn(batch.index, torch.stack([a for a, _ in spans], 1), torch.stack([b for _, b in spans], 1)).to(logp)
+        shortfall = 1.0 - f1[:, 0] if credit == "joint" else (1.0 - f1[:, 1]) + (1.0 - f1[:, 2])  # (B,)
+        V = torch.where(valid, shortfall, torch.zeros_like(shortfall)).sum() / n
+    if credit == "joint":
+        pg = -(f1[:, 0] - f1[:, 1]) * logp  # (B,)
+    else:
+        pg = -(f1[:, 1] - f1[:, 0]) * out.sample.start_log_prob - (f1[:, 2] - f1[:, 0]) * out.sample.end_log_prob
+    S = torch.where(valid, pg, torch.zeros_like(pg)).sum() / n
     return V + (S - S.detach())
 
 
@@ -385,6 +417,8 @@ class DCNPlus(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         # For the engine: the mixed objective needs the F1 reward; experts without rows in a
         # batch get no gradient, so DistributedDataParallel must look for unused parameters.
+        if c.reward_credit not in ("joint", "pointer"):
+            raise ValueError(f"reward_credit must be 'joint' or 'pointer', got {c.reward_credit!r}")
         self.uses_reward = c.mixed_objective
         self.reward_on = True  # the engine clears it for the steps before train.reward_from (cross-entropy alone)
         self.find_unused_parameters = c.n_experts > 0 or c.mixed_objective  # sigma gets no gradient before reward_from
@@ -412,9 +446,10 @@ class DCNPlus(nn.Module):
         sample = None
         if self.training and self.config.mixed_objective and self.reward_on:
             rl = self.decoder(U, batch.c_mask, sample=True)
-            logp = iteration_log_probs(rl["start_iters"], rl["starts"]) + iteration_log_probs(rl["end_iters"], rl["ends"])
-            logp = torch.where(rl["active"], logp, torch.zeros_like(logp)).sum(0)  # (B,)
-            sample = SampledRollout(start=rl["starts"][-1], end=rl["ends"][-1], log_prob=logp)
+            lp_s, lp_e = (torch.where(rl["active"], iteration_log_probs(rl[f"{k}_iters"], rl[f"{k}s"]), 0.0).sum(0)
+                          for k in ("start", "end"))  # (B,) each
+            sample = SampledRollout(start=rl["starts"][-1], end=rl["ends"][-1], log_prob=lp_s + lp_e,
+                                    start_log_prob=lp_s, end_log_prob=lp_e)
         return DCNOutput(start_logits=run["start_iters"][-1], end_logits=run["end_iters"][-1], sample=sample, **run)
 
     def log_sigma2(self) -> torch.Tensor:
@@ -433,7 +468,7 @@ class DCNPlus(nn.Module):
         if out.sample is not None:
             if reward_fn is None:
                 raise ValueError("DCN+ with mixed_objective needs reward_fn in training")
-            rl = self_critical_loss(out, batch, reward_fn)
+            rl = self_critical_loss(out, batch, reward_fn, c.reward_credit)
             loss, w = uncertainty_weighted(ce, rl, self.log_sigma2())
             self.loss_terms = {"ce": ce.detach(), "rl": rl.detach(), "w_ce": w[0].detach(), "w_rl": w[1].detach()}
         if out.balance is not None:
