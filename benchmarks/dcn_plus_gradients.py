@@ -3,6 +3,11 @@
 
     python benchmarks/dcn_plus_gradients.py runs/dcn_plus-mixed-40m --data-dir ../shared/data/squad-v1.1
 
+With ``--credit`` the reward term is eq. 16's (``joint``) or the per-pointer variant. Beside the
+gradients it prints what the sampled spans are like: their F1 and the greedy span's, the share
+drawn with the end before the start (the empty answer), and the share of draws whose start is
+the gold start yet gets a negative joint reward (pushed down by eq. 16 for its end's sake).
+
 ``w`` are the checkpoint's learned weights 1/(2 sigma^2); for a run trained on cross-entropy
 alone both terms are weighted 1 (``--weights 1``). The batches are the first ``--batches``
 of the run's training order at its seed (epoch 0), in training mode (dropout, sampled spans).
@@ -38,6 +43,7 @@ def main() -> None:
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--weights", choices=["learned", "1"], default="learned")
+    ap.add_argument("--credit", choices=["joint", "pointer"], default="joint")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -63,14 +69,23 @@ def main() -> None:
         batch = task.collate(task.train_rows[ids])
         out = model(batch)
         ce = iterative_span_loss(out, batch.y_start, batch.y_end)
-        rl = self_critical_loss(out, batch, reward)
+        rl = self_critical_loss(out, batch, reward, args.credit)
+        valid = batch.y_start >= 0
+        s_hat, e_hat = out.sample.start[valid], out.sample.end[valid]
+        f1 = reward(batch.index[valid], torch.stack([s_hat, out.starts[-1][valid]], 1),
+                    torch.stack([e_hat, out.ends[-1][valid]], 1))  # (b, 2): sample, greedy
+        right_start = s_hat == batch.y_start[valid]
         w = torch.exp(-model.log_sigma2().detach()) / 2 if args.weights == "learned" else torch.ones(2)
         g_ce, g_rl = flat_grad(model, w[0] * ce), flat_grad(model, w[1] * rl)
         rows.append({"ce": float(ce.detach()), "rl_value": float(rl.detach()), "w_ce": float(w[0]), "w_rl": float(w[1]),
                      "grad_ce": float(g_ce.norm()), "grad_rl": float(g_rl.norm()),
-                     "cosine": float(torch.nn.functional.cosine_similarity(g_ce, g_rl, dim=0))})
+                     "cosine": float(torch.nn.functional.cosine_similarity(g_ce, g_rl, dim=0)),
+                     "f1_sample": float(f1[:, 0].mean()), "f1_greedy": float(f1[:, 1].mean()),
+                     "end_before_start": float((e_hat < s_hat).float().mean()),
+                     "right_start": float(right_start.float().mean()),
+                     "right_start_pushed_down": float((right_start & (f1[:, 0] < f1[:, 1])).float().mean())})
     mean = {k: round(float(np.mean([r[k] for r in rows])), 4) for k in rows[0]}
-    print(json.dumps({"run": args.run, "step": ckpt["step"], "batches": len(rows), **mean,
+    print(json.dumps({"run": args.run, "step": ckpt["step"], "credit": args.credit, "batches": len(rows), **mean,
                       "grad_rl_over_ce": round(mean["grad_rl"] / mean["grad_ce"], 4)}))
 
 
