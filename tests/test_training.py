@@ -414,3 +414,21 @@ def test_init_from_starts_dcn_plus_mixed_objective_from_a_cross_entropy_run(prep
     assert s["steps"] == 2 and any("loss_rl" in r for r in logged)
     config = json.loads((tmp_path / "mixed" / "config.json").read_text())
     assert config["init_from"]["initialised"] == ["log_sigma2_raw"] and config["init_from"]["model"] == "dcn_plus"
+
+
+def test_resume_reads_a_setting_added_since_the_checkpoint_as_its_default(prepared, tmp_path):
+    """A run written before a model setting existed resumes when the setting is at its default, not otherwise."""
+    from rckit.training.checkpoint import save_checkpoint
+
+    _train(prepared, tmp_path / "r", 2)
+    path = tmp_path / "r" / "last.pt"
+    ckpt = load_checkpoint(path)
+    del ckpt["model_config"]["layer_dropout"]  # as if written before layer_dropout existed
+    save_checkpoint(ckpt, path)
+    assert _train(prepared, tmp_path / "r", 3, resume=True)["steps"] == 3
+    ckpt = load_checkpoint(path)
+    del ckpt["model_config"]["layer_dropout"]
+    save_checkpoint(ckpt, path)
+    with pytest.raises(CheckpointError, match='layer_dropout: "example" -> "batch"'):
+        train("qanet", QANet, QANetConfig(**TINY_MODEL, layer_dropout="batch"), TrainConfig(**TINY_TRAIN), prepared,
+              tmp_path / "r", max_steps=4, resume=True, progress=False)

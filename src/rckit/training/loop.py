@@ -348,8 +348,10 @@ def resume_from(run: Run, parts: Parts) -> RunState:
     if not path.exists():
         raise FileNotFoundError(f"--resume: no checkpoint at {path}")
     ckpt = load_checkpoint(path)
-    if ckpt["model_name"] != run.model_name or ckpt["model_config"] != asdict(run.model_cfg):
-        was = {"model": ckpt["model_name"], **ckpt["model_config"]}
+    # A setting added after the checkpoint was written is absent from it; the run had its default.
+    written = {**asdict(type(run.model_cfg)()), **ckpt["model_config"]}
+    if ckpt["model_name"] != run.model_name or written != asdict(run.model_cfg):
+        was = {"model": ckpt["model_name"], **written}
         raise CheckpointError(f"{path}: written by a different model or config (checkpoint -> now: "
                               f"{differences(was, {'model': run.model_name, **asdict(run.model_cfg)})}); refusing to "
                               "resume: give the run's --preset and --set again, or choose another --out")
