@@ -163,8 +163,11 @@ def test_presets_build_cloze_models(name, preset):
 
     mcfg, tcfg = model_configs(name, preset, [])
     cfg_cls, model_cls = MODELS[name]
-    assert type(mcfg) is cfg_cls and mcfg.head == "cloze" and tcfg.optimizer == "rmsprop"
-    assert mcfg.hidden == (256 if preset == "paper" else 128)
+    assert type(mcfg) is cfg_cls and mcfg.head == "cloze"
+    if preset == "paper":  # the paper's training
+        assert mcfg.hidden == 256 and tcfg.optimizer == "rmsprop" and tcfg.copy_steps == 0
+    else:  # what the squad-cloze runs measured (RESULTS.md)
+        assert mcfg.hidden == 128 and tcfg.optimizer == "adam" and tcfg.lr == 1e-3 and tcfg.copy_steps == 1000
     _, emb = split_and_emb(2, seed=7)
     assert isinstance(model_cls(mcfg, emb), model_cls)
 

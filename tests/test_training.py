@@ -387,6 +387,9 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(prepared, tmp_path
     for k in b["ema"]["shadow"]:  # the average starts from the loaded weights, not the random ones
         assert torch.equal(b["ema"]["shadow"][k], src["model"][k]), k
     assert json.loads((tmp_path / "b" / "config.json").read_text())["init_from"]["step"] == 3
+    train("qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, tmp_path / "b", max_steps=3, progress=False,
+          resume=True)
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["init_from"]["step"] == 3  # kept across a resume
 
 
 def test_init_from_refuses_a_checkpoint_of_another_shape(prepared, tmp_path):

@@ -268,6 +268,8 @@ def train(
     parts = set_up(run, model_cls)
     if init_from is not None:
         run.init_from = init_weights(run, parts, init_from)
+    elif resume and files.config.exists():  # a resumed run still says where it started
+        run.init_from = json.loads(files.config.read_text()).get("init_from")
     state = resume_from(run, parts) if resume else RunState()
     if dist.is_main:
         write_config(run)
