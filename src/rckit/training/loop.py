@@ -2,8 +2,9 @@
 
 ``train()`` reads in the order a run happens: :func:`set_up` builds the model, optimiser (Adam
 or RMSProp, with L2), warm-up schedule, EMA and batch order; :func:`resume_from` puts a stopped
-run back where it was (or :func:`init_weights` starts a new one from another run's weights); then :func:`train_step` runs over length-bucketed batches until
-``max_steps``, ``time_budget`` or a SIGINT/SIGTERM (:func:`stop_reason`), and
+run back where it was (or :func:`init_weights` starts a new run from another run's weights);
+then :func:`train_step` runs over length-bucketed batches until ``max_steps``, ``time_budget``
+or a SIGINT/SIGTERM (:func:`stop_reason`), and
 :func:`evaluate_and_keep_best` scores a fixed dev subset with the EMA weights swapped in,
 keeping the best checkpoint by the task's dev score (F1 for SQuAD, accuracy for cloze), beside
 a ``last.pt`` every ``checkpoint_every`` steps. What is trained on is a task
