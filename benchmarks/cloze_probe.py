@@ -17,8 +17,9 @@ would give it).
                      entity register: write on a mention, hold it, read it out through W(a))
     --register-head  read the register out through its own map M_r instead of the answer's M
                      (W_r(a) = e(a)^T M_r): y(t) can hold the latest entity and the answer apart
-    --track-steps K  Deep LSTM Reader, first K steps: at every document position from the answer's
-                     first mention on, the output head applied to y(t) must name the answer (the
+    --answer-from S  no answer loss until step S (the auxiliaries alone before it)
+    --track-steps K  Deep LSTM Reader, K steps from --answer-from: at every document position
+                     from the answer's first mention on, the output head applied to y(t) must name the answer (the
                      answer so far: the final loss, asked at every step after the answer is seen)
     --fixed-numbering  keep each example's entity numbering
 
@@ -63,7 +64,6 @@ def main() -> None:
     ap.add_argument("--register-head", action="store_true")
     ap.add_argument("--track-steps", type=int, default=0)
     ap.add_argument("--track-weight", type=float, default=1.0)
-    ap.add_argument("--answer-weight", type=float, default=1.0, help="the answer's loss weight (0: auxiliaries alone)")
     ap.add_argument("--answer-from", type=int, default=0, help="no answer loss before this step")
     ap.add_argument("--fixed-numbering", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
@@ -166,7 +166,7 @@ def main() -> None:
             b = with_copy_positions(b, gen)
         current["batch"] = b
         out = model(b)
-        loss = (a.answer_weight if step > a.answer_from else 0.0) * cloze_loss(out.logits, b.answer, ~b.answer_cut)
+        loss = (1.0 if step > a.answer_from else 0.0) * cloze_loss(out.logits, b.answer, ~b.answer_cut)
         if b.copy_at is not None:
             target, valid = copy_targets(b)
             loss = loss + cloze_loss(out.copy_logits, target, valid)

@@ -126,6 +126,9 @@ from rckit.layers.masking import mask_logits, zero_padding
 from rckit.layers.maxout import Maxout, MixtureOfMaxouts
 
 
+REWARD_CREDITS = ("joint", "pointer")  # DCNPlusConfig.reward_credit (module docstring)
+
+
 @dataclass
 class DCNConfig:
     hidden: int = 200  # l
@@ -337,24 +340,26 @@ def self_critical_loss(out: DCNOutput, batch: Batch, reward_fn, credit: str = "j
     ``V = mean [(1 - F1(s^, e)) + (1 - F1(s, e^))]``. Means over answerable examples; rewards
     carry no gradient.
     """
-    if credit not in ("joint", "pointer"):
-        raise ValueError(f"reward_credit must be 'joint' or 'pointer', got {credit!r}")
+    if credit not in REWARD_CREDITS:
+        raise ValueError(f"reward_credit must be one of {REWARD_CREDITS}, got {credit!r}")
     valid = (batch.y_start >= 0) & (batch.y_end >= 0)  # (B,)
     n = valid.sum().clamp(min=1)
     s_hat, e_hat, s, e = out.sample.start, out.sample.end, out.starts[-1], out.ends[-1]
-    logp = out.sample.log_prob
-    if credit == "joint":  # columns: the sampled span (s^, e^), the greedy span (s, e)
-        spans = [(s_hat, e_hat), (s, e)]
-    else:  # the greedy span, the start's draw beside the greedy end (s^, e), the end's draw (s, e^)
-        spans = [(s, e), (s_hat, e), (s, e_hat)]
-    with torch.no_grad():
-        f1 = reward_fn(batch.index, torch.stack([a for a, _ in spans], 1), torch.stack([b for _, b in spans], 1)).to(logp)
-        shortfall = 1.0 - f1[:, 0] if credit == "joint" else (1.0 - f1[:, 1]) + (1.0 - f1[:, 2])  # (B,)
-        V = torch.where(valid, shortfall, torch.zeros_like(shortfall)).sum() / n
+
+    def f1(*spans) -> torch.Tensor:  # (B, len(spans)), no gradient
+        with torch.no_grad():
+            return reward_fn(batch.index, torch.stack([a for a, _ in spans], 1),
+                             torch.stack([b for _, b in spans], 1)).to(out.sample.log_prob)
+
     if credit == "joint":
-        pg = -(f1[:, 0] - f1[:, 1]) * logp  # (B,)
+        r = f1((s_hat, e_hat), (s, e))  # the sampled span, the greedy span
+        shortfall = 1.0 - r[:, 0]  # (B,)
+        pg = -(r[:, 0] - r[:, 1]) * out.sample.log_prob
     else:
-        pg = -(f1[:, 1] - f1[:, 0]) * out.sample.start_log_prob - (f1[:, 2] - f1[:, 0]) * out.sample.end_log_prob
+        r = f1((s, e), (s_hat, e), (s, e_hat))  # greedy; the start's draw, the end's draw beside greedy
+        shortfall = (1.0 - r[:, 1]) + (1.0 - r[:, 2])
+        pg = -(r[:, 1] - r[:, 0]) * out.sample.start_log_prob - (r[:, 2] - r[:, 0]) * out.sample.end_log_prob
+    V = torch.where(valid, shortfall, torch.zeros_like(shortfall)).sum() / n
     S = torch.where(valid, pg, torch.zeros_like(pg)).sum() / n
     return V + (S - S.detach())
 
@@ -417,8 +422,8 @@ class DCNPlus(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         # For the engine: the mixed objective needs the F1 reward; experts without rows in a
         # batch get no gradient, so DistributedDataParallel must look for unused parameters.
-        if c.reward_credit not in ("joint", "pointer"):
-            raise ValueError(f"reward_credit must be 'joint' or 'pointer', got {c.reward_credit!r}")
+        if c.reward_credit not in REWARD_CREDITS:
+            raise ValueError(f"reward_credit must be one of {REWARD_CREDITS}, got {c.reward_credit!r}")
         self.uses_reward = c.mixed_objective
         self.reward_on = True  # the engine clears it for the steps before train.reward_from (cross-entropy alone)
         self.find_unused_parameters = c.n_experts > 0 or c.mixed_objective  # sigma gets no gradient before reward_from

@@ -107,7 +107,7 @@ class SpanTask:
 
     def check_resume(self, ckpt: dict, path) -> None:
         if ckpt["vocab"]["words"] != self.prepared.vocabs.words.itos:
-            raise CheckpointError(f"{path}: vocabulary differs from the prepared data; refusing to resume")
+            raise CheckpointError(f"{path}: vocabulary differs from the prepared data; refusing to load its weights")
 
     def describe(self) -> dict:
         return {"prepared": str(self.prepared.root), "key": self.prepared.meta["key"], "dev_file": self.dev_file}
@@ -180,7 +180,7 @@ class ClozeTask:
 
     def check_resume(self, ckpt: dict, path) -> None:
         if ckpt["vocab"] != self.data.vocab_json():
-            raise CheckpointError(f"{path}: vocabulary differs from the cloze data; refusing to resume")
+            raise CheckpointError(f"{path}: vocabulary differs from the cloze data; refusing to load its weights")
 
     def describe(self) -> dict:
         return self.data.describe()
