@@ -8,6 +8,7 @@ the first step at which it passes 95 %. The switches undo one fix each:
     --scale 0.1          random word rows at std 0.1 (the old default) instead of N(0, 1)
     --free-output        a free output row per entity number instead of W(a) = e(a)^T M
     --fixed-numbering    keep each example's entity numbering instead of redrawing it per batch
+    --chrono T           Deep LSTM Reader: model.chrono=T (chrono-initialised gate biases)
 
     python benchmarks/cloze_learning.py --model attentive_reader --entities 100 --free-output --fixed-numbering
     python benchmarks/cloze_learning.py --model deep_lstm_reader --markers 1 --scale 0.1
@@ -53,6 +54,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--chrono", type=float, default=0.0)
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -70,6 +72,8 @@ def main() -> None:
                          n_entities=vocab.n_entities)
     config_cls, model_cls = MODELS[args.model]
     sizes = {"hidden": args.hidden} if args.model == "deep_lstm_reader" else {"hidden": args.hidden, "attention": args.hidden}
+    if args.chrono:
+        sizes["chrono"] = args.chrono
     model = model_cls(config_cls(dropout=0.0, tied_output=not args.free_output, **sizes), info)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     rng = np.random.default_rng(args.seed)

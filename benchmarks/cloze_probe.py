@@ -22,6 +22,15 @@ would give it).
                      from the answer's first mention on, the output head applied to y(t) must name the answer (the
                      answer so far: the final loss, asked at every step after the answer is seen)
     --fixed-numbering  keep each example's entity numbering
+    --chrono T       Deep LSTM Reader: model.chrono=T, the chrono initialisation of its cells'
+                     gate biases (memories of 2 .. T steps instead of the forget bias 1's ~3.7)
+    --flag query|answer  Deep LSTM Reader: add a learned vector to the embedding of every document
+                     token whose word id occurs in the query (``query``; ids > 3: not padding,
+                     unknown or specials), or of every mention of the answer (``answer``, an
+                     oracle): is matching words against the query what the reader cannot find
+                     for itself, and can it hold a marked entity to the end of a real document?
+                     (a diagnostic; the paper's reader reads embeddings only)
+    --flag-steps K   with --flag: flag only the first K training steps, and never in evaluation
 
     python benchmarks/cloze_probe.py --data runs/cloze-mem/data               (128 questions, train = dev)
     python benchmarks/cloze_probe.py --data runs/cloze-mem/data --oracle 1.0
@@ -66,6 +75,9 @@ def main() -> None:
     ap.add_argument("--track-weight", type=float, default=1.0)
     ap.add_argument("--answer-from", type=int, default=0, help="no answer loss before this step")
     ap.add_argument("--fixed-numbering", action="store_true")
+    ap.add_argument("--chrono", type=float, default=0.0)
+    ap.add_argument("--flag", choices=["query", "answer"])
+    ap.add_argument("--flag-steps", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
@@ -73,15 +85,43 @@ def main() -> None:
     data = load_cloze_data(a.data)
     cfg_cls, model_cls = MODELS[a.model]
     sizes = {"hidden": a.hidden, "dropout": 0.0}
+    if a.chrono:
+        if a.model != "deep_lstm_reader":
+            ap.error("--chrono is for the Deep LSTM Reader")
+        sizes["chrono"] = a.chrono
     if a.model != "deep_lstm_reader":
         sizes["attention"] = a.hidden
     model = model_cls(cfg_cls(**sizes), data.embedding_info())
     if a.register_head:
         model.register_head = torch.nn.Linear(model.answer.in_features, model.answer.out_features)
+    current = {}
+    if a.flag:
+        if a.model != "deep_lstm_reader":
+            ap.error("--flag is for the Deep LSTM Reader")
+
+        class MatchedEmbedding(torch.nn.Module):
+            """The model's embedding, plus ``v`` at the flagged document tokens."""
+
+            def __init__(self, embed, dim):
+                super().__init__()
+                self.inner, self.v = embed, torch.nn.Parameter(torch.randn(dim) * 0.7)
+
+            def forward(self, ids):
+                x = self.inner(ids)
+                b = current.get("batch")
+                if b is None or ids is not b.doc or current.get("unflagged"):
+                    return x
+                if a.flag == "answer":
+                    flag = b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)  # (B, Td)
+                else:
+                    q = torch.where(b.query > 3, b.query, -1)  # (B, Tq)
+                    flag = (b.doc.unsqueeze(2) == q.unsqueeze(1)).any(2) & b.doc_mask  # (B, Td)
+                return x + flag.unsqueeze(-1).to(x.dtype) * self.v
+
+        model.embed = MatchedEmbedding(model.embed, model.delim.shape[0])
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     gen = torch.Generator().manual_seed(a.seed)
 
-    current = {}
     if a.oracle:
         if a.model != "attentive_reader":
             ap.error("--oracle is for the Attentive Reader")
@@ -149,10 +189,12 @@ def main() -> None:
 
     def accuracy() -> float:
         model.eval()
+        current["unflagged"] = bool(a.flag_steps)
         hits = 0
         with torch.no_grad():
             for i in range(0, len(rows), 100):
                 b = data.dev.collate(rows[i : i + 100], a.max_len)
+                current["batch"] = b
                 hits += int((model(b).logits.argmax(1) == b.answer).sum())
         model.train()
         return 100.0 * hits / len(rows)
@@ -165,6 +207,7 @@ def main() -> None:
         if step <= a.copy_steps:
             b = with_copy_positions(b, gen)
         current["batch"] = b
+        current["unflagged"] = bool(a.flag_steps) and step > a.flag_steps
         out = model(b)
         loss = (1.0 if step > a.answer_from else 0.0) * cloze_loss(out.logits, b.answer, ~b.answer_cut)
         if b.copy_at is not None:

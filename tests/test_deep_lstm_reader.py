@@ -141,6 +141,17 @@ def test_bad_settings_are_refused():
         DeepLSTMReader(CLOZE, emb)
 
 
+def test_chrono_setting_initialises_every_reader_layer_and_only_when_asked():
+    plain, chrono = make(CLOZE), make(replace(CLOZE, chrono=300))
+    H = CLOZE.hidden
+    for a, b in zip(plain.layers, chrono.layers):
+        assert torch.equal(a.bias_l0[:, H : 2 * H], torch.ones(1, H))  # forget bias 1 by default
+        b_f = b.bias_l0[:, H : 2 * H]
+        assert (b_f >= 0).all() and b_f.max() > 2.0 and torch.equal(b.bias_l0[:, :H], -b_f)
+    out = chrono(cloze_batch(4, seed=1)).logits
+    assert torch.isfinite(out[out > torch.finfo(out.dtype).min]).all()
+
+
 def test_cloze_head_overfits_small_batch():
     model = make(CLOZE, seed=0).train()
     batch = cloze_batch(16, seed=7)

@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from rckit.layers import lstm as lstm_module
-from rckit.layers.lstm import PeepholeLSTM, _Recurrence
+from rckit.layers.lstm import PeepholeLSTM, _Recurrence, chrono_init_
 
 
 def right_padded(lengths: list[int], T: int) -> torch.Tensor:
@@ -155,6 +155,46 @@ def test_bf16_autocast_runs_and_is_finite(peephole):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
     ref, _ = model(x, right_padded([5, 3], 5))
     torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
+
+
+def test_chrono_init_sets_only_the_input_and_forget_biases_of_every_layer_and_direction():
+    torch.manual_seed(5)
+    model = PeepholeLSTM(6, 8, num_layers=2, bidirectional=True)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    chrono_init_(model, 50)
+    H = 8
+    for k in range(2):
+        b = getattr(model, f"bias_l{k}")
+        b_f, b_i = b[:, H : 2 * H], b[:, :H]
+        assert (b_f >= 0).all() and (b_f <= torch.log(torch.tensor(49.0))).all() and b_f.std() > 0.3
+        torch.testing.assert_close(b_i, -b_f)
+        torch.testing.assert_close(b[:, 2 * H :], before[f"bias_l{k}"][:, 2 * H :])  # cell input and output gates
+    for name, p in model.named_parameters():
+        if not name.startswith("bias"):
+            assert torch.equal(p, before[name]), name
+    with pytest.raises(ValueError, match="t_max > 2"):
+        chrono_init_(model, 2)
+
+
+def test_chrono_init_carries_the_first_input_to_the_end_of_a_long_sequence():
+    """At the default forget bias 1 a cell's memory time is ~3.7 steps: after 120 steps the last
+    state hardly depends on the first input, and neither does the gradient that could teach the
+    cell to keep it. Chrono-initialised cells keep it."""
+    T = 120
+
+    def sensitivity(chrono: bool) -> float:
+        torch.manual_seed(6)
+        model = PeepholeLSTM(16, 32)
+        if chrono:
+            chrono_init_(model, 2 * T)
+        x = torch.randn(4, T, 16, requires_grad=True)
+        _, (h, c) = model(x)
+        c.sum().backward()
+        return float(x.grad[:, 0].norm() / x.grad[:, -1].norm())  # first step's gradient relative to the last's
+
+    default, chrono = sensitivity(False), sensitivity(True)
+    assert default < 1e-6
+    assert chrono > 1e-2
 
 
 def test_bad_inputs_raise_clear_errors():

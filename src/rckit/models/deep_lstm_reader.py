@@ -64,7 +64,7 @@ from torch import nn
 from rckit.data.cloze import ENTITY_OFFSET
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding
-from rckit.layers.lstm import PeepholeLSTM
+from rckit.layers.lstm import PeepholeLSTM, chrono_init_
 from rckit.layers.masking import mask_logits
 
 HEADS = ("cloze", "span")
@@ -82,6 +82,7 @@ class DeepLSTMReaderConfig:
     peephole: str | None = "diagonal"  # "diagonal", "full" or None
     freeze_pretrained_words: bool = False  # the paper trains every embedding
     tied_output: bool = True  # cloze: W(a) = e(a)^T M through the markers' embeddings; False: a free row per number
+    chrono: float = 0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
 
 
 @dataclass
@@ -147,6 +148,9 @@ class DeepLSTMReader(nn.Module):
         self.layers = nn.ModuleList(
             PeepholeLSTM(E if k == 0 else E + S, H, peephole=config.peephole) for k in range(K)
         )
+        if config.chrono:
+            for lstm in self.layers:
+                chrono_init_(lstm, config.chrono)
         self.skips = nn.ModuleList(nn.Linear(H, S) for _ in range(K))  # W_ky, b_ky
         self.dropout = nn.Dropout(config.dropout)
         G = K * S  # size of y(t) and g
