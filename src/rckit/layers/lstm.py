@@ -417,7 +417,6 @@ class PeepholeLSTM(nn.Module):
                 f"fused={self.fused}")
 
 
-
 @torch.no_grad()
 def chrono_init_(lstm: PeepholeLSTM, t_max: float, generator: torch.Generator | None = None) -> PeepholeLSTM:
     """Chrono initialisation (Tallec & Ollivier 2018, "Can recurrent neural networks warp time?"):
