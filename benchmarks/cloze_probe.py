@@ -25,8 +25,8 @@ would give it).
     --chrono T       Deep LSTM Reader: model.chrono=T, the chrono initialisation of its cells'
                      gate biases (memories of 2 .. T steps instead of the forget bias 1's ~3.7)
     --flag query|answer  Deep LSTM Reader: add a learned vector to the embedding of every document
-                     token whose word id occurs in the query (``query``; ids > 3: not padding,
-                     unknown or specials), or of every mention of the answer (``answer``, an
+                     token whose word occurs in the query (``query``; not padding, unknown or
+                     the specials), or of every mention of the answer (``answer``, an
                      oracle): is matching words against the query what the reader cannot find
                      for itself, and can it hold a marked entity to the end of a real document?
                      (a diagnostic; the paper's reader reads embeddings only)
@@ -50,7 +50,8 @@ import numpy as np
 import torch
 
 import rckit.models.attentive_reader as attentive
-from rckit.data.cloze import ENTITY_OFFSET, copy_targets, entity_mentions, renumber_entities, with_copy_positions
+from rckit.data.cloze import (ENTITY_OFFSET, PLACEHOLDER_ID, copy_targets, entity_mentions, renumber_entities,
+                              with_copy_positions)
 from rckit.data.cloze_data import load_cloze_data
 from rckit.models import MODELS
 from rckit.training.tasks import cloze_loss
@@ -95,6 +96,8 @@ def main() -> None:
     if a.register_head:
         model.register_head = torch.nn.Linear(model.answer.in_features, model.answer.out_features)
     current = {}
+    if a.flag_steps and not a.flag:
+        ap.error("--flag-steps needs --flag")
     if a.flag:
         if a.model != "deep_lstm_reader":
             ap.error("--flag is for the Deep LSTM Reader")
@@ -114,7 +117,7 @@ def main() -> None:
                 if a.flag == "answer":
                     flag = b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)  # (B, Td)
                 else:
-                    q = torch.where(b.query > 3, b.query, -1)  # (B, Tq)
+                    q = torch.where(b.query > PLACEHOLDER_ID, b.query, -1)  # (B, Tq): words, not specials
                     flag = (b.doc.unsqueeze(2) == q.unsqueeze(1)).any(2) & b.doc_mask  # (B, Td)
                 return x + flag.unsqueeze(-1).to(x.dtype) * self.v
 

@@ -418,7 +418,7 @@ class PeepholeLSTM(nn.Module):
 
 
 @torch.no_grad()
-def chrono_init_(lstm: PeepholeLSTM, t_max: float, generator: torch.Generator | None = None) -> PeepholeLSTM:
+def chrono_init_(lstm: PeepholeLSTM, t_max: float) -> PeepholeLSTM:
     """Chrono initialisation (Tallec & Ollivier 2018, "Can recurrent neural networks warp time?"):
     every layer and direction's gate biases set to ``b_f ~ log(U(1, t_max - 1))`` and
     ``b_i = -b_f``, in place.
@@ -433,7 +433,7 @@ def chrono_init_(lstm: PeepholeLSTM, t_max: float, generator: torch.Generator | 
     H = lstm.hidden_size
     for k in range(lstm.num_layers):
         bias = getattr(lstm, f"bias_l{k}")  # (S, 4H), gates (i, f, g, o)
-        u = torch.rand(bias.shape[0], H, generator=generator, dtype=bias.dtype, device=bias.device)
+        u = torch.rand(bias.shape[0], H, dtype=bias.dtype, device=bias.device)
         b_f = torch.log(1.0 + u * (t_max - 2.0))  # log(U(1, t_max - 1))
         bias[:, H : 2 * H] = b_f
         bias[:, :H] = -b_f
