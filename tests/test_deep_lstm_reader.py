@@ -136,6 +136,8 @@ def test_bad_settings_are_refused():
         make(replace(CLOZE, head="choice"))
     with pytest.raises(ValueError, match="form"):
         make(replace(CLOZE, form="qac"))
+    with pytest.raises(ValueError, match="chrono must be 0"):
+        make(replace(CLOZE, chrono=1.5))
     emb = EmbeddingInfo(word_vectors=torch.randn(V, 10), n_trainable_words=4, n_chars=0)
     with pytest.raises(ValueError, match="entity"):
         DeepLSTMReader(CLOZE, emb)

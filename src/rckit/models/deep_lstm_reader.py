@@ -143,6 +143,8 @@ class DeepLSTMReader(nn.Module):
             raise ValueError(f"head must be one of {HEADS}, got {config.head!r}")
         if config.form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {config.form!r}")
+        if config.chrono and config.chrono <= 2:
+            raise ValueError(f"chrono must be 0 (forget bias 1) or a memory length > 2 steps, got {config.chrono!r}")
         if config.head == "cloze" and emb.n_entities < 1:
             raise ValueError("the cloze head needs data with entity markers (EmbeddingInfo.n_entities >= 1)")
         self.config = config
