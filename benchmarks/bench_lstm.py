@@ -20,7 +20,6 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from rckit.layers import lstm as lstm_module
 from rckit.layers.lstm import PeepholeLSTM
 
 VARIANTS = ["nn.LSTM", "diagonal", "full", "none-handwritten", "none-fused"]
@@ -70,14 +69,12 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, nargs="+", default=[64, 128, 256])
     ap.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
     ap.add_argument("--pad", action="store_true", help="random lengths in [T/2, T] instead of full batches")
-    ap.add_argument("--script-loops", action="store_true", help="TorchScript the recurrence loops (default: eager)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    lstm_module.SCRIPT_LOOPS = args.script_loops
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch}, input {args.input}, "
           f"2 layers (layer 2 input {args.input} + H), forward+backward, median of {args.repeat}, "
-          f"loops {'TorchScript' if args.script_loops else 'eager'}, {'padded' if args.pad else 'full-length'} batches")
+          f"{'padded' if args.pad else 'full-length'} batches")
     print(f"{'T':>4} {'H':>4} " + " ".join(f"{v:>22}" for v in args.variants))
     for T in args.lengths:
         for H in args.hidden:

@@ -32,7 +32,7 @@ from rckit.data.cloze_data import cloze_vectors
 from rckit.data.cloze_synthetic import SyntheticClozeConfig, synthetic_cloze
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models import MODELS
-from rckit.training.tasks import cloze_loss
+from rckit.models.losses import cloze_loss
 
 
 def main() -> None:

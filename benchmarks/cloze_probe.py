@@ -54,7 +54,7 @@ from rckit.data.cloze import (ENTITY_OFFSET, PLACEHOLDER_ID, copy_targets, entit
                               with_copy_positions)
 from rckit.data.cloze_data import load_cloze_data
 from rckit.models import MODELS
-from rckit.training.tasks import cloze_loss
+from rckit.models.losses import cloze_loss
 
 
 def main() -> None:
@@ -112,13 +112,13 @@ def main() -> None:
             def forward(self, ids):
                 x = self.inner(ids)
                 b = current.get("batch")
-                if b is None or ids is not b.doc or current.get("unflagged"):
+                if b is None or ids is not b.c_words or current.get("unflagged"):
                     return x
                 if a.flag == "answer":
-                    flag = b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)  # (B, Td)
+                    flag = b.c_words == (b.answer + ENTITY_OFFSET).unsqueeze(1)  # (B, Td)
                 else:
-                    q = torch.where(b.query > PLACEHOLDER_ID, b.query, -1)  # (B, Tq): words, not specials
-                    flag = (b.doc.unsqueeze(2) == q.unsqueeze(1)).any(2) & b.doc_mask  # (B, Td)
+                    q = torch.where(b.q_words > PLACEHOLDER_ID, b.q_words, -1)  # (B, Tq): words, not specials
+                    flag = (b.c_words.unsqueeze(2) == q.unsqueeze(1)).any(2) & b.c_mask  # (B, Td)
                 return x + flag.unsqueeze(-1).to(x.dtype) * self.v
 
         model.embed = MatchedEmbedding(model.embed, model.delim.shape[0])
@@ -135,7 +135,7 @@ def main() -> None:
             b = current.get("batch")
             if b is None or not model.training:
                 return s
-            ans = (b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)).to(s.dtype)
+            ans = (b.c_words == (b.answer + ENTITY_OFFSET).unsqueeze(1)).to(s.dtype)
             return (1 - a.oracle) * s + a.oracle * ans / ans.sum(1, keepdim=True).clamp(min=1)
 
         attentive.attention_weights = mixed
@@ -154,16 +154,16 @@ def main() -> None:
     def doc_outputs(b) -> torch.Tensor:
         """y at the document positions of the joined sequence: (B, Td, G)."""
         y = current["y"]  # (B, T, G) over the joined sequence
-        B, Td = b.doc.shape
-        start = b.query_mask.sum(1) + 1 if model.config.form == "qca" else torch.zeros(B, dtype=torch.long)
+        B, Td = b.c_words.shape
+        start = b.q_mask.sum(1) + 1 if model.config.form == "qca" else torch.zeros(B, dtype=torch.long)
         pos = (start.unsqueeze(1) + torch.arange(Td)).clamp(max=y.shape[1] - 1)  # (B, Td)
         return y.gather(1, pos.unsqueeze(-1).expand(B, Td, y.shape[-1]))
 
     def track_loss(b) -> torch.Tensor:
         """Cross-entropy of the answer from y at every document position from its first mention on."""
         y_doc = doc_outputs(b)
-        B, Td = b.doc.shape
-        seen = (b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)).cummax(1).values & b.doc_mask  # (B, Td)
+        B, Td = b.c_words.shape
+        seen = (b.c_words == (b.answer + ENTITY_OFFSET).unsqueeze(1)).cummax(1).values & b.c_mask  # (B, Td)
         e = model.embed(model.entity_ids)
         logits = (model.answer(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
         ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), b.answer.repeat_interleave(Td),
@@ -173,12 +173,12 @@ def main() -> None:
     def register_loss(b) -> torch.Tensor:
         """Cross-entropy of the last entity mentioned up to each document position, from y there."""
         y_doc = doc_outputs(b)
-        B, Td = b.doc.shape
+        B, Td = b.c_words.shape
         mentions = entity_mentions(b)
         idx = torch.where(mentions, torch.arange(Td).expand(B, Td), torch.full((B, Td), -1))
         last = idx.cummax(1).values  # (B, Td) position of the latest mention, -1 before the first
-        valid = (last >= 0) & b.doc_mask
-        target = torch.where(valid, b.doc.gather(1, last.clamp(min=0)) - ENTITY_OFFSET, 0)  # (B, Td)
+        valid = (last >= 0) & b.c_mask
+        target = torch.where(valid, b.c_words.gather(1, last.clamp(min=0)) - ENTITY_OFFSET, 0)  # (B, Td)
         e = model.embed(model.entity_ids)
         head = model.register_head if a.register_head else model.answer
         logits = (head(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
@@ -233,9 +233,9 @@ def main() -> None:
             with torch.no_grad():
                 s = model.attend(replace(b, copy_at=None)).s
                 if s.dim() == 3:  # the Impatient Reader: the mean over real query steps
-                    s = s.sum(1) / b.query_mask.sum(1, keepdim=True)
-                ans = b.doc == (b.answer + ENTITY_OFFSET).unsqueeze(1)
-                share = ans.sum(1) / b.doc_mask.sum(1)
+                    s = s.sum(1) / b.q_mask.sum(1, keepdim=True)
+                ans = b.c_words == (b.answer + ENTITY_OFFSET).unsqueeze(1)
+                share = ans.sum(1) / b.c_mask.sum(1)
                 line += (f" s_ans {(s * ans).sum(1).mean():.3f} s_ent {(s * entity_mentions(b)).sum(1).mean():.3f}"
                          f" uniform_ans {share.mean():.3f}")
         print(f"{line} t {time.perf_counter() - t0:.0f}s", flush=True)

@@ -24,9 +24,10 @@ import torch
 from rckit.cli import prepare_from_args
 from rckit.config import from_dict
 from rckit.data.batching import BucketBatchSampler
-from rckit.models.dcn import DCNPlus, DCNPlusConfig, iterative_span_loss, self_critical_loss
-from rckit.runs import checkpoint_of
-from rckit.training.checkpoint import load_checkpoint
+from rckit.models.dcn import DCNPlus, DCNPlusConfig
+from rckit.models.losses import iterative_span_loss, self_critical_loss
+from rckit.saved.runs import checkpoint_of
+from rckit.saved.checkpoint import load_checkpoint
 from rckit.training.loop import TrainConfig
 from rckit.training.tasks import SpanTask
 

@@ -50,7 +50,7 @@ def stand_in_reader(context: str):
     from rckit.data.tokenize import tokenize
     from rckit.data.vocab import SPECIALS, Vocab
     from rckit.models.qanet import QANet
-    from rckit.reader import Reader
+    from rckit.saved.reader import Reader
 
     mcfg, tcfg, decode = run_configs("qanet", "cpu-small", [])
     forms = sorted({t.lower() for t in tokenize(context + " " + QUESTION)[0]})
@@ -66,7 +66,7 @@ def stand_in_reader(context: str):
 
 def main() -> None:
     from rckit.data.tokenize import tokenize
-    from rckit.reader import Reader, windows
+    from rckit.saved.reader import Reader, windows
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="run directory or exported file (default: the default model, "

@@ -76,7 +76,7 @@ def tiny_glove(tmp_path):
 
 def cloze_overfit_accuracy(model, batch, opt, max_steps: int) -> tuple[float, int]:
     """Train a cloze model on one batch until it answers every example; (accuracy, steps taken)."""
-    from rckit.training.tasks import cloze_loss
+    from rckit.models.losses import cloze_loss
 
     for step in range(max_steps):
         out = model(batch)
@@ -95,7 +95,7 @@ def check_cloze_contract(model, batch, n_entities: int) -> None:
     gradient reaches every parameter."""
     import torch
 
-    from rckit.training.tasks import cloze_loss
+    from rckit.models.losses import cloze_loss
 
     out = model(batch)
     assert out.logits.shape == (len(batch), n_entities)
@@ -167,7 +167,7 @@ def package_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_export(tiny_run, tmp_path_factory) -> Path:
     """``tiny_run`` exported in fp32."""
-    from rckit.export import export_run
+    from rckit.saved.export import export_run
 
     out = tmp_path_factory.mktemp("tiny-export") / "tiny.safetensors"
     export_run(tiny_run, out, dtype="fp32")

@@ -80,16 +80,16 @@ def test_attention_sums_to_one_over_real_document_tokens(kind):
     split, emb = split_and_emb(8, seed=2)
     model = make(kind, emb).eval()
     batch = split.collate(range(8))
-    assert not batch.doc_mask.all() and not batch.query_mask.all()  # the batch has padding to test
+    assert not batch.c_mask.all() and not batch.q_mask.all()  # the batch has padding to test
     with torch.no_grad():
         s = model.attend(batch).s
     if kind == "attentive":
-        assert s.shape == batch.doc.shape
+        assert s.shape == batch.c_words.shape
         s, steps = s.unsqueeze(1), torch.ones(8, 1, dtype=torch.bool)  # one step: (B, 1, Td)
     else:
-        assert s.shape == (8, batch.query.shape[1], batch.doc.shape[1])
-        steps = batch.query_mask  # (B, Tq): padded query steps attend nowhere
-    real = batch.doc_mask.unsqueeze(1) & steps.unsqueeze(-1)  # (B, steps, Td)
+        assert s.shape == (8, batch.q_words.shape[1], batch.c_words.shape[1])
+        steps = batch.q_mask  # (B, Tq): padded query steps attend nowhere
+    real = batch.c_mask.unsqueeze(1) & steps.unsqueeze(-1)  # (B, steps, Td)
     torch.testing.assert_close(s.sum(-1), steps.float())
     assert (s[~real] == 0).all() and (s[real] > 0).all()
 
@@ -101,7 +101,7 @@ def test_query_summary_is_last_forward_state_and_first_backward_state():
     with torch.no_grad():
         e = model.encode(batch)
     H = TINY["hidden"]
-    last = batch.query_mask.sum(1) - 1  # (B,)
+    last = batch.q_mask.sum(1) - 1  # (B,)
     fwd = e.y_q[torch.arange(5), last, :H]  # (B, H)
     bwd = e.y_q[:, 0, H:]  # (B, H)
     torch.testing.assert_close(e.u, torch.cat([fwd, bwd], dim=-1))
@@ -113,9 +113,9 @@ def test_one_example_alone_equals_it_in_a_padded_batch(kind, peephole):
     split, emb = split_and_emb(6, seed=4)
     model = make(kind, emb, peephole=peephole).eval()
     batch = split.collate(range(6))
-    lengths = batch.doc_mask.sum(1)
+    lengths = batch.c_mask.sum(1)
     shortest = int(lengths.argmin())
-    assert lengths[shortest] < batch.doc.shape[1]  # its neighbours are longer: it is padded
+    assert lengths[shortest] < batch.c_words.shape[1]  # its neighbours are longer: it is padded
     with torch.no_grad():
         whole = model(batch).logits
         for i in range(6):
@@ -181,10 +181,10 @@ def test_copy_task_scores_the_head_with_all_attention_on_one_position(monkeypatc
     model = make("attentive", emb).eval()
     batch = with_copy_positions(split.collate(range(8)), torch.Generator().manual_seed(0))
     target, valid = copy_targets(batch)
-    assert valid.all() and (batch.doc.gather(1, batch.copy_at[:, None]).squeeze(1) == target + ENTITY_OFFSET).all()
+    assert valid.all() and (batch.c_words.gather(1, batch.copy_at[:, None]).squeeze(1) == target + ENTITY_OFFSET).all()
     with torch.no_grad():
         copy = model(batch).copy_logits
-        one_hot = torch.nn.functional.one_hot(batch.copy_at, batch.doc.shape[1]).float()
+        one_hot = torch.nn.functional.one_hot(batch.copy_at, batch.c_words.shape[1]).float()
         monkeypatch.setattr(ar, "attention_weights", lambda m, w_ms, d_mask: one_hot)
         forced = model(replace(batch, copy_at=None))
     assert forced.copy_logits is None
@@ -196,7 +196,7 @@ def test_copy_task_gradient_reaches_the_answer_path(kind):
     split, emb = split_and_emb(6, seed=4)
     model = make(kind, emb).train()
     from rckit.data.cloze import copy_targets, with_copy_positions
-    from rckit.training.tasks import cloze_loss
+    from rckit.models.losses import cloze_loss
 
     batch = with_copy_positions(split.collate(range(6)))
     out = model(batch)

@@ -13,7 +13,9 @@ from rckit.data.cloze_data import load_cloze_data
 from rckit.data.cloze_synthetic import write_synthetic_cloze
 from rckit.evaluation.predict import predict_cloze
 from rckit.models import MODELS
-from rckit.training.bench import ClozeQuestions, bench
+from rckit.training.bench import bench
+from rckit.training.loop import TrainConfig
+from rckit.training.tasks import ClozeTask, make_task
 
 KEYS = ("train_examples_per_s", "train_first_pass_examples_per_s", "inference_examples_per_s", "latency_ms_median",
         "latency_ms_p90", "peak_rss_mb", "train_questions", "dtype", "device", "threads", "trainable_parameters",
@@ -64,8 +66,9 @@ def test_bench_cloze_needs_its_data_and_span_models_refuse_it(synthetic_dir, cap
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_bench_every_cloze_model_in_bf16(synthetic_data, name):
     model = tiny_model(name, synthetic_data)
-    res = bench(model, synthetic_data.dev, "cpu", torch.bfloat16, batch_size=8, train_steps=2, n_questions=24,
-                latency_questions=3, warmup=1, task="cloze", max_c_len=12)
+    task = ClozeTask(synthetic_data, TrainConfig(max_c_len=12), train_split="dev")
+    res = bench(model, task, "cpu", torch.bfloat16, batch_size=8, train_steps=2, n_questions=24,
+                latency_questions=3, warmup=1)
     assert res["train_examples_per_s"] > 0 and res["train_first_pass_examples_per_s"] > 0
     assert res["inference_examples_per_s"] > 0 and 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
     assert res["train_questions"] == 24 and res["dtype"] == "bf16"
@@ -74,30 +77,31 @@ def test_bench_every_cloze_model_in_bf16(synthetic_data, name):
 def test_bench_cloze_with_no_training_steps_leaves_the_weights_untouched(synthetic_data):
     model = tiny_model("attentive_reader", synthetic_data)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    res = bench(model, synthetic_data.dev, "cpu", None, batch_size=16, train_steps=0, n_questions=8,
-                latency_questions=3, warmup=1, task="cloze")  # 8 questions, batch 16: nothing could train
+    task = ClozeTask(synthetic_data, TrainConfig(), train_split="dev")
+    res = bench(model, task, "cpu", None, batch_size=16, train_steps=0, n_questions=8,
+                latency_questions=3, warmup=1)  # 8 questions, batch 16: nothing could train
     assert res["train_examples_per_s"] is None and res["train_first_pass_examples_per_s"] is None
     assert res["inference_examples_per_s"] > 0 and 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
     assert not model.training
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
     with pytest.raises(ValueError, match="batch"):
-        bench(model, synthetic_data.dev, "cpu", None, batch_size=16, n_questions=8, task="cloze")
+        bench(model, task, "cpu", None, batch_size=16, n_questions=8)
     with pytest.raises(ValueError, match="span or cloze"):
-        bench(model, synthetic_data.dev, "cpu", None, task="entity")
+        make_task("entity", synthetic_data, TrainConfig(), train_split="dev")
 
 
 def test_cloze_bench_decodes_and_trains_as_the_engine_does(synthetic_data):
     """The bench's decoding is ``predict_cloze``'s; its training batches cut documents as ``ClozeTask``."""
     model = tiny_model("impatient_reader", synthetic_data).eval()
-    q = ClozeQuestions(synthetic_data.dev, max_c_len=5)
-    rows = q.rows(40)
+    q = ClozeTask(synthetic_data, TrainConfig(max_c_len=5), train_split="dev")
+    rows = q.first_rows(40)
     assert list(rows) == list(range(40))
     batch = q.eval_batch(rows)
     with torch.inference_mode():
         got = q.decode(model(batch), batch).numpy()
     assert np.array_equal(got, predict_cloze(model, synthetic_data.dev, rows, 64, "cpu", None))
-    train_batch = q.train_batch(rows[:4])
-    assert train_batch.doc.shape[1] <= 5
-    loss = q.loss_fn(model)(model(train_batch), train_batch)
+    train_batch = q.collate(rows[:4])
+    assert train_batch.c_words.shape[1] <= 5
+    loss, _ = q.loss(model, model(train_batch), train_batch)
     assert loss.ndim == 0 and torch.isfinite(loss)

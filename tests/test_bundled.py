@@ -14,8 +14,8 @@ import sys
 import pytest
 from safetensors import safe_open
 
-from rckit.export import read_metadata
-from rckit.reader import BUNDLED
+from rckit.saved.export import read_metadata
+from rckit.saved.reader import BUNDLED
 
 # Passages and questions written for this test (not SQuAD's), each with the answers a reader of
 # the passage would accept.

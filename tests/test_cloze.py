@@ -18,7 +18,7 @@ from rckit.data.cloze import (
     read_question_file,
     write_cloze_jsonl,
 )
-from rckit.evaluation.cloze_baselines import (
+from rckit.data.cloze_baselines import (
     exclusive_frequency,
     maximum_frequency,
     placeholder_position,
@@ -152,19 +152,19 @@ def test_split_collate_and_truncation(tmp_path):
     split = ClozeSplit.from_examples([EX0, EX1], vocab)
     assert split.lengths.tolist() == [8, 10]
     b = split.collate([1, 0])
-    assert b.doc.shape == (2, 6) and b.query.shape == (2, 4) and b.candidates.shape == (2, 3)
-    assert b.doc.dtype == b.query.dtype == b.answer.dtype == b.index.dtype == torch.long
-    assert b.doc_mask.dtype == b.query_mask.dtype == b.candidates.dtype == torch.bool
-    assert b.doc_mask.tolist() == [[True] * 6, [True] * 5 + [False]]
-    assert b.query_mask.tolist() == [[True] * 4, [True] * 3 + [False]]
-    assert (b.doc[~b.doc_mask] == 0).all() and (b.query[~b.query_mask] == 0).all()
+    assert b.c_words.shape == (2, 6) and b.q_words.shape == (2, 4) and b.candidates.shape == (2, 3)
+    assert b.c_words.dtype == b.q_words.dtype == b.answer.dtype == b.index.dtype == torch.long
+    assert b.c_mask.dtype == b.q_mask.dtype == b.candidates.dtype == torch.bool
+    assert b.c_mask.tolist() == [[True] * 6, [True] * 5 + [False]]
+    assert b.q_mask.tolist() == [[True] * 4, [True] * 3 + [False]]
+    assert (b.c_words[~b.c_mask] == 0).all() and (b.q_words[~b.q_mask] == 0).all()
     assert b.candidates.tolist() == [[True, False, True], [True, True, False]]
     assert b.answer.tolist() == [2, 1] and b.index.tolist() == [1, 0]
     assert b.answer_cut.tolist() == [False, False]
-    assert b.doc[1, 0].item() == ENTITY_OFFSET + 1 and b.query[1, 0].item() == 3
+    assert b.c_words[1, 0].item() == ENTITY_OFFSET + 1 and b.q_words[1, 0].item() == 3
     # The answer of EX1 (position 5) is cut away; the example stays, flagged, answer still a candidate.
     c = split.collate([1, 0], max_doc_len=4)
-    assert c.doc.shape == (2, 4) and c.doc_mask.all()
+    assert c.c_words.shape == (2, 4) and c.c_mask.all()
     assert c.answer_cut.tolist() == [True, False]
     assert c.candidates.tolist() == [[True, False, True], [True, True, False]]
     assert split.answers_cut(4) == 1 and split.answers_cut(5) == 1 and split.answers_cut(6) == 0
@@ -176,7 +176,7 @@ def test_split_collate_and_truncation(tmp_path):
     again = ClozeSplit.load(tmp_path / "train")
     assert again.ids == ["e0", "e1"] and again.n_entities == 3
     d = again.collate([1, 0])
-    assert all((getattr(d, k) == getattr(b, k)).all() for k in ("doc", "query", "candidates", "answer"))
+    assert all((getattr(d, k) == getattr(b, k)).all() for k in ("c_words", "q_words", "candidates", "answer"))
     assert ClozeVocab.load(tmp_path / "vocab.json").itos == vocab.itos
     seen = [i for batch in BucketBatchSampler(split.lengths, batch_size=1, seed=0) for i in batch]
     assert sorted(seen) == [0, 1]
@@ -239,16 +239,16 @@ def test_renumber_entities_renames_consistently_and_changes_nothing_else():
     for _ in range(20):
         new = renumber_entities(batch, gen)
         for b in range(2):
-            old_d, new_d = batch.doc[b], new.doc[b]
+            old_d, new_d = batch.c_words[b], new.c_words[b]
             is_ent = (old_d >= ENTITY_OFFSET) & (old_d < ENTITY_OFFSET + 6)
             assert torch.equal(new_d[~is_ent], old_d[~is_ent])  # words, padding untouched
             # one bijection per row, used for the document, the query, the candidates and the answer
-            pairs = {(int(o), int(n)) for o, n in zip(torch.cat([old_d, batch.query[b]]), torch.cat([new_d, new.query[b]]))
+            pairs = {(int(o), int(n)) for o, n in zip(torch.cat([old_d, batch.q_words[b]]), torch.cat([new_d, new.q_words[b]]))
                      if o >= ENTITY_OFFSET}
             assert len({o for o, _ in pairs}) == len({n for _, n in pairs}) == len(pairs)
             mapping = {o - ENTITY_OFFSET: n - ENTITY_OFFSET for o, n in pairs}
             assert int(new.answer[b]) == mapping[int(batch.answer[b])]
             assert {mapping[int(k)] for k in batch.candidates[b].nonzero()} == set(new.candidates[b].nonzero().flatten().tolist())
             seen.add((b, int(new.answer[b])))
-        assert torch.equal(new.doc_mask, batch.doc_mask) and torch.equal(new.answer_cut, batch.answer_cut)
+        assert torch.equal(new.c_mask, batch.c_mask) and torch.equal(new.answer_cut, batch.answer_cut)
     assert len(seen) > 6  # the numbering really changes from batch to batch

@@ -22,7 +22,7 @@ from rckit.data.cloze_synthetic import SyntheticClozeConfig, synthetic_cloze
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.attentive_reader import AttentiveReader, AttentiveReaderConfig
 from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig
-from rckit.training.tasks import cloze_loss
+from rckit.models.losses import cloze_loss
 
 # Small enough to learn in well under a minute on one core, and still a reading task: two
 # markers per document, so copying "the entity after a marker" without matching the query's

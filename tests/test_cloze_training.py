@@ -13,7 +13,7 @@ from rckit.cli import main
 from rckit.data.cloze import ClozeExample, write_cloze_jsonl
 from rckit.data.cloze_data import load_cloze_data
 from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig
-from rckit.training.checkpoint import load_checkpoint
+from rckit.saved.checkpoint import load_checkpoint
 from rckit.training.loop import TrainConfig, train
 from rckit.training.sweep import plan_trials
 from rckit.training.tasks import ClozeTask
@@ -175,9 +175,9 @@ def test_copy_positions_are_entity_mentions_drawn_uniformly():
                                                     ["@entity1"])]
     split = ClozeSplit.from_examples(exs, ClozeVocab.build(exs, n_entities=5))
     batch = split.collate(range(4))
-    batch.doc[3, 1] = 0  # a row whose only entity is gone: no position to copy from
-    batch.doc_mask[3, 1] = False
-    seen = torch.zeros_like(batch.doc_mask)
+    batch.c_words[3, 1] = 0  # a row whose only entity is gone: no position to copy from
+    batch.c_mask[3, 1] = False
+    seen = torch.zeros_like(batch.c_mask)
     gen = torch.Generator().manual_seed(0)
     for _ in range(200):
         b = with_copy_positions(batch, gen)
@@ -185,8 +185,8 @@ def test_copy_positions_are_entity_mentions_drawn_uniformly():
         assert b.copy_at[3] == -1
         target, valid = copy_targets(b)
         assert valid.tolist() == [True, True, True, False]
-        assert (batch.doc[torch.arange(3), b.copy_at[:3]] - ENTITY_OFFSET == target[:3]).all()
-    mentions = (batch.doc >= ENTITY_OFFSET) & (batch.doc < ENTITY_OFFSET + 5) & batch.doc_mask
+        assert (batch.c_words[torch.arange(3), b.copy_at[:3]] - ENTITY_OFFSET == target[:3]).all()
+    mentions = (batch.c_words >= ENTITY_OFFSET) & (batch.c_words < ENTITY_OFFSET + 5) & batch.c_mask
     assert torch.equal(seen[:3], mentions[:3])  # every mention drawn, nothing else
 
 

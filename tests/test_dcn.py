@@ -17,7 +17,8 @@ from rckit.evaluation.decoding import span_to_text
 from rckit.evaluation.squad_metrics import f1_score
 from rckit.layers.coattention import Coattention, append_sentinel
 from rckit.layers.maxout import MixtureOfMaxouts
-from rckit.models.dcn import DCN, DCNConfig, DCNPlus, DCNPlusConfig, self_critical_loss, uncertainty_weighted
+from rckit.models.dcn import DCN, DCNConfig, DCNPlus, DCNPlusConfig
+from rckit.models.losses import self_critical_loss, uncertainty_weighted
 from rckit.training.rewards import SpanF1Reward
 
 from test_qanet import N_CHARS, N_TRAINABLE, V, synthetic_batch, word_chars

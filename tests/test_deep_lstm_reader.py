@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig, join_sequences
-from rckit.training.losses import span_loss
-from rckit.training.tasks import cloze_loss
+from rckit.models.losses import span_loss
+from rckit.models.losses import cloze_loss
 
 from test_qanet import V, synthetic_batch
 
@@ -53,7 +53,7 @@ def cloze_batch(n: int, seed: int) -> ClozeBatch:
         query[i, 0] = doc[i, slots[k] - 1]
         query[i, 1:lq] = words[torch.randint(0, len(words), (lq - 1,), generator=g)]
         answer[i] = ents[k]
-    return ClozeBatch(doc=doc, doc_mask=doc != 0, query=query, query_mask=query != 0, candidates=cand,
+    return ClozeBatch(c_words=doc, c_mask=doc != 0, q_words=query, q_mask=query != 0, candidates=cand,
                       answer=answer, answer_cut=torch.zeros(n, dtype=torch.bool), index=torch.arange(n))
 
 
@@ -102,8 +102,8 @@ def test_padding_does_not_change_outputs(config):
     model = make(config).eval()
     if config.head == "cloze":
         batch = cloze_batch(4, seed=3)
-        padded = replace(batch, doc=F.pad(batch.doc, (0, 5)), doc_mask=F.pad(batch.doc_mask, (0, 5)),
-                         query=F.pad(batch.query, (0, 3)), query_mask=F.pad(batch.query_mask, (0, 3)))
+        padded = replace(batch, c_words=F.pad(batch.c_words, (0, 5)), c_mask=F.pad(batch.c_mask, (0, 5)),
+                         q_words=F.pad(batch.q_words, (0, 3)), q_mask=F.pad(batch.q_mask, (0, 3)))
         with torch.no_grad():
             a, b = model(batch).logits, model(padded).logits
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
@@ -124,9 +124,9 @@ def test_one_example_alone_equals_it_in_a_batch():
     with torch.no_grad():
         whole = model(batch).logits
         for i in range(4):
-            ld, lq = int(batch.doc_mask[i].sum()), int(batch.query_mask[i].sum())
-            one = replace(batch, doc=batch.doc[i:i + 1, :ld], doc_mask=batch.doc_mask[i:i + 1, :ld],
-                          query=batch.query[i:i + 1, :lq], query_mask=batch.query_mask[i:i + 1, :lq],
+            ld, lq = int(batch.c_mask[i].sum()), int(batch.q_mask[i].sum())
+            one = replace(batch, c_words=batch.c_words[i:i + 1, :ld], c_mask=batch.c_mask[i:i + 1, :ld],
+                          q_words=batch.q_words[i:i + 1, :lq], q_mask=batch.q_mask[i:i + 1, :lq],
                           candidates=batch.candidates[i:i + 1], answer=batch.answer[i:i + 1])
             torch.testing.assert_close(model(one).logits[0], whole[i], rtol=0, atol=1e-5)
 

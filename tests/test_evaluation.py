@@ -14,11 +14,11 @@ from rckit.data.cloze_data import load_cloze_data
 from rckit.data.cloze_synthetic import write_synthetic_cloze
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
-from rckit.evaluation.decoding import DecodeConfig, decode_config_of
+from rckit.evaluation.decoding import DecodeConfig
 from rckit.evaluation.predict import predict, predict_cloze, predict_split
 from rckit.models import MODELS
-from rckit.runs import load_model
-from rckit.training.checkpoint import load_checkpoint, save_checkpoint
+from rckit.saved.runs import decode_config_of, load_model
+from rckit.saved.checkpoint import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""rckit.export: one .safetensors file per model, loaded back to the same logits; broken files refused."""
+"""rckit.saved.export: one .safetensors file per model, loaded back to the same logits; broken files refused."""
 
 import hashlib
 import json
@@ -8,14 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import rckit.export as export
+import rckit.saved.export as export
 from rckit.cli import main
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
-from rckit.export import export_run, load_exported, read_metadata
-from rckit.reader import Reader
-from rckit.runs import load_model
-from rckit.training.checkpoint import CheckpointError
+from rckit.saved.export import export_run, load_exported, read_metadata
+from rckit.saved.reader import Reader
+from rckit.saved.runs import load_model
+from rckit.saved.checkpoint import CheckpointError
 
 FROZEN = "embed.word.frozen"
 

@@ -24,7 +24,7 @@ from rckit.layers.embedding import CharCNN
 from rckit.models import MODELS
 from rckit.models.dcn import DCN
 from rckit.models.qanet import EncoderBlock
-from rckit.training.losses import span_loss
+from rckit.models.losses import span_loss
 
 from test_attentive_reader import N_ENT, TINY as TINY_READER
 from test_dcn import TINY_DCN, TINY_PLUS, make_model as make_dcn

@@ -7,7 +7,6 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from rckit.layers import lstm as lstm_module
 from rckit.layers.lstm import PeepholeLSTM, _Recurrence, chrono_init_
 
 
@@ -23,10 +22,8 @@ def randomize_peepholes(model: PeepholeLSTM, scale: float = 0.3) -> PeepholeLSTM
     return model
 
 
-@pytest.mark.parametrize("script", [True, False])
 @pytest.mark.parametrize("kind", [0, 1, 2])
-def test_recurrence_backward_matches_finite_differences(kind, script, monkeypatch):
-    monkeypatch.setattr(lstm_module, "SCRIPT_LOOPS", script)
+def test_recurrence_backward_matches_finite_differences(kind):
     torch.manual_seed(kind)
     T, S, B, H = 4, 2, 3, 2
     mask = right_padded([4, 2, 1], T).t().unsqueeze(-1)  # (T, B, 1): all real at t = 0 only

@@ -18,8 +18,8 @@ from rckit import kernels
 from rckit.data.prepare import Vocabularies
 from rckit.data.vocab import SPECIALS, Vocab
 from rckit.layers.masking import mask_logits
-from rckit.models.qanet import QANetOutput
-from rckit.reader import Reader, windows
+from rckit.models.contract import SpanOutput
+from rckit.saved.reader import Reader, windows
 
 FILLER = "the river runs past old mills and quiet farms before it reaches a grey sea".split()
 
@@ -42,7 +42,7 @@ class MarkerModel(torch.nn.Module):
         self.batches.append(tuple(batch.c_words.shape))
         start = (batch.c_words == self.start_id).float() * 20.0  # (B, Tc)
         end = (batch.c_words == self.end_id).float() * 20.0  # (B, Tc)
-        return QANetOutput(mask_logits(start, batch.c_mask), mask_logits(end, batch.c_mask))
+        return SpanOutput(mask_logits(start, batch.c_mask), mask_logits(end, batch.c_mask))
 
 
 def marker_reader(window: int = 40) -> Reader:
@@ -90,8 +90,8 @@ def test_a_list_of_questions_gives_a_list_of_answer_lists():
     ("", "what ?", "the context is empty"),
     ("   \n\t", "what ?", "the context is empty"),
     ("the river.", "", "the question is empty"),
-    ("the river.", " ?!. ", "the question has no word, only punctuation"),
-    ("— … !", "what ?", "the context has no word"),
+    ("the river.", " ?!. ", "the question has no letter or digit, only punctuation"),
+    ("— … !", "what ?", "the context has no letter or digit"),
 ])
 def test_nothing_to_read_or_ask_is_a_clear_error(context, question, message):
     with pytest.raises(ValueError, match=message):
@@ -241,7 +241,7 @@ def test_chinese_and_messy_text_is_answered_inside_the_text(reader):
 
 def test_without_a_default_model_the_error_says_how_to_get_one(monkeypatch, tmp_path):
     monkeypatch.delenv("RCKIT_MODEL", raising=False)
-    monkeypatch.setattr("rckit.reader.BUNDLED", tmp_path / "qanet-squad.safetensors")
+    monkeypatch.setattr("rckit.saved.reader.BUNDLED", tmp_path / "qanet-squad.safetensors")
     with pytest.raises(FileNotFoundError, match="no default model is installed.*RCKIT_MODEL=FILE") as e:
         Reader.load()
     assert "\n" not in str(e.value)

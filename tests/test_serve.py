@@ -1,6 +1,6 @@
 """rckit serve: the JSON API, its errors, batching of concurrent requests, a real server.
 
-Most tests use a fake reader (``answer_batch`` and ``info`` as :class:`rckit.reader.Reader`'s)
+Most tests use a fake reader (``answer_batch`` and ``info`` as :class:`rckit.saved.reader.Reader`'s)
 that records the size of every call; the end-to-end ones use the real Reader on conftest's tiny
 QANet run in process, and on its exported file behind a real uvicorn server on 127.0.0.1.
 """
@@ -329,7 +329,7 @@ def test_a_failure_in_a_shared_call_fails_only_the_request_that_caused_it():
 
 @pytest.fixture(scope="module")
 def tiny_reader(tiny_run):
-    from rckit.reader import Reader
+    from rckit.saved.reader import Reader
 
     return Reader.load(tiny_run)
 

@@ -7,7 +7,7 @@ from rckit.data.cloze import ENTITY_RE
 from rckit.data.squad import read_squad
 from rckit.data.squad_cloze import build_squad_cloze, find_entity_runs, load_cloze_jsonl, write_squad_cloze
 from rckit.data.tokenize import tokenize
-from rckit.evaluation.cloze_baselines import score_baselines
+from rckit.data.cloze_baselines import score_baselines
 
 CTX = (
     "Denver Broncos won Super Bowl 50 in 2016. The Broncos beat the Carolina Panthers at Levi's Stadium "

@@ -15,7 +15,7 @@ from conftest import squad_json, write_json
 from rckit.cli import main
 from rckit.data.prepare import PrepareConfig, prepare_squad
 from rckit.models.qanet import QANet, QANetConfig
-from rckit.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rckit.saved.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rckit.training.loop import TrainConfig, lr_factor, train, warmup_factor
 
 TINY_MODEL = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
@@ -148,7 +148,7 @@ def test_corrupt_and_foreign_checkpoints_are_refused(prepared, tmp_path):
     state["model"] = {k: v[..., :1] if v.dim() else v for k, v in state["model"].items()}
     bad = tmp_path / "bad" / "best.pt"
     save_checkpoint({k: v for k, v in state.items() if k != "format"}, bad)
-    from rckit.runs import load_model
+    from rckit.saved.runs import load_model
 
     with pytest.raises(CheckpointError, match="do not fit"):
         load_model(bad.parent)
@@ -266,27 +266,30 @@ def test_torchrun_two_processes(cli_data, tmp_path):
 
 @pytest.mark.parametrize("heap_limit_mb", [0.0, 2.0])
 def test_bench_reports_every_figure_with_and_without_the_heap_limit(prepared, heap_limit_mb):
-    from rckit.training.bench import bench
+    from rckit.training.bench import SPAN_LENGTHS, bench
+    from rckit.training.tasks import SpanTask
 
     torch.manual_seed(0)
     model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
-    res = bench(model, prepared.split("dev"), "cpu", torch.bfloat16, batch_size=2, train_steps=2, n_questions=8,
+    task = SpanTask(prepared, TrainConfig(**SPAN_LENGTHS), train_split="dev")
+    res = bench(model, task, "cpu", torch.bfloat16, batch_size=2, train_steps=2, n_questions=8,
                 latency_questions=3, warmup=1, heap_limit_mb=heap_limit_mb)
     assert res["train_examples_per_s"] > 0 and res["inference_examples_per_s"] > 0
     assert res["train_first_pass_examples_per_s"] > 0
     assert 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
     assert res["peak_rss_mb"] > 0 and res["heap_limit_mb"] == heap_limit_mb and res["dtype"] == "bf16"
     with pytest.raises(ValueError, match="batch"):  # fewer questions than one training batch
-        bench(model, prepared.split("dev"), "cpu", None, batch_size=16, n_questions=8)
+        bench(model, task, "cpu", None, batch_size=16, n_questions=8)
 
 
 def test_bench_with_no_training_steps_times_inference_on_untouched_weights(prepared):
     from rckit.training.bench import bench
+    from rckit.training.tasks import SpanTask
 
     torch.manual_seed(0)
     model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    res = bench(model, prepared.split("dev"), "cpu", None, batch_size=16, train_steps=0, n_questions=8,
+    res = bench(model, SpanTask(prepared, TrainConfig(), train_split="dev"), "cpu", None, batch_size=16, train_steps=0, n_questions=8,
                 latency_questions=3, warmup=1)  # 8 questions: too few to train at batch 16, so nothing trains
     assert res["train_examples_per_s"] is None and res["train_first_pass_examples_per_s"] is None
     assert res["inference_examples_per_s"] > 0 and 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
@@ -348,17 +351,17 @@ def test_train_saves_its_decode_settings_beside_the_train_config(prepared, tmp_p
 
 def test_bench_decodes_spans_with_the_decode_settings(prepared):
     from rckit.evaluation.decoding import DecodeConfig
-    from rckit.training.bench import SpanQuestions
+    from rckit.training.tasks import SpanTask
 
     torch.manual_seed(0)
     model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info()).eval()
-    split = prepared.split("dev")
-    one, default = SpanQuestions(split, decode=DecodeConfig(max_answer_len=1)), SpanQuestions(split)
-    batch = one.eval_batch(one.rows(8))
+    task = SpanTask(prepared, TrainConfig(), train_split="dev")
+    one = DecodeConfig(max_answer_len=1)
+    batch = task.eval_batch(task.first_rows(8))
     with torch.no_grad():
         out = model(batch)
-    assert (one.decode(out, batch).end == one.decode(out, batch).start).all()
-    spans = default.decode(out, batch)  # the default settings: answers of up to 30 tokens
+    assert (task.decode(out, batch, one).end == task.decode(out, batch, one).start).all()
+    spans = task.decode(out, batch, DecodeConfig())  # the default settings: answers of up to 30 tokens
     assert (spans.end - spans.start < 30).all() and (spans.end >= spans.start).all()
 
 
@@ -421,7 +424,7 @@ def test_init_from_starts_dcn_plus_mixed_objective_from_a_cross_entropy_run(prep
 
 def test_resume_reads_a_setting_added_since_the_checkpoint_as_its_default(prepared, tmp_path):
     """A run written before a model setting existed resumes when the setting is at its default, not otherwise."""
-    from rckit.training.checkpoint import save_checkpoint
+    from rckit.saved.checkpoint import save_checkpoint
 
     _train(prepared, tmp_path / "r", 2)
     path = tmp_path / "r" / "last.pt"

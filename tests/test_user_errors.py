@@ -24,7 +24,7 @@ import torch
 from conftest import GLOVE_WORDS, GREEK as WORDS, TINY_QANET as TINY_MODEL, TINY_QANET_TRAIN as TINY_TRAIN
 from conftest import greek_paragraphs as _paragraphs, squad_json, write_json
 from rckit.cli import main
-from rckit.training.checkpoint import load_checkpoint, save_checkpoint
+from rckit.saved.checkpoint import load_checkpoint, save_checkpoint
 
 
 @dataclass
@@ -264,7 +264,7 @@ CASES = {
     "predict-checkpoint-of-another-model": (lambda w, t: ["predict", dcn_in_qanet_run(w, t), *ASK],
                                             ["best.pt", "does not belong"]),
     "predict-question-without-a-word": (lambda w, t: ["predict", w.run, "--context", "alpha beta.", "--question", " ?!. "],
-                                        ["question", "no word"]),
+                                        ["question", "no letter or digit"]),
     "predict-truncated-export": (lambda w, t: ["predict", _write(t / "m.safetensors", b"\x40" + b"\0" * 20), *ASK],
                                  ["m.safetensors", "truncated"]),
     "predict-no-such-model": (lambda w, t: ["predict", t / "nope", *ASK],
@@ -392,7 +392,7 @@ def test_train_help_lists_every_model_and_its_presets(capsys):
 
 WRITER = """
 import sys, torch
-from rckit.training.checkpoint import load_checkpoint, save_checkpoint
+from rckit.saved.checkpoint import load_checkpoint, save_checkpoint
 state = load_checkpoint(sys.argv[1])
 state.pop("format")
 state["padding"] = torch.zeros(24_000_000)  # ~100 MB: most of the time goes to the write

@@ -1,7 +1,7 @@
 """rckit: neural machine reading comprehension (SQuAD, cloze) in PyTorch.
 
 ``rckit.answer(context, question)`` answers with the default model; ``rckit.Reader.load(RUN)``
-with a trained run or an exported file (:mod:`rckit.reader`). Importing ``rckit`` imports no
+with a trained run or an exported file (:mod:`rckit.saved.reader`). Importing ``rckit`` imports no
 torch: ``Reader`` is loaded on first use, so ``rckit score`` stays light.
 """
 
@@ -15,7 +15,7 @@ __all__ = ["Reader", "answer"]
 
 def __getattr__(name: str):
     if name == "Reader":
-        from rckit.reader import Reader
+        from rckit.saved.reader import Reader
 
         return Reader
     raise AttributeError(f"module 'rckit' has no attribute {name!r}")
@@ -23,7 +23,7 @@ def __getattr__(name: str):
 
 @functools.lru_cache(maxsize=4)
 def _reader(source: str):
-    from rckit.reader import Reader
+    from rckit.saved.reader import Reader
 
     return Reader.load(source)
 
@@ -39,7 +39,7 @@ def answer(context: str, question: str | list[str], top_k: int = 1, model=None) 
     else:
         import os
 
-        from rckit.reader import default_model_path
+        from rckit.saved.reader import default_model_path
 
         # Keyed by the path, so a changed $RCKIT_MODEL loads its model rather than the cached one.
         reader = _reader(os.path.abspath(os.fspath(default_model_path() if model is None else model)))

@@ -436,9 +436,9 @@ def run_configs(model: str, preset: str | None, overrides: list[str]):
             continue  # PrepareConfig, applied by prepare_from_args
         if section in over and field:
             over[section].append(o[len(section) + 1:])
-        elif hasattr(mcfg, section):
+        elif section in field_names(mcfg):
             over["model"].append(o)
-        elif hasattr(dcfg, section):
+        elif section in field_names(dcfg):
             over["decode"].append(o)
         else:
             over["train"].append(o)
@@ -460,8 +460,17 @@ def model_configs(model: str, preset: str | None, overrides: list[str]):
     return mcfg, tcfg
 
 
-def is_cloze(mcfg) -> bool:
-    return getattr(mcfg, "head", None) == "cloze"
+def field_names(cfg) -> set[str]:
+    from dataclasses import fields
+
+    return {f.name for f in fields(cfg)}
+
+
+def task_of(model: str, mcfg) -> str:
+    """``span`` or ``cloze``: what ``model`` with these settings answers (its contract's ``task_of``)."""
+    from rckit.models import MODELS
+
+    return MODELS[model][1].task_of(mcfg)
 
 
 def cloze_data(args, seed: int):
@@ -475,7 +484,7 @@ def cloze_data(args, seed: int):
 
 def task_data(args, mcfg, tcfg):
     """What a model reads: the ``--cloze-data`` directory for a cloze model, else prepared SQuAD."""
-    return cloze_data(args, tcfg.seed) if is_cloze(mcfg) else prepare_from_args(args)
+    return cloze_data(args, tcfg.seed) if task_of(args.model, mcfg) == "cloze" else prepare_from_args(args)
 
 
 def cmd_train(args) -> int:
@@ -497,7 +506,7 @@ def cmd_train(args) -> int:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
     device = pick_device(args.device)
     dist = init_distributed(device)
-    if is_cloze(mcfg):
+    if task_of(args.model, mcfg) == "cloze":
         data = ClozeTask(cloze_data(args, tcfg.seed), tcfg)
     else:  # one process builds the cache; the others then load it
         data = prepare_from_args(args) if dist.is_main else None
@@ -514,7 +523,7 @@ def cmd_train(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from rckit.device import pick_device
-    from rckit.evaluation.evaluate import evaluate_run
+    from rckit.saved.evaluate import evaluate_run
 
     result = evaluate_run(args.run, pick_device(args.device), data=args.data, split=args.split,
                           weights=args.weights, limit=args.limit, batch_size=args.batch_size, out=args.out)
@@ -524,8 +533,8 @@ def cmd_evaluate(args) -> int:
 
 def cmd_predict(args) -> int:
     from rckit.device import pick_device
-    from rckit.evaluation.predict import answer_questions_file, read_questions
-    from rckit.reader import Reader, check_text
+    from rckit.saved.questions import answer_questions_file, read_questions
+    from rckit.saved.reader import Reader, check_text
 
     if args.questions:
         if args.context is not None or args.question is not None:
@@ -556,7 +565,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from rckit.export import export_run
+    from rckit.saved.export import export_run
 
     res = export_run(args.run, args.out, args.dtype)
     print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, {res['dtype']}), "
@@ -568,8 +577,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from rckit.export import read_metadata
-    from rckit.reader import BUNDLED, default_model_path
+    from rckit.saved.export import read_metadata
+    from rckit.saved.reader import BUNDLED, default_model_path
 
     try:
         path = default_model_path()
@@ -592,7 +601,7 @@ def cmd_models(args) -> int:
 
 def _model_line(path: Path, read_metadata) -> str:
     """``name  model  size  dev score`` of an exported file, or why it cannot be read."""
-    from rckit.training.checkpoint import CheckpointError
+    from rckit.saved.checkpoint import CheckpointError
 
     size = f"{path.stat().st_size / 2**20:.1f} MiB"
     try:
@@ -624,7 +633,7 @@ def cmd_bench(args) -> int:
     from rckit.training.bench import bench_model
 
     mcfg, tcfg, decode = run_configs(args.model, args.preset, args.set)
-    if args.cloze_data and not is_cloze(mcfg):
+    if args.cloze_data and task_of(args.model, mcfg) != "cloze":
         raise ValueError(f"--cloze-data is for cloze models; {args.model} with this preset reads SQuAD")
     data = task_data(args, mcfg, tcfg)
     res = bench_model(args.model, mcfg, tcfg, decode, data, pick_device(args.device),
@@ -642,13 +651,13 @@ def cmd_sweep(args) -> int:
     from rckit.device import pick_device
     from rckit.models import MODELS
     from rckit.training.sweep import run_sweep, sweep_grid
-    from rckit.training.tasks import ClozeTask, SpanTask
+    from rckit.training.tasks import make_task
 
     mcfg, tcfg, decode = run_configs(args.model, args.preset, args.set)
     grid = sweep_grid(args.model, args.grid, args.only_grid)
     device = pick_device(args.device)
-    data, task_cls = task_data(args, mcfg, tcfg), ClozeTask if is_cloze(mcfg) else SpanTask
-    rows = run_sweep(args.model, MODELS[args.model][1], mcfg, tcfg, lambda t: task_cls(data, t), args.out, grid,
+    data, kind = task_data(args, mcfg, tcfg), task_of(args.model, mcfg)
+    rows = run_sweep(args.model, MODELS[args.model][1], mcfg, tcfg, lambda t: make_task(kind, data, t), args.out, grid,
                      args.trials, parse_duration(args.budget), args.max_steps, args.seed, device,
                      not args.no_progress, decode=decode)
     print(f"{len(rows)} trials finished; table in {Path(args.out) / 'results.md'}")
@@ -674,7 +683,7 @@ COMMANDS = {
 def is_user_error(e: BaseException) -> bool:
     """Errors caused by what the user gave rckit (files, settings, checkpoints), not by a bug."""
     kinds: list[type] = [ValueError, OSError]  # SquadFormatError, bad settings; missing/unreadable files
-    for module, name in (("rckit.training.checkpoint", "CheckpointError"), ("rckit.data.download", "DownloadError")):
+    for module, name in (("rckit.saved.checkpoint", "CheckpointError"), ("rckit.data.download", "DownloadError")):
         if module in sys.modules:  # not imported: none of its errors can have been raised
             kinds.append(getattr(sys.modules[module], name))
     return isinstance(e, tuple(kinds))

@@ -103,7 +103,7 @@ def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end,
     c_len[b]]`` and question tokens ``q_forms[q_lo[b]:q_lo[b] + q_len[b]]`` of the arrays ``a``
     (a prepared split's: form ids, looked up into word and character ids here). Training and
     evaluation batches (:meth:`SquadSplit.collate`) and the windows of a long document
-    (:class:`rckit.reader.Reader`) are both made here."""
+    (:class:`rckit.saved.reader.Reader`) are both made here."""
     c_len, q_len = np.asarray(c_len, np.int64), np.asarray(q_len, np.int64)
     B, Tc, Tq = len(c_len), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
     c_forms = np.zeros((B, Tc), np.int64)

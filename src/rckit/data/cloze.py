@@ -308,10 +308,10 @@ class ClozeVocab:
 
 @dataclass
 class ClozeBatch:
-    doc: torch.Tensor  # (B, Td) long word ids, 0 = <pad>
-    doc_mask: torch.Tensor  # (B, Td) bool, True = real token
-    query: torch.Tensor  # (B, Tq) long
-    query_mask: torch.Tensor  # (B, Tq) bool
+    c_words: torch.Tensor  # (B, Td) long word ids of the document, 0 = <pad>
+    c_mask: torch.Tensor  # (B, Td) bool, True = real token
+    q_words: torch.Tensor  # (B, Tq) long word ids of the query
+    q_mask: torch.Tensor  # (B, Tq) bool
     candidates: torch.Tensor  # (B, N) bool, entity k is mentioned in the (possibly cut) document
     answer: torch.Tensor  # (B,) long, entity number k of the answer
     answer_cut: torch.Tensor  # (B,) bool, every mention of the answer was cut off by max_doc_len
@@ -325,7 +325,7 @@ class ClozeBatch:
         return ClozeBatch(**{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
     def __len__(self) -> int:
-        return self.doc.shape[0]
+        return self.c_words.shape[0]
 
 
 def renumber_entities(batch: ClozeBatch, generator: torch.Generator | None = None) -> ClozeBatch:
@@ -347,16 +347,16 @@ def renumber_entities(batch: ClozeBatch, generator: torch.Generator | None = Non
         return torch.where(is_entity, perm.gather(1, k.clamp(0, N - 1)) + ENTITY_OFFSET, ids)
 
     candidates = torch.zeros_like(batch.candidates).scatter_(1, perm, batch.candidates)  # (B, N)
-    return ClozeBatch(doc=renumber(batch.doc), doc_mask=batch.doc_mask, query=renumber(batch.query),
-                      query_mask=batch.query_mask, candidates=candidates,
+    return ClozeBatch(c_words=renumber(batch.c_words), c_mask=batch.c_mask, q_words=renumber(batch.q_words),
+                      q_mask=batch.q_mask, candidates=candidates,
                       answer=perm.gather(1, batch.answer.unsqueeze(1)).squeeze(1), answer_cut=batch.answer_cut,
                       index=batch.index, copy_at=batch.copy_at)
 
 
 def entity_mentions(batch: ClozeBatch) -> torch.Tensor:
     """(B, Td) bool: the real document tokens that are entity markers."""
-    k = batch.doc - ENTITY_OFFSET
-    return batch.doc_mask & (k >= 0) & (k < batch.candidates.shape[1])
+    k = batch.c_words - ENTITY_OFFSET
+    return batch.c_mask & (k >= 0) & (k < batch.candidates.shape[1])
 
 
 def with_copy_positions(batch: ClozeBatch, generator: torch.Generator | None = None) -> ClozeBatch:
@@ -364,7 +364,7 @@ def with_copy_positions(batch: ClozeBatch, generator: torch.Generator | None = N
     document has none. The copy task asks the reader which entity stands there (models/attentive_reader.py)."""
     mentions = entity_mentions(batch)  # (B, Td)
     has = mentions.any(1)  # (B,)
-    weights = torch.where(has.unsqueeze(1), mentions, batch.doc_mask).float()  # rows without an entity: any token
+    weights = torch.where(has.unsqueeze(1), mentions, batch.c_mask).float()  # rows without an entity: any token
     t = torch.multinomial(weights, 1, generator=generator).squeeze(1)  # (B,)
     return replace(batch, copy_at=torch.where(has, t, torch.full_like(t, -1)))
 
@@ -373,7 +373,7 @@ def copy_targets(batch: ClozeBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """The entity number at each ``copy_at`` (B,) and which rows have one (B,) bool."""
     valid = batch.copy_at >= 0
     at = batch.copy_at.clamp(min=0).unsqueeze(1)  # (B, 1)
-    target = batch.doc.gather(1, at).squeeze(1) - ENTITY_OFFSET  # (B,)
+    target = batch.c_words.gather(1, at).squeeze(1) - ENTITY_OFFSET  # (B,)
     return torch.where(valid, target, torch.zeros_like(target)), valid
 
 
@@ -475,10 +475,10 @@ class ClozeSplit:
         candidates[np.arange(B), answer] = True
         t = torch.from_numpy
         return ClozeBatch(
-            doc=t(doc),
-            doc_mask=t(doc_mask),
-            query=t(query),
-            query_mask=t(query_mask),
+            c_words=t(doc),
+            c_mask=t(doc_mask),
+            q_words=t(query),
+            q_mask=t(query_mask),
             candidates=t(candidates),
             answer=t(answer.astype(np.int64)),
             answer_cut=t(answer_cut),

@@ -70,6 +70,7 @@ from typing import Sequence
 import numpy as np
 
 from rckit.data.cloze import ClozeExample, load_cloze_jsonl, write_cloze_jsonl
+from rckit.data.cloze_baselines import score_baselines
 from rckit.data.squad import SquadDataset, read_squad
 from rckit.data.tokenize import char_to_token_span_fast, tokenize
 from rckit.data.vocab import normalize_word
@@ -388,8 +389,6 @@ def prepare_squad_cloze(train_file: str | Path, dev_file: str | Path, out_dir: s
     """``rckit prepare squad-cloze``: both splits built from SQuAD v1.1 files and written to
     ``out_dir``, with their statistics and Hermann et al.'s symbolic baselines on each (how hard
     the set is) in ``stats.json``; returns those statistics."""
-    from rckit.evaluation.cloze_baselines import score_baselines  # pure Python, over the examples
-
     train, train_stats = build_squad_cloze(read_squad(train_file), seed=seed)
     dev, dev_stats = build_squad_cloze(read_squad(dev_file), seed=seed)
     baselines = {"train": score_baselines(train), "dev": score_baselines(dev)}

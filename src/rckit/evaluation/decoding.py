@@ -11,7 +11,8 @@ which is decoded here as the maximum of ``log p_start[s] + log p_end[e]``.
 ``max_answer_len`` is the answer length in tokens, counting both ends: ``max_answer_len=1``
 allows only single-token answers and ``max_answer_len=30`` (the QANet setting) allows
 ``e <= s + 29``. A run keeps it in its :class:`DecodeConfig` (``decode`` in ``config.json`` and
-in the checkpoint; ``--set decode.max_answer_len=N`` at training time), and evaluation,
+in the checkpoint, read back by :func:`rckit.saved.runs.decode_config_of`;
+``--set decode.max_answer_len=N`` at training time), and evaluation,
 prediction, ``rckit bench`` and the training-time dev evaluation all decode with that.
 
 A span is *valid* when every token in it is real (``mask`` True), so a span never crosses
@@ -41,7 +42,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rckit.config import from_dict
 
 
 @dataclass
@@ -274,15 +274,3 @@ def span_to_text(context: str, offsets: Sequence[tuple[int, int]] | torch.Tensor
     if char_end > len(context):
         raise ValueError(f"character span [{char_start}, {char_end}) runs past the context ({len(context)} chars)")
     return context[char_start:char_end]
-
-
-def decode_config_of(record: dict) -> DecodeConfig:
-    """The decode settings a run was saved with, from its checkpoint or its ``config.json``.
-
-    Runs saved before decoding had its own ``decode`` section kept ``max_answer_len`` in
-    ``train_config``; runs older still kept neither and decoded with the default.
-    """
-    if record.get("decode") is not None:
-        return from_dict(DecodeConfig, record["decode"])
-    old = (record.get("train_config") or {}).get("max_answer_len")
-    return DecodeConfig() if old is None else DecodeConfig(max_answer_len=int(old))

@@ -4,15 +4,10 @@
 ``rckit evaluate`` use it: a SQuAD split (:class:`SquadSplit`) gives ``{question id: answer
 text}`` through :func:`predict_split` (span decoding with the run's :class:`DecodeConfig`), a
 cloze split (:class:`ClozeSplit`) gives the predicted entity number of every example through
-:func:`predict_cloze`. :func:`read_questions` and :func:`answer_questions_file` are
-``rckit predict --questions``: records of new text answered by a :class:`rckit.reader.Reader`.
+:func:`predict_cloze`. Questions about new text are answered by :class:`rckit.saved.reader.Reader`.
 """
 
 from __future__ import annotations
-
-import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -107,72 +102,3 @@ def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: 
     finally:
         model.train(was_training)
     return out_pred
-
-
-def read_questions(path: str | Path) -> list[dict]:
-    """``{"id", "context", "question"}`` records from a JSON list or a JSON-lines file (``.jsonl``).
-
-    ``id`` is optional (a record's place in the file stands in for it). A record that cannot be
-    answered is refused with its line (JSON lines) or index (JSON list), before any is answered.
-    """
-    from rckit.data.squad import load_json
-    from rckit.reader import check_text
-
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start:e.start + 1].hex()} at offset "
-                             f"{e.start})") from None
-        records = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append((f"line {lineno}", json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: line {lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
-    else:
-        data = load_json(path)
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a list of {{\"id\", \"context\", \"question\"}} records, "
-                             f"got a JSON {type(data).__name__} (or use .jsonl, one record a line)")
-        records = [(f"record [{i}]", r) for i, r in enumerate(data)]
-    out = []
-    for n, (where, rec) in enumerate(records):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: {where}: expected an object with \"context\" and \"question\", "
-                             f"got {type(rec).__name__}")
-        for field in ("context", "question"):
-            if field not in rec:
-                raise ValueError(f"{path}: {where}: missing field '{field}'")
-            try:
-                check_text(field, rec[field])
-            except ValueError as e:
-                raise ValueError(f"{path}: {where}: {e}") from None
-        qid = rec.get("id", n)
-        if not isinstance(qid, (str, int)) or isinstance(qid, bool):
-            raise ValueError(f"{path}: {where}: field 'id' should be a string or an integer, got {type(qid).__name__}")
-        out.append({"id": qid, "context": rec["context"], "question": rec["question"]})
-    return out
-
-
-def answer_questions_file(reader, records: list[dict], out: str | Path | None, top_k: int = 1,
-                          max_answer_len: int | None = None, stride: int | None = None,
-                          chunk: int = 2048) -> int:
-    """Answer ``records`` (from :func:`read_questions`) in their order; write ``{"id", "answers"}``
-    per record to ``out`` (``.jsonl``: one a line, else a JSON list; None: JSON lines on stdout).
-    Returns how many were answered."""
-    results = []
-    for lo in range(0, len(records), chunk):  # bounded memory; a file's questions on one text are usually adjacent
-        part = records[lo: lo + chunk]
-        got = reader.answer_batch([(r["context"], r["question"]) for r in part], top_k, max_answer_len, stride)
-        results.extend({"id": r["id"], "answers": answers} for r, answers in zip(part, got))
-    if out is None:
-        for rec in results:
-            sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    elif Path(out).suffix == ".jsonl":
-        Path(out).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
-    else:
-        Path(out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    return len(results)

@@ -34,10 +34,7 @@ The loop (:func:`_forward_loop`) does one ``(B, H) x (H, 4H)`` matmul per step p
 elementwise work into preallocated buffers, under ``no_grad``: autograd sees one node per layer
 (:class:`_Recurrence`), whose backward is hand-written BPTT (:func:`_backward_loop`) with the
 step-independent factors precomputed for all steps at once and the weight gradients summed
-by one matmul after the loop. ``SCRIPT_LOOPS = True`` compiles both loops with TorchScript; on
-CPU it gave no consistent gain over plain Python (``benchmarks/bench_lstm.py --script-loops``
-measures it), so it is off. With
-``peephole=None`` and ``fused=True`` the module calls the same kernels as ``nn.LSTM``
+by one matmul after the loop. With ``peephole=None`` and ``fused=True`` the module calls the same kernels as ``nn.LSTM``
 (``torch.lstm``: oneDNN on CPU, cuDNN on CUDA; packed sequences when a batch has padding),
 with this module's parameters; ``fused=False`` keeps the hand-written path, which the tests
 compare to ``nn.LSTM``.
@@ -63,7 +60,6 @@ that must carry one token across a whole document.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Tuple
 
 import torch
@@ -73,7 +69,6 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 
 PEEPHOLES = {None: 0, "diagonal": 1, "full": 2}
-SCRIPT_LOOPS = False  # TorchScript the two loops: no consistent gain on CPU, and deprecated
 
 
 def _forward_loop(xp: Tensor, mask: Tensor, min_len: int, h0: Tensor, c0: Tensor, w_hh: Tensor,
@@ -206,29 +201,12 @@ def _backward_loop(dhs: Tensor, dc_last: Tensor, mask: Tensor, min_len: int, hs:
     return dxp, dh0, dc, dpeep
 
 
-_LOOPS: dict[str, object] = {}
-
-
-def _loops():
-    """The forward and backward loops, TorchScript-compiled on first use when ``SCRIPT_LOOPS``."""
-    key = "script" if SCRIPT_LOOPS else "eager"
-    if key not in _LOOPS:
-        if SCRIPT_LOOPS:
-            with warnings.catch_warnings():  # torch.jit is deprecated; kept only to measure it
-                warnings.simplefilter("ignore", DeprecationWarning)
-                _LOOPS[key] = (torch.jit.script(_forward_loop), torch.jit.script(_backward_loop))
-        else:
-            _LOOPS[key] = (_forward_loop, _backward_loop)
-    return _LOOPS[key]
-
-
 class _Recurrence(torch.autograd.Function):
     """One layer's recurrence (all directions) as a single autograd node; see the loops."""
 
     @staticmethod
     def forward(ctx, xp, mask, min_len, h0, c0, w_hh, peep, kind):
-        fwd, _ = _loops()
-        hs, cs, acts = fwd(xp, mask, min_len, h0, c0, w_hh, peep, kind)
+        hs, cs, acts = _forward_loop(xp, mask, min_len, h0, c0, w_hh, peep, kind)
         ctx.save_for_backward(mask, hs, cs, acts, w_hh, peep)
         ctx.min_len, ctx.kind = min_len, kind
         return hs, cs[-1].clone()
@@ -237,8 +215,7 @@ class _Recurrence(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dhs, dc_last):
         mask, hs, cs, acts, w_hh, peep = ctx.saved_tensors
-        _, bwd = _loops()
-        dxp, dh0, dc0, dpeep = bwd(dhs.contiguous(), dc_last, mask, ctx.min_len, hs, cs, acts, w_hh, peep, ctx.kind)
+        dxp, dh0, dc0, dpeep = _backward_loop(dhs.contiguous(), dc_last, mask, ctx.min_len, hs, cs, acts, w_hh, peep, ctx.kind)
         dw_hh = torch.einsum("tsbg,tsbh->sgh", dxp, hs[:-1])  # (S, 4H, H): sum over steps and batch
         return dxp, None, None, dh0, dc0, dw_hh, (dpeep if ctx.kind else None), None
 

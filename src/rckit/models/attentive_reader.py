@@ -69,7 +69,8 @@ from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
 from rckit.layers.masking import masked_softmax
-from rckit.models.deep_lstm_reader import ReaderOutput, entity_logits
+from rckit.models.contract import ClozeOutput, ReadingModel
+from rckit.models.deep_lstm_reader import entity_logits
 
 
 @dataclass
@@ -117,9 +118,9 @@ class Encoders(nn.Module):
         self.query_lstm = PeepholeLSTM(E, config.hidden, bidirectional=True, peephole=config.peephole)
 
     def forward(self, batch) -> Encoded:
-        d_mask, q_mask = batch.doc_mask, batch.query_mask
-        y_d, _ = self.doc_lstm(self.dropout(self.embed(batch.doc)), d_mask)  # (B, Td, 2H)
-        y_q, (h_n, _) = self.query_lstm(self.dropout(self.embed(batch.query)), q_mask)  # (B, Tq, 2H), (2, B, H)
+        d_mask, q_mask = batch.c_mask, batch.q_mask
+        y_d, _ = self.doc_lstm(self.dropout(self.embed(batch.c_words)), d_mask)  # (B, Td, 2H)
+        y_q, (h_n, _) = self.query_lstm(self.dropout(self.embed(batch.q_words)), q_mask)  # (B, Tq, 2H), (2, B, H)
         # h_n[0]: forward after the last real token; h_n[1]: backward after reading back to token 1.
         u = torch.cat([h_n[0], h_n[1]], dim=-1).to(y_q.dtype)  # (B, 2H)
         return Encoded(y_d, d_mask, y_q, q_mask, u)
@@ -144,7 +145,7 @@ def entity_output(config: AttentiveReaderConfig, emb: EmbeddingInfo, D: int, mod
     return nn.Linear(D, emb.word_vectors.shape[1] if config.tied_output else emb.n_entities)
 
 
-def answer_entities(model: nn.Module, batch) -> ReaderOutput:
+def answer_entities(model: nn.Module, batch) -> ClozeOutput:
     """The cloze head of both readers: dropout on g, then ``W(a) g`` over the candidate markers.
 
     With ``batch.copy_at`` (training's copy task) also the head's scores when the attention is
@@ -161,15 +162,16 @@ def answer_entities(model: nn.Module, batch) -> ReaderOutput:
         y_d, u = att.encoded.y_d, att.encoded.u
         r = y_d[torch.arange(y_d.shape[0], device=y_d.device), batch.copy_at.clamp(min=0)]  # (B, 2H)
         copy = head(model.joint(r, u))
-    return ReaderOutput(logits=head(att.g), copy_logits=copy)
+    return ClozeOutput(logits=head(att.g), copy_logits=copy)
 
 
-class AttentiveReader(nn.Module):
-    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
+class AttentiveReader(ReadingModel):
+    TASK = "cloze"
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md)
+
     def __init__(self, config: AttentiveReaderConfig, emb: EmbeddingInfo):
-        super().__init__()
+        super().__init__(config)
         check_config(config, emb)
-        self.config = config
         D, A = 2 * config.hidden, config.attention
         self.encode = Encoders(config, emb)
         self.W_ym = nn.Linear(D, A)
@@ -190,16 +192,17 @@ class AttentiveReader(nn.Module):
         """``g = tanh(W_rg r + W_ug u)``: (B, 2H), (B, 2H) -> (B, 2H)."""
         return torch.tanh(self.W_rg(r) + self.W_ug(u))
 
-    def forward(self, batch) -> ReaderOutput:
+    def forward(self, batch) -> ClozeOutput:
         return answer_entities(self, batch)
 
 
-class ImpatientReader(nn.Module):
-    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
+class ImpatientReader(ReadingModel):
+    TASK = "cloze"
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md)
+
     def __init__(self, config: ImpatientReaderConfig, emb: EmbeddingInfo):
-        super().__init__()
+        super().__init__(config)
         check_config(config, emb)
-        self.config = config
         D, A = 2 * config.hidden, config.attention
         self.encode = Encoders(config, emb)
         self.W_dm = nn.Linear(D, A)
@@ -231,5 +234,5 @@ class ImpatientReader(nn.Module):
         """``g = tanh(W_rg r(|q|) + W_qg u)``: (B, 2H), (B, 2H) -> (B, 2H)."""
         return torch.tanh(self.W_rg(r) + self.W_qg(u))
 
-    def forward(self, batch) -> ReaderOutput:
+    def forward(self, batch) -> ClozeOutput:
         return answer_entities(self, batch)

@@ -124,9 +124,9 @@ from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
 from rckit.layers.masking import mask_logits, zero_padding
 from rckit.layers.maxout import Maxout, MixtureOfMaxouts
-
-
-REWARD_CREDITS = ("joint", "pointer")  # DCNPlusConfig.reward_credit (module docstring)
+from rckit.models.contract import ReadingModel, SpanOutput
+from rckit.models.losses import (REWARD_CREDITS, iteration_log_probs, iterative_span_loss, self_critical_loss,
+                                 uncertainty_weighted)
 
 
 @dataclass
@@ -161,10 +161,10 @@ class SampledRollout:
     end_log_prob: torch.Tensor | None = None  # (B,) its end part, sum of log p(e^_i)
 
 
-@dataclass
-class DCNOutput:
-    start_logits: torch.Tensor  # (B, m) final iteration, padded positions at finfo(dtype).min
-    end_logits: torch.Tensor  # (B, m)
+@dataclass(kw_only=True)
+class DCNOutput(SpanOutput):
+    """The span output (the final iteration's logits) and the decoder's trace, for the loss."""
+
     start_iters: torch.Tensor  # (I, B, m) every iteration (frozen copies after an example stops)
     end_iters: torch.Tensor  # (I, B, m)
     starts: torch.Tensor  # (I, B) long, greedy s_i
@@ -315,70 +315,10 @@ class DynamicDecoder(nn.Module):
         }
 
 
-def iteration_log_probs(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``log softmax(logits)[index]`` in float32: (I, B, m), (I, B) -> (I, B)."""
-    return logits.float().log_softmax(-1).gather(2, index.unsqueeze(2)).squeeze(2)
-
-
-def iterative_span_loss(out: DCNOutput, y_start: torch.Tensor, y_end: torch.Tensor) -> torch.Tensor:
-    """CE of start and end summed over each example's active iterations, mean over answerable examples."""
-    valid = (y_start >= 0) & (y_end >= 0)  # (B,)
-    I = out.start_iters.shape[0]
-    ys, ye = y_start.clamp(min=0).expand(I, -1), y_end.clamp(min=0).expand(I, -1)  # (I, B)
-    ce = -(iteration_log_probs(out.start_iters, ys) + iteration_log_probs(out.end_iters, ye))  # (I, B)
-    ce = torch.where(out.active, ce, torch.zeros_like(ce)).sum(0)  # (B,)
-    return torch.where(valid, ce, torch.zeros_like(ce)).sum() / valid.sum().clamp(min=1)
-
-
-def self_critical_loss(out: DCNOutput, batch: Batch, reward_fn, credit: str = "joint") -> torch.Tensor:
-    """Self-critical policy-gradient term with the value of the loss it descends (module docstring).
-
-    ``credit="joint"`` (eq. 16): the gradient is that of ``S = -mean R * log p(sampled trajectory)``,
-    R = F1(s^, e^) - F1(s, e) (sample minus greedy); the value is ``V = mean (1 - F1(s^, e^))``.
-    ``credit="pointer"``: ``S = -mean [R_s log p(s^..) + R_e log p(e^..)]`` with
-    R_s = F1(s^, e) - F1(s, e) and R_e = F1(s, e^) - F1(s, e); the value is
-    ``V = mean [(1 - F1(s^, e)) + (1 - F1(s, e^))]``. Means over answerable examples; rewards
-    carry no gradient.
-    """
-    if credit not in REWARD_CREDITS:
-        raise ValueError(f"reward_credit must be one of {REWARD_CREDITS}, got {credit!r}")
-    valid = (batch.y_start >= 0) & (batch.y_end >= 0)  # (B,)
-    n = valid.sum().clamp(min=1)
-    s_hat, e_hat, s, e = out.sample.start, out.sample.end, out.starts[-1], out.ends[-1]
-
-    def f1(*spans) -> torch.Tensor:  # (B, len(spans)), no gradient
-        with torch.no_grad():
-            return reward_fn(batch.index, torch.stack([a for a, _ in spans], 1),
-                             torch.stack([b for _, b in spans], 1)).to(out.sample.log_prob)
-
-    if credit == "joint":
-        r = f1((s_hat, e_hat), (s, e))  # the sampled span, the greedy span
-        shortfall = 1.0 - r[:, 0]  # (B,)
-        pg = -(r[:, 0] - r[:, 1]) * out.sample.log_prob
-    else:
-        r = f1((s, e), (s_hat, e), (s, e_hat))  # greedy; the start's draw, the end's draw beside greedy
-        shortfall = (1.0 - r[:, 1]) + (1.0 - r[:, 2])
-        pg = -(r[:, 1] - r[:, 0]) * out.sample.start_log_prob - (r[:, 2] - r[:, 0]) * out.sample.end_log_prob
-    V = torch.where(valid, shortfall, torch.zeros_like(shortfall)).sum() / n
-    S = torch.where(valid, pg, torch.zeros_like(pg)).sum() / n
-    return V + (S - S.detach())
-
-
-def uncertainty_weighted(ce: torch.Tensor, rl: torch.Tensor, log_sigma2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ce / (2 sigma_ce^2) + rl / (2 sigma_rl^2) + log sigma_ce^2 + log sigma_rl^2`` and the two weights.
-
-    ``log_sigma2`` (2,) is (log sigma_ce^2, log sigma_rl^2). For fixed term values the minimum
-    over ``log_sigma2`` is at ``sigma^2 = value / 2``, i.e. each weight ``1 / (2 sigma^2)`` settles
-    at ``1 / value``.
-    """
-    w = torch.exp(-log_sigma2) / 2  # (2,)
-    return ce * w[0] + rl * w[1] + log_sigma2.sum(), w
-
-
-class DCN(nn.Module):
+class DCN(ReadingModel):
     def __init__(self, config: DCNConfig, emb: EmbeddingInfo):
-        super().__init__()
-        self.config = c = config
+        super().__init__(config)
+        c = config
         l = c.hidden
         self.embed = TokenInput(emb, c)
         self.encoder = PeepholeLSTM(self.embed.out_dim, l, peephole=None)
@@ -402,15 +342,16 @@ class DCN(nn.Module):
 
     def loss(self, out: DCNOutput, batch: Batch, reward_fn=None) -> torch.Tensor:
         """Cross-entropy summed over decoder iterations; ``reward_fn`` is not used."""
+        self.loss_terms = {}
         return iterative_span_loss(out, batch.y_start, batch.y_end)
 
 
-class DCNPlus(nn.Module):
+class DCNPlus(ReadingModel):
     def __init__(self, config: DCNPlusConfig, emb: EmbeddingInfo):
-        super().__init__()
+        super().__init__(config)
         if config.hidden % 2:
             raise ValueError(f"DCN+ hidden must be even (biLSTM_1 has hidden/2 per direction), got {config.hidden}")
-        self.config = c = config
+        c = config
         l = c.hidden
         self.embed = TokenInput(emb, c, c.word_dropout)
         self.enc1 = PeepholeLSTM(self.embed.out_dim, l // 2, bidirectional=True, peephole=None)  # E_1: l
@@ -424,8 +365,7 @@ class DCNPlus(nn.Module):
         # batch get no gradient, so DistributedDataParallel must look for unused parameters.
         if c.reward_credit not in REWARD_CREDITS:
             raise ValueError(f"reward_credit must be one of {REWARD_CREDITS}, got {c.reward_credit!r}")
-        self.uses_reward = c.mixed_objective
-        self.reward_on = True  # the engine clears it for the steps before train.reward_from (cross-entropy alone)
+        self.uses_reward = c.mixed_objective  # reward_on: the loop clears it before train.reward_from (CE alone)
         self.find_unused_parameters = c.n_experts > 0 or c.mixed_objective  # sigma gets no gradient before reward_from
         if c.mixed_objective:
             # raw parameters of log sigma^2 for (ce, rl), set so that log sigma^2 starts at 0
@@ -470,6 +410,7 @@ class DCNPlus(nn.Module):
         c = self.config
         ce = iterative_span_loss(out, batch.y_start, batch.y_end)
         loss = ce
+        self.loss_terms = {}
         if out.sample is not None:
             if reward_fn is None:
                 raise ValueError("DCN+ with mixed_objective needs reward_fn in training")

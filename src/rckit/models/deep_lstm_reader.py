@@ -74,6 +74,7 @@ from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM, chrono_init_
 from rckit.layers.masking import mask_logits
+from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput
 
 HEADS = ("cloze", "span")
 FORMS = ("qca", "cqa")
@@ -91,14 +92,6 @@ class DeepLSTMReaderConfig:
     freeze_pretrained_words: bool = False  # the paper trains every embedding
     tied_output: bool = True  # cloze: W(a) = e(a)^T M through the markers' embeddings; False: a free row per number
     chrono: float = 0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
-
-
-@dataclass
-class ReaderOutput:
-    logits: torch.Tensor | None = None  # (B, N) entity scores, non-candidates at finfo.min (cloze)
-    start_logits: torch.Tensor | None = None  # (B, Td), padding at finfo.min (span)
-    end_logits: torch.Tensor | None = None  # (B, Td)
-    copy_logits: torch.Tensor | None = None  # (B, N) the copy task's entity scores (attention readers, training)
 
 
 def entity_logits(answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tensor | None,
@@ -135,10 +128,15 @@ def join_sequences(a: torch.Tensor, a_len: torch.Tensor, b: torch.Tensor, b_len:
     return x, mask
 
 
-class DeepLSTMReader(nn.Module):
-    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
+class DeepLSTMReader(ReadingModel):
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md)
+
+    @classmethod
+    def task_of(cls, config: DeepLSTMReaderConfig) -> str:
+        return config.head  # "cloze" or "span", the names of the two tasks
+
     def __init__(self, config: DeepLSTMReaderConfig, emb: EmbeddingInfo):
-        super().__init__()
+        super().__init__(config)
         if config.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}, got {config.head!r}")
         if config.form not in FORMS:
@@ -147,7 +145,6 @@ class DeepLSTMReader(nn.Module):
             raise ValueError(f"chrono must be 0 (forget bias 1) or a memory length > 2 steps, got {config.chrono!r}")
         if config.head == "cloze" and emb.n_entities < 1:
             raise ValueError("the cloze head needs data with entity markers (EmbeddingInfo.n_entities >= 1)")
-        self.config = config
         V, E = emb.word_vectors.shape
         n_trainable = emb.n_trainable_words if config.freeze_pretrained_words else V
         self.embed = PartiallyFrozenEmbedding(emb.word_vectors, n_trainable)
@@ -184,11 +181,8 @@ class DeepLSTMReader(nn.Module):
             inp = torch.cat([x, y_k], dim=-1)  # x'(t, k + 1) = x(t) || y'(t, k)
         return torch.cat(ys, dim=-1) * mask.unsqueeze(-1).to(x.dtype)  # (B, T, K * S)
 
-    def forward(self, batch) -> ReaderOutput:
-        if self.config.head == "cloze":
-            d_ids, d_mask, q_ids, q_mask = batch.doc, batch.doc_mask, batch.query, batch.query_mask
-        else:
-            d_ids, d_mask, q_ids, q_mask = batch.c_words, batch.c_mask, batch.q_words, batch.q_mask
+    def forward(self, batch) -> ClozeOutput | SpanOutput:
+        d_ids, d_mask, q_ids, q_mask = batch.c_words, batch.c_mask, batch.q_words, batch.q_mask
         d_len, q_len = d_mask.sum(1), q_mask.sum(1)  # (B,)
         d, q = self.embed(d_ids), self.embed(q_ids)  # (B, Td, E), (B, Tq, E)
         if self.config.form == "qca":
@@ -203,7 +197,7 @@ class DeepLSTMReader(nn.Module):
 
         if self.config.head == "cloze":
             e = self.embed(self.entity_ids) if self.config.tied_output else None  # (N, E)
-            return ReaderOutput(logits=entity_logits(self.answer, g, e, batch.candidates))  # (B, N)
+            return ClozeOutput(logits=entity_logits(self.answer, g, e, batch.candidates))  # (B, N)
 
         B, Td = d_mask.shape
         pos = (doc_start.unsqueeze(1) + torch.arange(Td, device=y.device)).clamp(max=y.shape[1] - 1)  # (B, Td)
@@ -215,7 +209,7 @@ class DeepLSTMReader(nn.Module):
         p_start = torch.softmax(start.float(), dim=-1).to(z.dtype)  # (B, Td)
         c_s = torch.einsum("bt,btz->bz", p_start, z)  # (B, Z)
         end = torch.einsum("btz,bz->bt", z, self.w_end(torch.cat([g, c_s], dim=-1)))  # (B, Td)
-        return ReaderOutput(start_logits=start, end_logits=mask_logits(end, d_mask))
+        return SpanOutput(start_logits=start, end_logits=mask_logits(end, d_mask))
 
     def _backward(self, y_doc: torch.Tensor, d_mask: torch.Tensor, d_len: torch.Tensor) -> torch.Tensor:
         """Run ``self.back`` over each document from its last real token to its first."""

@@ -60,6 +60,7 @@ from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, zero_padding
+from rckit.models.contract import ReadingModel, SpanOutput
 
 LAYER_DROPOUT = ("example", "batch")
 
@@ -84,12 +85,6 @@ class QANetConfig:
     layer_dropout: str = "example"  # stochastic depth per "example" or per "batch" (see docstring)
     checkpoint_blocks: bool = False  # recompute model-encoder blocks in backward: less memory, more time
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
-
-
-@dataclass
-class QANetOutput:
-    start_logits: torch.Tensor  # (B, Tc), padded positions at finfo(dtype).min
-    end_logits: torch.Tensor  # (B, Tc)
 
 
 def positional_encoding(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -227,13 +222,13 @@ class EncoderStack(nn.Module):
         return x
 
 
-class QANet(nn.Module):
-    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md): train.amp=auto picks it
+class QANet(ReadingModel):
+    cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md)
+
     def __init__(self, config: QANetConfig, emb: EmbeddingInfo):
-        super().__init__()
+        super().__init__(config)
         if config.layer_dropout not in LAYER_DROPOUT:
             raise ValueError(f"layer_dropout must be one of {LAYER_DROPOUT}, got {config.layer_dropout!r}")
-        self.config = config
         # Per-batch layer dropout skips whole sublayers: DDP must look for unused parameters.
         self.find_unused_parameters = config.layer_dropout == "batch"
         c, d = config, config.d_model
@@ -270,7 +265,7 @@ class QANet(nn.Module):
         Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))
         return C, Q
 
-    def forward(self, batch: Batch) -> QANetOutput:
+    def forward(self, batch: Batch) -> SpanOutput:
         c_mask, q_mask = batch.c_mask, batch.q_mask
         c_pad, q_pad = padding_mask(c_mask), padding_mask(q_mask)
         C, Q = self.encode(batch, c_pad, q_pad)  # (B, Tc, d), (B, Tq, d)
@@ -281,4 +276,4 @@ class QANet(nn.Module):
         M2 = self.model_enc(M1, c_pad, self.draws(self.model_enc))
         start = self.w1(torch.cat([M0, M1], dim=-1)).squeeze(-1)  # (B, Tc)
         end = self.w2(torch.cat([M0, M2], dim=-1)).squeeze(-1)  # (B, Tc)
-        return QANetOutput(start_logits=mask_logits(start, c_mask), end_logits=mask_logits(end, c_mask))
+        return SpanOutput(start_logits=mask_logits(start, c_mask), end_logits=mask_logits(end, c_mask))

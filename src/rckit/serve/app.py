@@ -1,4 +1,4 @@
-"""The HTTP side of ``rckit serve``: a JSON API over a :class:`rckit.reader.Reader`, and a page.
+"""The HTTP side of ``rckit serve``: a JSON API over a :class:`rckit.saved.reader.Reader`, and a page.
 
 ``POST /v1/answer`` takes ``{"context": ..., "question": ...}`` (or ``"questions": [...]``, with
 optional ``"top_k"`` and ``"max_answer_len"``) and returns ``{"answers": ..., "model": ...,
@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,6 +33,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rckit.saved.reader import Reader, text_problem
 from rckit.serve.batcher import Batcher
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -219,10 +221,9 @@ def parse_request(body: bytes, max_questions: int) -> AnswerRequest:
 
 
 def check_text(field: str, text: str) -> None:
-    if not text.strip():
-        raise ApiError(422, f"'{field}' is empty")
-    if not any(ch.isalnum() for ch in text):
-        raise ApiError(422, f"'{field}' has no letter or digit: nothing to read")
+    problem = text_problem(text)  # the reader's rule, with the field named as JSON names it
+    if problem:
+        raise ApiError(422, f"'{field}' {problem}")
 
 
 def explain(errors: list[dict]) -> str:
@@ -318,10 +319,6 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
     the event loop only parses requests and forms batches. Prints the URL once the socket listens
     (``port=0`` takes a free port and prints which).
     """
-    import torch
-
-    from rckit.reader import Reader
-
     for name, value, least in (("max_batch", max_batch, 1), ("max_body_bytes", max_body_bytes, 1),
                                ("max_questions", max_questions, 1), ("batch_window_ms", batch_window_ms, 0),
                                ("port", port, 0)):

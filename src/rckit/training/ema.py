@@ -46,12 +46,6 @@ class EMA:
                     if n in backup:
                         p.copy_(backup[n])
 
-    def copy_to(self, model: nn.Module) -> None:
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if n in self.shadow:
-                    p.copy_(self.shadow[n])
-
     def state_dict(self) -> dict:
         return {"decay": self.decay, "updates": self.updates, "shadow": dict(self.shadow)}
 

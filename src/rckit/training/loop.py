@@ -10,6 +10,8 @@ keeping the best checkpoint by the task's dev score (F1 for SQuAD, accuracy for 
 a ``last.pt`` every ``checkpoint_every`` steps. What is trained on is a task
 (:mod:`rckit.training.tasks`): its batches, its loss and its dev metric; a prepared SQuAD
 directory means the span task. Dev answers are decoded with the run's :class:`DecodeConfig`.
+The model is a :class:`rckit.models.contract.ReadingModel`: the loop uses its contract and
+nothing else (its loss, ``loss_terms``, ``reward_on``, ``cpu_bf16``, ``find_unused_parameters``).
 
 A stopped run resumes exactly:
 the sampler's order is a function of (seed, epoch), the checkpoint records the position in
@@ -17,9 +19,9 @@ the epoch and the RNG state, so N steps equal k steps + resume + N - k steps.
 
 Run directory: ``config.json`` (model, train and decode settings, task, data),
 ``metrics.jsonl`` (one JSON per log/eval event), ``learning_curve.png``, ``last.pt``,
-``best.pt``, ``summary.json``. A model whose ``loss()`` leaves a dict of
-scalar tensors in ``model.loss_terms`` (DCN+: its two loss terms and their learned weights)
-gets their means over each logging window in ``metrics.jsonl`` as ``loss_<name>``.
+``best.pt``, ``summary.json``. The named parts of a loss (DCN+: its two loss terms and their
+learned weights, from ``model.loss_terms``; the cloze copy task: answer and copy) are logged as
+their means over each logging window in ``metrics.jsonl``, as ``loss_<name>``.
 """
 
 from __future__ import annotations
@@ -31,20 +33,22 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
 
 from rckit.config import differences
 from rckit.data.batching import BucketBatchSampler
 from rckit.device import autocast
 from rckit.evaluation.decoding import DecodeConfig
-from rckit.training.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
+from rckit.models.contract import ReadingModel
+from rckit.saved.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
 from rckit.training.distributed import DistInfo, any_true, barrier, init_distributed
 from rckit.training.ema import EMA
-from rckit.training.tasks import SpanTask
+from rckit.training.tasks import ClozeTask, SpanTask
 
 
 @dataclass
@@ -97,10 +101,10 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return warmup_factor(step, cfg.warmup_steps)
 
 
-def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls=None) -> torch.dtype | None:
+def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls: type[ReadingModel] = ReadingModel) -> torch.dtype | None:
     """The autocast dtype of training. ``auto``: bf16 on CUDA with bf16 support; on CPU bf16 for
-    the models whose class says it trains faster there (``cpu_bf16 = True``, from the bf16 and
-    fp32 rows of BENCHMARKS.md), else fp32."""
+    the models whose class says it trains faster there (``cpu_bf16``, from the bf16 and fp32
+    rows of BENCHMARKS.md), else fp32."""
     if cfg.amp == "bf16":
         return torch.bfloat16
     if cfg.amp == "fp32":
@@ -108,7 +112,7 @@ def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls=None) -> torch.d
     if cfg.amp == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-        return torch.bfloat16 if device.type == "cpu" and getattr(model_cls, "cpu_bf16", False) else None
+        return torch.bfloat16 if device.type == "cpu" and model_cls.cpu_bf16 else None
     raise ValueError(f"amp must be bf16, fp32 or auto, got {cfg.amp!r}")
 
 
@@ -195,7 +199,7 @@ class Run:
     model_cfg: Any
     cfg: TrainConfig
     decode: DecodeConfig
-    task: Any  # SpanTask or ClozeTask
+    task: SpanTask | ClozeTask
     files: RunFiles
     dist: DistInfo
     device: torch.device
@@ -207,13 +211,13 @@ class Run:
 class Parts:
     """What set-up builds: the model, what trains it, and the order it reads the data in."""
 
-    model: torch.nn.Module
+    model: ReadingModel
     params: list
     opt: torch.optim.Optimizer
     sched: torch.optim.lr_scheduler.LambdaLR
     ema: EMA
-    sampler: BucketBatchSampler
-    dev_rows: np.ndarray  # the fixed dev subset of periodic evaluation
+    sampler: BucketBatchSampler | None  # None: steps on batches chosen elsewhere (rckit bench)
+    dev_rows: np.ndarray | None  # the fixed dev subset of periodic evaluation
 
 
 @dataclass
@@ -253,7 +257,7 @@ def train(
     ``last.pt`` or ``best.pt``), see :func:`init_weights`; the optimiser, schedule and step
     count start afresh.
     """
-    if cfg.copy_steps and getattr(data, "kind", "span") != "cloze":  # before the run directory is made
+    if cfg.copy_steps and not isinstance(data, ClozeTask):  # before the run directory is made
         raise ValueError("train.copy_steps is a cloze readers' setting; this is a span run")
     if init_from is not None and resume:
         raise ValueError("--init-from starts a new run from another run's weights and --resume continues this one; "
@@ -263,7 +267,7 @@ def train(
     if dist.is_main:
         open_run_dir(files, resume)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    task = data if hasattr(data, "score_key") else SpanTask(data, cfg)
+    task = data if isinstance(data, (SpanTask, ClozeTask)) else SpanTask(data, cfg)
     run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device,
               amp_dtype(cfg, device, model_cls))
     parts = set_up(run, model_cls)
@@ -285,11 +289,12 @@ def train(
         while stopped_by is None:
             ids = next(batches)
             set_phase(run, parts.model, state.step)
-            loss = train_step(run, net, parts, ids)
+            batch = task.collate(ids).to(device, non_blocking=True)
+            loss, terms = train_step(net, parts, task, batch, cfg, device, run.dtype)
             state.step += 1
             state.batch_in_epoch += 1
             state.elapsed = time.perf_counter() - t_start
-            window.add(loss.item(), len(ids), getattr(parts.model, "loss_terms", {}))
+            window.add(loss.item(), len(ids), terms)
             if state.step % cfg.log_every == 0:
                 log_window(run, window, state, parts.sched.get_last_lr()[0], bar, time_budget)
             if bar is not None:
@@ -330,18 +335,24 @@ def open_run_dir(files: RunFiles, resume: bool) -> None:
         raise FileExistsError(f"{files.root} already holds a run; pass --resume to continue it or choose another --out")
 
 
-def set_up(run: Run, model_cls) -> Parts:
-    """The model on its device, Adam/RMSProp, the warm-up schedule, the EMA and the batch order."""
+def set_up(run: Run, model_cls: type[ReadingModel]) -> Parts:
+    """The model on its device, what trains it (:func:`optimisation`) and the batch order."""
     cfg, dist = run.cfg, run.dist
     model = model_cls(run.model_cfg, run.task.model_inputs()).to(run.device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(params, cfg)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
-    ema = EMA(model, cfg.ema_decay)
     sampler = BucketBatchSampler(run.task.train_lengths, cfg.batch_size // dist.world_size, seed=cfg.seed,
                                  pool_batches=cfg.pool_batches, num_replicas=dist.world_size, rank=dist.rank)
     dev_rows = eval_subset(run.task.n_dev, cfg.eval_questions, cfg.seed)
-    return Parts(model, params, opt, sched, ema, sampler, dev_rows)
+    return optimisation(model, cfg, sampler, dev_rows)
+
+
+def optimisation(model: ReadingModel, cfg: TrainConfig, sampler: BucketBatchSampler | None = None,
+                 dev_rows: np.ndarray | None = None) -> Parts:
+    """Adam/RMSProp over the trainable parameters, the warm-up (and decay) schedule and the EMA
+    of ``model``; ``rckit bench`` times training steps with these, without a sampler or dev rows."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(params, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+    return Parts(model, params, opt, sched, EMA(model, cfg.ema_decay), sampler, dev_rows)
 
 
 def resume_from(run: Run, parts: Parts) -> RunState:
@@ -410,12 +421,11 @@ def format_duration(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def data_parallel(model: torch.nn.Module, dist: DistInfo) -> torch.nn.Module:
+def data_parallel(model: ReadingModel, dist: DistInfo) -> torch.nn.Module:
     """``model`` wrapped in DistributedDataParallel under torchrun, else itself."""
     if not dist.enabled:
         return model
-    find_unused = getattr(model, "find_unused_parameters", False)  # DCN+ experts, QANet per-batch layer drop
-    return DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=find_unused)
+    return DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=model.find_unused_parameters)
 
 
 def write_config(run: Run) -> None:
@@ -443,27 +453,29 @@ def training_batches(sampler: BucketBatchSampler, rows: np.ndarray, state: RunSt
         state.batch_in_epoch = 0
 
 
-def set_phase(run: Run, model: torch.nn.Module, step: int) -> None:
-    """The switches that depend on the step: DCN+'s reward term from ``reward_from``, the cloze
-    copy task before ``copy_steps``."""
-    if hasattr(model, "reward_on"):
-        model.reward_on = step >= run.cfg.reward_from
+def set_phase(run: Run, model: ReadingModel, step: int) -> None:
+    """The switches that depend on the step: a reward term (DCN+'s mixed objective) from
+    ``reward_from``, the cloze copy task before ``copy_steps``."""
+    model.reward_on = step >= run.cfg.reward_from
     run.task.copy_on = step < run.cfg.copy_steps
 
 
-def train_step(run: Run, net: torch.nn.Module, parts: Parts, ids: np.ndarray) -> torch.Tensor:
-    """Forward under autocast, the task's loss, backward, clip, optimiser and schedule step, EMA."""
-    batch = run.task.collate(ids).to(run.device, non_blocking=True)
-    with autocast(run.device, run.dtype):
+def train_step(net: torch.nn.Module, parts: Parts, task: SpanTask | ClozeTask, batch, cfg: TrainConfig,
+               device: torch.device, dtype: torch.dtype | None) -> tuple[torch.Tensor, dict]:
+    """Forward under autocast, the task's loss, backward, clip, optimiser and schedule step, EMA.
+
+    ``net`` is ``parts.model`` or its DistributedDataParallel wrapper. Returns the loss and its
+    named parts (detached), for the log."""
+    with autocast(device, dtype):
         out = net(batch)
-    loss = run.task.loss(parts.model, out, batch)
+    loss, terms = task.loss(parts.model, out, batch)
     parts.opt.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(parts.params, run.cfg.grad_clip)
+    torch.nn.utils.clip_grad_norm_(parts.params, cfg.grad_clip)
     parts.opt.step()
     parts.sched.step()
     parts.ema.update(parts.model)
-    return loss
+    return loss, terms
 
 
 def stop_reason(run: Run, state: RunState, max_steps: int | None, time_budget: float | None,
@@ -539,7 +551,7 @@ def evaluate_and_keep_best(run: Run, parts: Parts, state: RunState, bar) -> dict
 
 
 def checkpoint(run: Run, parts: Parts, state: RunState, path: Path) -> None:
-    """The run in one dict (:mod:`rckit.training.checkpoint`), written by the main process only."""
+    """The run in one dict (:mod:`rckit.saved.checkpoint`), written by the main process only."""
     if not run.dist.is_main:
         return
     save_checkpoint(
@@ -566,8 +578,6 @@ def checkpoint(run: Run, parts: Parts, state: RunState, path: Path) -> None:
 
 
 def progress_bar(max_steps: int | None, initial: int):
-    from tqdm import tqdm
-
     return tqdm(total=max_steps, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr)
 
 
@@ -582,11 +592,6 @@ def write_summary(run: Run, state: RunState, stopped_by: str, batches_per_epoch:
 
 def plot_learning_curve(metrics_path: Path, out: Path) -> None:
     """Loss and dev scores (EM/F1 or accuracy) against step and against wall-clock time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     recs = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
     train = [r for r in recs if "loss" in r]
     dev = [r for r in recs if any(k.startswith("dev_") for k in r)]
@@ -596,7 +601,8 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
     weights = sorted({k for r in train for k in r if k.startswith("loss_w_")})
     terms = sorted({k for r in train for k in r if k.startswith("loss_")} - set(weights))
     rows = 3 if weights else 2
-    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.5 * rows), squeeze=False)
+    fig = Figure(figsize=(11, 3.5 * rows))  # no pyplot: drawn to a file, no global figure state
+    axes = fig.subplots(rows, 2, squeeze=False)
     for col, x in enumerate(("step", "time")):
         scale = 60.0 if x == "time" else 1.0
         label = "wall-clock minutes" if x == "time" else "step"
@@ -631,5 +637,4 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
     fig.tight_layout()
     tmp = out.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=90)
-    plt.close(fig)
     tmp.replace(out)

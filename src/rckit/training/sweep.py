@@ -22,6 +22,11 @@ import json
 import random
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
+from rckit.config import apply_overrides
+from rckit.training.loop import train
+
 DEEP_LSTM_READER_GRID = {
     "model.hidden": [64, 128, 256],
     "train.lr": [1e-3, 5e-4, 1e-4, 5e-5],
@@ -74,8 +79,6 @@ def plan_trials(grid: dict[str, list], trials: int | None, seed: int) -> list[di
 
 
 def _apply(mcfg, tcfg, point: dict):
-    from rckit.config import apply_overrides
-
     bad = [k for k in point if not k.startswith(("model.", "train."))]
     if bad:
         raise ValueError(f"grid keys must start with model. or train.: {bad}")
@@ -92,8 +95,6 @@ def run_sweep(model_name: str, model_cls, mcfg, tcfg, make_task, out: str | Path
     ``make_task(tcfg)`` builds the task for a trial's training config (the data is loaded
     once by the caller and shared). ``decode``: every trial's :class:`DecodeConfig`.
     """
-    from rckit.training.loop import train
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
@@ -153,12 +154,8 @@ def write_results(out: str | Path) -> list[dict]:
 
 def _plot(rows: list[dict], keys: list[str], metric: str, path: Path) -> None:
     """The score of every trial against each swept setting, one panel per setting."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False)
+    fig = Figure(figsize=(3.2 * len(keys), 3.2))
+    axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
         values = sorted({str(r[key]) for r in rows}, key=lambda v: (len(v), v))
         xs = [values.index(str(r[key])) for r in rows]
@@ -171,5 +168,4 @@ def _plot(rows: list[dict], keys: list[str], metric: str, path: Path) -> None:
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=90)
-    plt.close(fig)
     tmp.replace(path)

@@ -1,34 +1,39 @@
-"""What the training engine trains on: a task bundles the data, the loss and the dev metric.
+"""What the training engine and ``rckit bench`` train on: a task bundles the data, the loss and the dev metric.
 
 The loop in :mod:`rckit.training.loop` is the same for every model; what differs between
 SQuAD span extraction and cloze questions is small and lives here, behind one shape:
 
 - ``model_inputs()``: the :class:`EmbeddingInfo` the model is built from;
 - ``train_rows`` / ``train_lengths``: which training examples are used, and their lengths
-  for length bucketing;
-- ``collate(ids)``: a training batch;
-- ``loss(model, out, batch)``: the model's own ``loss(out, batch, reward_fn=...)`` if it has
-  one (DCN's iterative decoder, DCN+'s mixed objective), else the task's default loss;
+  for length bucketing (``lengths_for_training(rows)`` for any rows);
+- ``collate(ids)``: a training batch (contexts cut at ``train.max_c_len``);
+- ``loss(model, out, batch)``: the model's ``loss()`` (:class:`rckit.models.contract.ReadingModel`),
+  given the F1 reward when the model ``uses_reward``, plus the cloze copy task while it runs;
+  returns the loss and its named parts for the log;
 - ``evaluate(model, rows, device, dtype, decode)``: dev metrics for the given dev rows, from
   :func:`rckit.evaluation.predict.predict` with the run's :class:`DecodeConfig`, as a dict
   whose ``score_key`` entry picks the best checkpoint (``dev_f1`` for spans, ``dev_acc`` for
-  cloze);
+  cloze); ``eval_batch``/``eval_lengths``/``decode`` are the same reading, a batch at a time,
+  for ``rckit bench``'s timings;
 - ``checkpoint_fields()``: what a checkpoint must carry to rebuild the model and its inputs.
+
+``train_split`` names the split trained on: ``"train"`` for training, ``"dev"`` for
+``rckit bench``, which times training steps on a slice of the dev split.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
-from rckit.evaluation.decoding import DecodeConfig
+from rckit.evaluation.decoding import DecodeConfig, best_spans
 from rckit.evaluation.predict import predict
 from rckit.evaluation.squad_metrics import per_question_scores
-from rckit.training.checkpoint import CheckpointError
-from rckit.training.losses import span_loss
+from rckit.models.losses import cloze_loss
+from rckit.saved.checkpoint import CheckpointError
+from rckit.training.rewards import SpanF1Reward
 
 
 def embedding_shapes(info) -> dict:
@@ -36,8 +41,7 @@ def embedding_shapes(info) -> dict:
     cv = info.char_vectors
     return {"words": int(info.word_vectors.shape[0]), "word_dim": int(info.word_vectors.shape[1]),
             "n_trainable_words": int(info.n_trainable_words), "n_chars": int(info.n_chars),
-            "char_vectors_dim": None if cv is None else int(cv.shape[1]),
-            "n_entities": int(getattr(info, "n_entities", 0))}
+            "char_vectors_dim": None if cv is None else int(cv.shape[1]), "n_entities": int(info.n_entities)}
 
 
 def training_indices(split, cfg) -> np.ndarray:
@@ -60,35 +64,50 @@ class SpanTask:
     score_key = "dev_f1"
     metric_keys = ("dev_em", "dev_f1")
 
-    def __init__(self, prepared, cfg):
+    def __init__(self, prepared, cfg, train_split: str = "train"):
         self.prepared, self.cfg = prepared, cfg
-        self.train_split, self.dev_split = prepared.split("train"), prepared.split("dev")
+        self.train_split, self.dev_split = prepared.split(train_split), prepared.split("dev")
         self.train_rows = training_indices(self.train_split, cfg)
-        self.train_lengths = np.minimum(self.train_split.c_len[self.train_rows], cfg.max_c_len)
+        self.train_lengths = self.lengths_for_training(self.train_rows)
         self.n_dev = len(self.dev_split)
         self.dev_file = prepared.meta["splits"]["dev"]["file"]
         self.dev_version = prepared.meta["splits"]["dev"]["version"]
+        self.copy_on = False  # span data has no copy task
         self._dev_raw = None  # parsed on first evaluation (rank 0 only)
         self._reward = None
 
     def model_inputs(self):
         return self.prepared.embedding_info()
 
+    def first_rows(self, n: int) -> np.ndarray:
+        """The first ``n`` rows of the training split that can train (a question with an answer)."""
+        idx = np.arange(min(n, len(self.train_split)))
+        return idx[self.train_split.a["y_start"][idx] >= 0]
+
+    def lengths_for_training(self, rows) -> np.ndarray:
+        return np.minimum(self.train_split.c_len[rows], self.cfg.max_c_len)
+
     def collate(self, ids):
         return self.train_split.collate(ids, self.cfg.max_c_len, self.cfg.max_q_len)
 
-    def reward_fn(self):
+    def reward_fn(self) -> SpanF1Reward:
         """Official F1 of token spans against the gold answers, for models that sample spans."""
         if self._reward is None:
-            from rckit.training.rewards import SpanF1Reward
-
             self._reward = SpanF1Reward(self.train_split)
         return self._reward
 
-    def loss(self, model, out, batch) -> torch.Tensor:
-        if hasattr(model, "loss"):
-            return model.loss(out, batch, reward_fn=self.reward_fn() if getattr(model, "uses_reward", False) else None)
-        return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+    def loss(self, model, out, batch) -> tuple[torch.Tensor, dict]:
+        loss = model.loss(out, batch, reward_fn=self.reward_fn() if model.uses_reward else None)
+        return loss, model.loss_terms
+
+    def eval_lengths(self, rows) -> np.ndarray:
+        return self.dev_split.c_len[rows]
+
+    def eval_batch(self, rows):
+        return self.dev_split.collate(rows)  # whole contexts
+
+    def decode(self, out, batch, decode: DecodeConfig):
+        return best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, decode.max_answer_len)
 
     def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
         if self._dev_raw is None:
@@ -113,19 +132,6 @@ class SpanTask:
         return {"prepared": str(self.prepared.root), "key": self.prepared.meta["key"], "dev_file": self.dev_file}
 
 
-def cloze_loss(logits: torch.Tensor, answer: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy over the entity classes, in float32 (non-candidates already at finfo.min).
-
-    ``valid`` (B,) bool leaves out examples whose answer was cut out of the document (it is
-    then no candidate and its logit sits at finfo.min); a batch with none left gives a zero
-    that still has a gradient.
-    """
-    ce = F.cross_entropy(logits.float(), answer, reduction="none")  # (B,)
-    if valid is None:
-        return ce.mean()
-    return torch.where(valid, ce, torch.zeros_like(ce)).sum() / valid.sum().clamp(min=1)
-
-
 class ClozeTask:
     """Cloze questions over anonymised entities: softmax over candidates, accuracy on dev."""
 
@@ -133,16 +139,24 @@ class ClozeTask:
     score_key = "dev_acc"
     metric_keys = ("dev_acc",)
 
-    def __init__(self, data, cfg):
+    def __init__(self, data, cfg, train_split: str = "train"):
         self.data, self.cfg = data, cfg
-        self.train_split, self.dev_split = data.train, data.dev
+        self.train_split = data.dev if train_split == "dev" else data.train
+        self.dev_split = data.dev
         self.train_rows = np.arange(len(self.train_split))
-        self.train_lengths = np.minimum(np.asarray(self.train_split.lengths), cfg.max_c_len + cfg.max_q_len)
+        self.train_lengths = self.lengths_for_training(self.train_rows)
         self.n_dev = len(self.dev_split)
         self.copy_on = False  # the engine sets it for the steps before train.copy_steps
 
     def model_inputs(self):
         return self.data.embedding_info()
+
+    def first_rows(self, n: int) -> np.ndarray:
+        """The first ``n`` rows of the training split (every answer is an entity of its document)."""
+        return np.arange(min(n, len(self.train_split)))
+
+    def lengths_for_training(self, rows) -> np.ndarray:
+        return np.minimum(np.asarray(self.train_split.lengths)[rows], self.cfg.max_c_len + self.cfg.max_q_len)
 
     def collate(self, ids):
         batch = self.train_split.collate(ids, self.cfg.max_c_len)
@@ -151,22 +165,27 @@ class ClozeTask:
             batch = renumber_entities(batch)
         return with_copy_positions(batch) if self.copy_on else batch
 
-    def loss(self, model, out, batch) -> torch.Tensor:
-        """Cross-entropy of the answer; while the copy task runs, plus ``copy_weight`` times its
-        cross-entropy (the entity at ``batch.copy_at``), both logged as loss terms."""
-        if hasattr(model, "loss"):
-            return model.loss(out, batch, reward_fn=None)
-        loss = cloze_loss(out.logits, batch.answer, ~batch.answer_cut)
+    def loss(self, model, out, batch) -> tuple[torch.Tensor, dict]:
+        """The model's loss (cross-entropy of the answer); while the copy task runs, plus
+        ``copy_weight`` times its cross-entropy (the entity at ``batch.copy_at``), both logged."""
+        loss = model.loss(out, batch)
         if batch.copy_at is None:
-            model.loss_terms = {}
-            return loss
+            return loss, model.loss_terms
         if out.copy_logits is None:
             raise ValueError(f"{type(model).__name__} has no copy task (train.copy_steps): it does not attend to "
                              "document positions; set train.copy_steps=0")
         target, valid = copy_targets(batch)
         copy = cloze_loss(out.copy_logits, target, valid)
-        model.loss_terms = {"answer": loss.detach(), "copy": copy.detach()}
-        return loss + self.cfg.copy_weight * copy
+        return loss + self.cfg.copy_weight * copy, {"answer": loss.detach(), "copy": copy.detach()}
+
+    def eval_lengths(self, rows) -> np.ndarray:
+        return np.asarray(self.dev_split.lengths)[rows]
+
+    def eval_batch(self, rows):
+        return self.dev_split.collate(rows)  # whole documents
+
+    def decode(self, out, batch, decode: DecodeConfig | None = None):
+        return out.logits.float().argmax(-1)  # (B,) entity numbers; non-candidates sit at the bottom
 
     def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
         pred = predict(model, self.dev_split, rows, 64, device, dtype, decode)
@@ -184,3 +203,11 @@ class ClozeTask:
 
     def describe(self) -> dict:
         return self.data.describe()
+
+
+def make_task(kind: str, data, cfg, train_split: str = "train") -> SpanTask | ClozeTask:
+    """The task of a model's ``task_of(config)``: ``data`` is prepared SQuAD or ``ClozeData``."""
+    tasks = {"span": SpanTask, "cloze": ClozeTask}
+    if kind not in tasks:
+        raise ValueError(f"a task is span or cloze, got {kind!r}")
+    return tasks[kind](data, cfg, train_split)

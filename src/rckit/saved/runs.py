@@ -3,6 +3,10 @@
 A checkpoint is only used for the run it belongs to: when the run directory holds a
 ``config.json``, its model name and model settings must be the checkpoint's, so a file copied
 into the wrong run is refused instead of answering as if nothing were wrong.
+
+What a saved model says about itself, read the same way from a checkpoint and from an exported
+file's metadata: :func:`decode_config_of` (how to decode its answers) and :func:`dev_score_of`
+(the dev score it was kept for).
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from pathlib import Path
 import torch
 
 from rckit.config import differences, from_dict
+from rckit.data.cloze import ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.data.prepare import Vocabularies
+from rckit.evaluation.decoding import DecodeConfig
 from rckit.models import MODELS
-from rckit.training.checkpoint import CheckpointError, load_checkpoint
+from rckit.saved.checkpoint import CheckpointError, load_checkpoint
 
 
 def checkpoint_of(run: str | Path) -> Path:
@@ -110,8 +116,29 @@ def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: boo
         raise CheckpointError(f"{path}: weights do not fit a {name} model: {detail[:300]}") from err
     model.to(device).eval()
     if ckpt.get("task", "span") == "cloze":
-        from rckit.data.cloze import ClozeVocab
-
         v = ckpt["vocab"]
         return model, ClozeVocab(v["itos"], v["n_entities"], v.get("lowercase", True)), ckpt
     return model, Vocabularies.from_json(ckpt["vocab"]), ckpt
+
+
+def decode_config_of(record: dict) -> DecodeConfig:
+    """The decode settings a model was saved with, from its checkpoint, ``config.json`` or an
+    exported file's metadata.
+
+    Runs saved before decoding had its own ``decode`` section kept ``max_answer_len`` in
+    ``train_config``; runs older still kept neither and decoded with the default.
+    """
+    if record.get("decode") is not None:
+        return from_dict(DecodeConfig, record["decode"])
+    old = (record.get("train_config") or {}).get("max_answer_len")
+    return DecodeConfig() if old is None else DecodeConfig(max_answer_len=int(old))
+
+
+def dev_score_of(ckpt: dict, file: Path) -> dict | None:
+    """``{score_key: best dev score, "questions": how many it was measured on}`` of a run's
+    ``best.pt``, or None: a ``last.pt`` carries the best score of another file."""
+    best = ckpt.get("best_score", -1.0)
+    if file.name != "best.pt" or best is None or best < 0:
+        return None
+    train_cfg = ckpt.get("train_config") or {}
+    return {ckpt.get("score_key", "f1"): best, "questions": train_cfg.get("eval_questions") or "all"}

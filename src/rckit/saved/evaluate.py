@@ -1,13 +1,13 @@
 """A trained run put to work on a whole evaluation set.
 
 :func:`evaluate_run` is ``rckit evaluate``: it loads the run's checkpoint (or an exported
-``.safetensors`` file, :mod:`rckit.export`, scored on a SQuAD file given with ``data``), reads the data to
-evaluate on (SQuAD: the run's dev file or another SQuAD file; cloze: a split of the run's cloze
+``.safetensors`` file, :mod:`rckit.saved.export`, scored on a SQuAD file given with ``data``),
+reads the data to evaluate on (SQuAD: the run's dev file or another SQuAD file; cloze: a split of the run's cloze
 directory or of another one), predicts with :func:`rckit.evaluation.predict.predict` and scores
 the predictions (official EM/F1, or accuracy in percent). It decodes with the
 :class:`DecodeConfig` the run was saved with (:func:`decode_config_of`, which also reads runs
 saved before it had its own section). Questions about new text go through
-:class:`rckit.reader.Reader` (``rckit predict``).
+:class:`rckit.saved.reader.Reader` (``rckit predict``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from rckit.evaluation.decoding import decode_config_of
+from rckit.data.cloze_data import load_eval_split
+from rckit.data.prepare import featurize
+from rckit.data.squad import read_squad
 from rckit.evaluation.predict import predict
 from rckit.evaluation.squad_metrics import score_predictions
-from rckit.runs import load_model
+from rckit.saved.export import load_exported
+from rckit.saved.runs import decode_config_of, load_model
 
 
 def evaluate_run(run: str | Path, device: torch.device, data: str | None = None, split: str | None = None,
@@ -51,8 +55,6 @@ def load_export_for_evaluation(path: str | Path, device, data: str | None, weigh
     """An exported file as ``load_model`` gives a run: (model, vocabularies, a checkpoint-like
     dict with its ``decode`` settings). The file keeps no data paths, so ``data`` is required; it
     holds one set of weights (the run's EMA weights at export), so ``weights`` must be ``ema``."""
-    from rckit.export import load_exported
-
     if not data:
         raise ValueError(f"{path}: an exported model does not record its dev file; give the SQuAD file to "
                          "evaluate on with --data")
@@ -66,11 +68,6 @@ def load_export_for_evaluation(path: str | Path, device, data: str | None, weigh
 def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int | None, batch_size: int, device,
                    progress: bool = True) -> tuple[dict, dict]:
     """(official EM/F1 of the SQuAD file ``data``, ``{question id: answer text}``)."""
-    from tqdm import tqdm
-
-    from rckit.data.prepare import featurize
-    from rckit.data.squad import read_squad
-
     path = data or ckpt["data"]["dev_file"]
     if not data and not Path(path).is_file():
         raise FileNotFoundError(f"{run} was evaluated during training on {path}, which is not there now; "
@@ -97,8 +94,6 @@ def only_questions(raw: dict, keep: set[str]) -> dict:
 def evaluate_cloze(model, ckpt: dict, data: str | None, split: str | None, limit: int | None, batch_size: int,
                    device) -> tuple[dict, dict]:
     """(accuracy on a split of a cloze directory, ``{example id: "@entityN"}``)."""
-    from rckit.data.cloze_data import load_eval_split
-
     info = ckpt["data"]
     root = data or info["cloze_dir"]
     split_name = split or info["eval_split"]

