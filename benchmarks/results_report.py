@@ -8,9 +8,11 @@ Only the part of RESULTS.md between ``<!-- results:start -->`` and ``<!-- result
 written; everything else stays byte for byte. To add or change a result, edit the JSON (figures
 are strings, copied exactly from the run's write-up), run the script, and commit both files.
 Each entry holds model, preset, data, metrics ({"EM": "..", "F1": ".."} or {"accuracy": ".."}),
-budget ({"minutes", "steps", "machine"}, each optional), date, commands (a list) and link (a path
-relative to the repository root, with an anchor); note and reference (the paper's figure or the
-issue's target) are optional. Standard library only: no rckit, no torch.
+budget ({"minutes": N, "steps": "..", "machine": ".."}, each optional, the strings shown as
+written), date, commands (a list) and link (a path relative to the repository root, with an
+anchor); note and reference (the paper's figure or the issue's target) are optional. Exit status:
+0 done (or up to date with --check), 1 out of date (--check), 2 broken input. Standard library
+only: no rckit, no torch.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def load_entries(path: Path) -> list[dict]:
         raise ReportError(f"{path}: no such file") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ReportError(f"{path}: expected JSON with a list under 'entries' ({e})") from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ReportError(f"{path}: 'entries' must be a list of objects")
     for i, entry in enumerate(entries):
         missing = [k for k in REQUIRED if not entry.get(k)]
         if missing:
@@ -53,10 +57,10 @@ def cell(text: str) -> str:
 def render_row(e: dict) -> str:
     figure = "**" + ", ".join(f"{k} {v}" for k, v in e["metrics"].items()) + "**"
     if e.get("note"):
-        figure += f" ({e['note']})"
+        figure += f"<br>{e['note']}"
     b = e["budget"]
     budget = "; ".join(x for x in (f"{b['minutes']} min" if b.get("minutes") else "",
-                                   f"{b['steps']} steps" if b.get("steps") else "", b.get("machine", "")) if x)
+                                   b.get("steps", ""), b.get("machine", "")) if x)
     commands = "<br>".join(f"`{c}`" for c in e["commands"]) + f"<br>[detail]({e['link']})"
     cells = [e["model"], e["preset"], e["data"], figure, e.get("reference", "-"), budget, e["date"], commands]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
