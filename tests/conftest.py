@@ -1,17 +1,74 @@
 import gzip
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+# What a test may need that a fresh clone does not bring. Without it the test is skipped with
+# one line saying what it needs and how to get it; with RCKIT_TEST_REQUIRE=all (set by .ci/run)
+# or a comma-separated list of these names it fails instead, so CI runs every one of them.
+NEEDS = {
+    "realdata": "the real SQuAD files in ../shared/data (clone the project beside ../shared)",
+    "browser": "headless Chromium and its driver (as root: apt-get install -y chromium chromium-driver)",
+}
+
+
+def required(need: str) -> bool:
+    wanted = {w.strip() for w in os.environ.get("RCKIT_TEST_REQUIRE", "").split(",") if w.strip()}
+    return "all" in wanted or need in wanted
+
+
+def need(name: str, present: bool, detail: str = "") -> None:
+    """Skip (or, where required, fail) a test whose ``name`` resource is missing."""
+    if present:
+        return
+    message = f"needs {NEEDS[name]}{': ' + detail if detail else ''}"
+    if required(name):
+        pytest.fail(f"{message} (RCKIT_TEST_REQUIRE asks for it)")
+    pytest.skip(message)
+
+
+def shared_data_present() -> bool:
+    return (SHARED / "squad-v1.1" / "dev-v1.1.json.gz").is_file()
+
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def chromium() -> str | None:
+    """Debian's Chromium, if it and its driver are installed."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    return found if found and Path(CHROMEDRIVER).exists() else None
+
+
+def pytest_collection_modifyitems(items):
+    """A test that reads ../shared/data through the fixture is a ``realdata`` test. Tests whose
+    resource is missing (and not required) are skipped here, before their fixtures are built."""
+    present = {"realdata": shared_data_present(), "browser": chromium() is not None}
+    for item in items:
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realdata)
+        for name in NEEDS:
+            if item.get_closest_marker(name) and not present[name] and not required(name):
+                item.add_marker(pytest.mark.skip(reason=f"needs {NEEDS[name]}"))
+
+
+@pytest.fixture(autouse=True)
+def _resources(request):
+    """``realdata`` tests need ../shared/data, ``browser`` tests a headless Chromium."""
+    if request.node.get_closest_marker("realdata"):
+        need("realdata", shared_data_present(), f"{SHARED} not found")
+    if request.node.get_closest_marker("browser"):
+        need("browser", chromium() is not None, f"no chromium, or no {CHROMEDRIVER}")
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real SQuAD files beside the checkout; their absence is a failure, not a skip."""
-    if not (SHARED / "squad-v1.1" / "dev-v1.1.json.gz").exists():
-        pytest.fail(f"real data not found at {SHARED}: clone the project beside ../shared")
+    """The real SQuAD files beside the checkout (``realdata``)."""
+    need("realdata", shared_data_present(), f"{SHARED} not found")
     return SHARED
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import need
 
 from rckit.evaluation.squad_metrics import (
     exact_match_score,
@@ -281,8 +282,7 @@ def test_duplicate_question_ids_are_rejected() -> None:
 
 def load_shared(relative: str) -> dict[str, Any]:
     path = DATA_DIR / relative
-    if not path.is_file():
-        pytest.fail(f"shared SQuAD data not found at {path} (expected the repo beside ../shared/data)")
+    need("realdata", path.is_file(), f"{path} not found")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return json.load(f)
 

@@ -8,6 +8,7 @@ torch: ``Reader`` is loaded on first use, so ``rckit score`` stays light.
 from __future__ import annotations
 
 import functools
+import os
 
 __version__ = "0.1.0"
 __all__ = ["Reader", "answer"]
@@ -37,8 +38,6 @@ def answer(context: str, question: str | list[str], top_k: int = 1, model=None) 
     if model is not None and not isinstance(model, (str, bytes)) and hasattr(model, "answer_batch"):
         reader = model
     else:
-        import os
-
         from rckit.saved.reader import default_model_path
 
         # Keyed by the path, so a changed $RCKIT_MODEL loads its model rather than the cached one.

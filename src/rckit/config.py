@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
 import types
 import typing
 from pathlib import Path
@@ -83,8 +84,6 @@ def load_preset(path: str | Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".toml":
-            import tomllib
-
             data = tomllib.loads(text)
         else:
             data = json.loads(text)

@@ -25,7 +25,7 @@ import torch
 
 from rckit.data.cloze import ClozeSplit, ClozeVocab, load_cloze_jsonl, max_entity_number, read_chen_file, read_question_dir
 from rckit.data.embeddings import EmbeddingInfo
-from rckit.data.vocab import DEFAULT_EMBEDDINGS
+from rckit.data.vocab import DEFAULT_EMBEDDINGS, load_pretrained
 
 LAYOUTS = {
     "squad-cloze": {"train": "train.jsonl", "dev": "dev.jsonl"},
@@ -94,8 +94,6 @@ def cloze_vectors(vocab: ClozeVocab, spec: str | None, seed: int = 0) -> tuple[n
         out = rng.standard_normal((len(vocab), 50)).astype(np.float32)
         out[0] = 0.0  # <pad>
         return out, 0
-    from rckit.data.vocab import load_pretrained
-
     pre = load_pretrained(spec, wanted=vocab.itos)
     sample = np.asarray(pre.vectors[: min(10000, pre.vectors.shape[0])])
     scale = float(sample.std()) if sample.size > 1 else 0.1  # random rows as spread as the pretrained ones

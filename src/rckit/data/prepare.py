@@ -277,6 +277,8 @@ class Prepared:
     char_vectors: np.ndarray | None
     from_cache: bool = False
 
+    # batching and embeddings import torch (2.3 s on the development machine): they are imported
+    # where a split is used, so that `rckit prepare` and `rckit score` run without torch.
     def split(self, name: str):
         from rckit.data.batching import SquadSplit
 

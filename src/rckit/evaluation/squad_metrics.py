@@ -53,7 +53,10 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
+
+from rckit.data.squad import load_json
 
 VERSIONS = {"1.1": "1.1", "v1.1": "1.1", "2.0": "2.0", "v2.0": "2.0"}
 
@@ -245,8 +248,6 @@ def score_files(dataset_file: str | Path, predictions_file: str | Path, version:
     """``rckit score``: official EM/F1 of a predictions file (``{question id: answer text}``)
     against a SQuAD file; ``version`` (1.1 or 2.0) defaults to the dataset's own field.
     A file of the wrong shape is a ValueError naming it."""
-    from rckit.data.squad import load_json  # plain or gzipped JSON, errors naming the file
-
     dataset = load_json(dataset_file)
     predictions = load_json(predictions_file)
     if not isinstance(predictions, dict):
