@@ -1,5 +1,5 @@
-"""Does a cloze reader learn the synthetic task, and how fast? The diagnosis behind RESULTS.md's
-"Why the Deep LSTM Reader did not learn".
+"""Does a cloze reader learn the synthetic task, and how fast? The diagnosis in
+docs/investigations/cloze-readers.md, "The diagnosis, on a synthetic cloze task".
 
 Trains one reader on a synthetic cloze set (:mod:`rckit.data.cloze_synthetic`) with the
 library's own model, loss and renumbering, and prints dev accuracy every ``--every`` steps and

@@ -31,7 +31,7 @@ CASES = [
     (THAMES, "Where is the Thames Barrier?", ("Woolwich", "London")),
     (THAMES, "When was the Thames Barrier built?", ("1974",)),
 ]
-SUBSET_F1 = 72.60  # the shipped file on the first 1,000 dev questions (RESULTS.md, the bundled model)
+SUBSET_F1 = 72.60  # the shipped file on the first 1,000 dev questions (docs/models.md, Scores)
 
 
 def fresh_env(tmp_path) -> dict:

@@ -3,7 +3,7 @@
 A reader that cannot learn this task (find the query's marker word in the document, copy out
 the entity after it) has not been shown to read. With ~100 entity numbers fixed per example
 and a free output row per number, the Attentive Reader memorised this task's training set and
-stayed at chance on dev (RESULTS.md, cloze readers); the last test keeps that case learned.
+stayed at chance on dev (docs/investigations/cloze-readers.md, the diagnosis); the last test keeps that case learned.
 """
 
 from __future__ import annotations

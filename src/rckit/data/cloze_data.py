@@ -90,7 +90,7 @@ def cloze_vectors(vocab: ClozeVocab, spec: str | None, seed: int = 0) -> tuple[n
     if spec is None:
         # N(0, 1) like nn.Embedding: at 0.1 the LSTM readers' input projections (uniform
         # +-1/sqrt(H)) hardly see the input, and the Deep LSTM Reader learned slowly to copy
-        # an entity out of a synthetic document (RESULTS.md, cloze readers).
+        # an entity out of a synthetic document (docs/investigations/cloze-readers.md, the diagnosis).
         out = rng.standard_normal((len(vocab), 50)).astype(np.float32)
         out[0] = 0.0  # <pad>
         return out, 0

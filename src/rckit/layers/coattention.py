@@ -17,8 +17,8 @@ DCN's ``C^D = [Q; C^Q] A^D`` is ``[S^D; C^D]`` here, so both models share this o
 Reading of the normalisations: DCN writes ``A^Q = softmax(L)`` "across the document for each
 word in the question" and ``C^Q = D A^Q``; for ``C^Q`` to be a weighted sum of document vectors
 the softmax must run over document positions, which is what we do (and ``A^D`` over question
-positions). The DCN+ seed note's ``S_1^D = E_1^D softmax(A^T)`` does not type-check; we take
-``S^D = E^Q softmax(A^T)``, ``S^Q = E^D softmax(A)`` as in the published paper.
+positions). For DCN+ we take the paper's ``S^D = E^Q softmax(A^T)``, ``S^Q = E^D softmax(A)``:
+``S^D`` sums question vectors for each document word (``E^D softmax(A^T)`` would not type-check).
 
 The outputs are returned at the real positions only: the sentinel column is used inside the
 attention (a word may attend to "nothing") and then dropped, and padded positions are zero.

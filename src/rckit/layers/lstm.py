@@ -1,5 +1,5 @@
 """LSTM with peephole connections, written from its equations (Graves 2013, Sec. 2; Hermann et al.
-2015, Sec. 4, Deep LSTM Reader), shared by the Deep LSTM Reader and the DCN encoders.
+2015, Sec. 3.2, Deep LSTM Reader), used by the Hermann et al. readers, DCN and DCN+.
 
 For each layer ``k`` and time step ``t``, with ``x`` the layer's input::
 
@@ -9,52 +9,39 @@ For each layer ``k`` and time step ``t``, with ``x`` the layer's input::
     o(t) = sigmoid(W_xo x(t) + W_ho h(t-1) + w_co * c(t) + b_o)
     h(t) = o(t) * tanh(c(t))
 
-The input and forget gates peep at the previous cell ``c(t-1)``, the output gate at the new cell
-``c(t)``. ``peephole="diagonal"`` makes ``w_c*`` vectors (Graves' reading: elementwise
-products), ``"full"`` makes them H x H matrices (the paper's ``W_kc*`` taken literally), ``None``
-drops them (the standard LSTM of ``torch.nn.LSTM``). The seed notes have two typos that we do
-not follow: the forget gate reads ``x(t)`` instead of the layer input ``x'(t, k)``, and the output
-gate repeats ``W_kxo`` for all three terms; we take the paper's ``W_kxo``, ``W_kho``, ``W_kco``.
-The reader's skip connections (``x'(t, k) = x(t) || y'(t, k-1)``) and output projection are the
-reader's business: stack single-layer modules for them. Stacked layers here feed each layer the
-previous layer's output, like ``nn.LSTM``, with ``dropout`` in between.
+The input and forget gates peep at ``c(t-1)``, the output gate at the new ``c(t)``.
+``peephole="diagonal"`` makes ``w_c*`` vectors (Graves' reading: elementwise products),
+``"full"`` H x H matrices (the paper's ``W_kc*`` taken literally), ``None`` drops them (the
+standard LSTM of ``torch.nn.LSTM``). Where the Deep LSTM Reader's equations are written with
+the forget gate over ``x(t)`` instead of the layer input ``x'(t, k)``, or with ``W_kxo`` in all
+three terms of the output gate, we read a typo: every gate reads ``x'(t, k)``, and the output
+gate has its own ``W_kxo``, ``W_kho``, ``W_kco``. That reader's skips and output projection are
+its own (it stacks single-layer modules); stacked layers here feed each layer the previous
+one's output, like ``nn.LSTM``, with ``dropout`` in between (``nn.Dropout`` on the hand-written
+path, ``torch.lstm``'s own on the fused path: same distribution, different random streams).
 
-Gates are ordered (i, f, g, o) as in ``nn.LSTM`` and there is one bias per gate (``nn.LSTM``'s
-``b_ih + b_hh``), so :meth:`PeepholeLSTM.from_torch` copies an ``nn.LSTM`` exactly.
+Gates are ordered (i, f, g, o) with one bias per gate (``nn.LSTM``'s ``b_ih + b_hh``), so
+:meth:`PeepholeLSTM.from_torch` copies an ``nn.LSTM`` exactly. Masks are right padded; a padded
+step leaves ``(h, c)`` unchanged, so final states are those after each sequence's last real
+token and padded outputs are zero. The backward direction reads each sequence reversed within
+its own length, which keeps a right-padded batch right padded with the same mask, so both
+directions run in one recurrence (``bmm`` over the direction axis).
 
-Padding and directions. Masks are right padded (real tokens first). A padded step leaves
-``(h, c)`` unchanged, so the final state is the one after each sequence's last real token and
-results do not depend on how much padding a batch has; padded outputs are zero. The backward
-direction reads each sequence reversed within its own length: reversed that way a right-padded
-batch is still right padded with the same mask, so both directions run in one recurrence, their
-per-step matmuls batched (``bmm`` over the direction axis).
+Computation: one matmul gives the input projections of all steps, gates and directions; the
+loop (:func:`_forward_loop`) does one ``(B, H) x (H, 4H)`` matmul per step and in-place updates
+under ``no_grad``; autograd sees one node per layer (:class:`_Recurrence`), whose backward is
+hand-written BPTT (:func:`_backward_loop`). With ``peephole=None`` and ``fused=True`` the module
+calls ``nn.LSTM``'s kernels (``torch.lstm``: oneDNN on CPU, cuDNN on CUDA; packed sequences when
+a batch has padding) with its own parameters; ``fused=False`` keeps the hand-written path. The
+recurrence runs in the parameters' dtype with autocast off (under bf16 autocast only the input
+projection is bf16); the fused path follows ``nn.LSTM`` under autocast and returns its final
+states in the parameters' dtype. Speeds: BENCHMARKS.md ("LSTM").
 
-Speed. The input projections of all steps, gates and directions are one matmul before the loop.
-The loop (:func:`_forward_loop`) does one ``(B, H) x (H, 4H)`` matmul per step plus in-place
-elementwise work into preallocated buffers, under ``no_grad``: autograd sees one node per layer
-(:class:`_Recurrence`), whose backward is hand-written BPTT (:func:`_backward_loop`) with the
-step-independent factors precomputed for all steps at once and the weight gradients summed
-by one matmul after the loop. With ``peephole=None`` and ``fused=True`` the module calls the same kernels as ``nn.LSTM``
-(``torch.lstm``: oneDNN on CPU, cuDNN on CUDA; packed sequences when a batch has padding),
-with this module's parameters; ``fused=False`` keeps the hand-written path, which the tests
-compare to ``nn.LSTM``.
-
-Precision. The recurrence runs in the parameters' dtype (float32) with autocast off: under bf16
-autocast the input projection is computed in bf16 and the cell state, gates and outputs stay
-float32. The fused path follows ``nn.LSTM`` under autocast (bf16 outputs); its final states are
-returned in the parameters' dtype.
-
-Dropout between layers is ``nn.Dropout`` on the hand-written path and
-``torch.lstm``'s own on the fused path: same distribution, different random streams.
-
-Init: weights and biases uniform(-1/sqrt(H), 1/sqrt(H)) like ``nn.LSTM``, except the forget-gate
-bias, set to 1 so that early in training the cell keeps its memory (Gers et al. 2000,
-Jozefowicz et al. 2015); peepholes start at 0 (a standard LSTM). A forget gate at
-``sigmoid(b_f)`` keeps ``sigmoid(b_f)^T`` of the cell over ``T`` steps, a characteristic time
-``1 / (1 - sigmoid(b_f)) = 1 + exp(b_f)``: about 3.7 steps at ``b_f = 1``, so what a cell wrote
-60 tokens ago reaches the end attenuated ~1e-8, and so does the gradient that would teach it to
-keep it. :func:`chrono_init_` spreads the cells' times over 2 .. T steps instead, for readers
-that must carry one token across a whole document.
+Init: as ``nn.LSTM`` (uniform +-1/sqrt(H)), peepholes 0, forget-gate bias 1 (Gers et al. 2000;
+Jozefowicz et al. 2015). A forget gate at ``sigmoid(b_f)`` gives a memory time of
+``1 + exp(b_f)`` steps, 3.7 at ``b_f = 1``: what a cell wrote 60 tokens ago reaches the end
+attenuated ~1e-8, and so does the gradient that would teach it to keep it.
+:func:`chrono_init_` spreads the times over 2 .. T steps for readers of long documents.
 """
 
 from __future__ import annotations

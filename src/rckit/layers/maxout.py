@@ -3,7 +3,7 @@
 :class:`Maxout` computes ``max_j (W x + b)_{:, j}`` over ``pool`` linear pieces per output unit;
 the highway maxout networks of DCN's decoder are built from it.
 
-:class:`MixtureOfMaxouts` is DCN+'s replacement for the decoder's first maxout layer. A gate
+:class:`MixtureOfMaxouts` is the first layer of DCN+'s highway maxout networks. A gate
 ``g = W_g x`` scores ``n_experts`` experts; each input row goes to its top ``k = 2`` experts only,
 their two gate scores are softmaxed (the other experts get weight 0), and the output is the
 weighted sum of those two experts' maxout outputs. Only the chosen experts are computed: rows
@@ -15,8 +15,9 @@ experts already receive no row of a batch). Two remedies from Shazeer et al.: in
 gate scores get Gaussian noise whose per-expert scale ``softplus(W_noise x)`` is learned
 (initialised at softplus(0) = 0.69), and we return Shazeer et al.'s
 importance term ``CV(importance)^2``, where ``importance_e`` is the sum over (real) rows of
-expert ``e``'s gate weight; the caller scales it (``moe_balance``) and adds it to the loss. The
-load term of Shazeer et al. needs noisy gating and is left out.
+expert ``e``'s gate weight; the caller scales it (``moe_balance``) and adds it to the loss.
+Shazeer et al.'s load term (a smooth count, through the noise, of the rows each expert gets) is
+not computed.
 """
 
 from __future__ import annotations

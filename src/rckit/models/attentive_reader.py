@@ -4,8 +4,7 @@ Both read the document and the query with separate bidirectional LSTMs (``||`` c
 
     y_d(t) = fwd_d(t) || bwd_d(t)                 the document encoding at token t
     y_q(i) = fwd_q(i) || bwd_q(i)                 the query encoding at token i
-    u      = fwd_q(|q|) || bwd_q(1)               forward state after the last real query token,
-                                                  backward state after reading back to the first
+    u      = fwd_q(|q|) || bwd_q(1)               each direction's state after the whole query
 
 Attentive Reader: one attention over the document, conditioned on the whole query::
 
@@ -14,47 +13,35 @@ Attentive Reader: one attention over the document, conditioned on the whole quer
     r    = y_d s                                  = sum_t s(t) y_d(t)
     g    = tanh(W_rg r + W_ug u)
 
-Impatient Reader: re-reads the document as each query token i = 1 .. |q| is read::
+Impatient Reader: re-reads the document as each query token ``i = 1 .. |q|`` is read::
 
     m(i, t) = tanh(W_dm y_d(t) + W_rm r(i - 1) + W_qm y_q(i))
     s(i, t) ∝ exp(w_ms^T m(i, t))
     r(i)    = y_d^T s(i) + tanh(W_rr r(i - 1)),    r(0) = 0
     g       = tanh(W_rg r(|q|) + W_qg u)
 
-Cloze head (the only one): ``p(a | d, q) ∝ exp(W(a) g)`` over the anonymised entity markers
-``@entity0 .. @entity{N-1}``, restricted to the entities in the document, with the rows tied
-to the markers' embeddings (``tied_output``) as in :mod:`rckit.models.deep_lstm_reader`.
+Cloze head (the only one): ``p(a | d, q) ∝ exp(W(a) g)`` over the document's entity markers, rows
+tied as in :mod:`rckit.models.deep_lstm_reader`. Loss: :func:`~rckit.models.losses.cloze_loss`.
 
 Readings taken where the paper is loose:
 
-- The paper writes ``r(0) = r_0`` without saying what ``r_0`` is; we take the zero vector, so
-  the first step attends with the query token alone and ``r(1) = y_d^T s(1)``.
-- The paper writes no biases. Each pre-activation sum of ``m`` and ``g`` gets one (on
-  ``W_ym``/``W_dm`` and ``W_rg``); ``w_ms`` has none (a softmax ignores it) and
-  ``tanh(W_rr r)`` keeps the paper's form, so that ``r(0) = 0`` adds nothing at step 1.
+- ``r(0) = r_0`` is not given; we take the zero vector, so ``r(1) = y_d^T s(1)``.
+- No biases are written: ``m`` and ``g`` get one each (on ``W_ym``/``W_dm`` and ``W_rg``), ``w_ms``
+  none (a softmax ignores it), nor ``W_rr``, so that ``tanh(W_rr r(0)) = 0`` adds nothing.
 - ``g`` has the size of ``r`` and ``u``, 2 x ``hidden``; ``m`` has ``attention`` units.
-- Padded query steps leave ``r`` unchanged, so ``r(|q|)`` is the state after the last real
-  query token; their attention rows are returned as zeros.
-- Dropout on the word embeddings and on ``g``, as in the Deep LSTM Reader. The encoders are
-  plain LSTMs (``peephole=None``) by default; the paper names peepholes only for the deep
-  reader. Training per the paper: RMSProp, momentum 0.9, decay 0.95 (the ``paper`` presets);
-  the ``cloze-cpu`` presets use what the squad-cloze runs measured: Adam 1e-3 and the copy
-  task below for the first 1,000 steps.
+- Padded query steps leave ``r`` unchanged; their attention rows are returned as zeros.
+- Dropout on the word embeddings and on ``g``; plain LSTM cells (``peephole=None``) by default,
+  as the paper names peepholes only for the deep reader.
 
-Learning, and the copy task (``train.copy_steps``; an addition to training, the model is the
-paper's). With entity numbers redrawn every batch, neither half of the reader can learn
-without the other at the start. The attention is pulled towards the answer's mentions only
-if ``g`` says *which* entity was attended (the copy path ``y_d(t) -> W_rg -> g -> W(a)``), and
-the copy path gets a consistent gradient only if the attention already favours the answer
-over the document's other entities: with the attention spread evenly over them, pushing the
-answer's score up and the others' down cancels. On CNN the answer's frequency breaks the tie
-(the maximum-frequency baseline is 30 %); on squad-cloze it hardly does (9 % against ~7 %
-chance), and the readers sat at ``ln(candidates)`` even on 128 questions seen 75 times
-(RESULTS.md, "The copy task"). Given the right attention the copy path is learned in ~100
-steps, so the copy task trains it directly: at one entity mention ``t`` per document, drawn
-at random, ``g_copy = tanh(W_rg y_d(t) + W_ug u)`` (``W_qg u`` in the Impatient Reader) must
-name the entity at ``t`` through the same head ``W(a)``. Its cross-entropy is added to the
-answer's for the first ``copy_steps`` steps; after that the loss is the paper's.
+Copy task (``train.copy_steps``, training only): at one random entity mention ``t`` per document,
+``g_copy = tanh(W_rg y_d(t) + W_ug u)`` (``W_qg u`` in the Impatient Reader) must name the entity
+at ``t`` through the same head (``ClozeOutput.copy_logits``); its cross-entropy (weight
+``train.copy_weight``) joins the answer's for ``copy_steps`` steps, training ``y_d -> g -> W(a)``.
+
+Presets: ``paper`` 256 cells per direction, attention 256, RMSProp lr 5e-4 (momentum 0.9, decay
+0.95); ``cloze-cpu`` 128 and 128, Adam 1e-3, the copy task for 1,000 steps (the squad-cloze runs'
+settings). What was measured: RESULTS.md ("Cloze readers on squad-cloze"),
+docs/investigations/cloze-readers.md.
 """
 
 from __future__ import annotations

@@ -1,109 +1,47 @@
-"""Dynamic Coattention Networks: DCN (Xiong, Zhong & Socher 2017) and DCN+ (Xiong, Zhong & Socher 2018).
+"""Dynamic Coattention Networks: DCN (Xiong, Zhong & Socher 2017) and DCN+ (Xiong et al. 2018).
 
-Batch-first, document of ``m`` tokens, question of ``n``, hidden size ``l`` (``hidden``).
+Document ``m`` tokens, question ``n``, hidden ``l``; input (:class:`TokenInput`): fixed GloVe rows,
+optionally ``[x_w; char-CNN]`` (DCN+'s CoVe, not available here, would join through ``extra=``).
+Encoders (:mod:`rckit.layers.coattention`) and the shared decoder (:class:`DynamicDecoder`)::
 
-Input (both models, :class:`TokenInput`): fixed GloVe word vectors (the trainable rows of
-:class:`~rckit.data.embeddings.EmbeddingInfo` excepted), optionally ``[x_w; char-CNN]``. The
-DCN+ paper's strongest setting adds CoVe vectors; CoVe is not available here.
-``TokenInput.forward(..., extra=)`` is where contextual vectors (B, T, ``extra_dim``) would be
-concatenated; the models pass ``None`` and ``extra_dim`` must stay 0 until a batch carries them.
+    DCN   D = LSTM(x^D), Q = tanh(W LSTM(x^Q) + b)          one shared unidirectional LSTM, width l
+          S^D, S^Q, C^D = coattn(D, Q);  U = BiLSTM([D; S^D; C^D])          (DCN's C^D = [S^D; C^D])
+    DCN+  E_1 = biLSTM_1(x), l/2 per direction;  S_1, C_1^D = coattn_1(E_1^D, tanh(W E_1^Q + b))
+          E_2 = biLSTM_2(S_1), width 2l;  S_2, C_2^D = coattn_2(E_2^D, E_2^Q)   own sentinels
+          U = biLSTM([E_1^D; E_2^D; S_1^D; S_2^D; C_1^D; C_2^D])       input 9l; U is (B, m, 2l)
+    dec   h_i = LSTM_dec(h_{i-1}, [u_{s_{i-1}}; u_{e_{i-1}}])    nn.LSTMCell, h_0 = 0, s_0 = e_0 = 0
+          s_i = argmax_t HMN_start(u_t, h_i, u_{s_{i-1}}, u_{e_{i-1}}), e_i likewise with HMN_end
+    HMN   r = tanh(W_D [h_i; u_s; u_e]), m1 = max(W1 [u_t; r] + b1), m2 = max(W2 m1 + b2),
+          HMN = max(W3 [m1; m2] + b3), maxout pool ``pool``; i = 1 .. ``iterations``
 
-DCN encoder (Sec. 2.1-2.2):
+Readings taken where the papers are loose: both HMNs take the previous span (some reimplementations
+feed s_i to the end HMN); only E_1^Q gets the tanh projection, as DCN+ writes it; ``dropout`` acts
+on the encoder outputs and U. Early stop is per example, in training as in evaluation: once an
+example's span repeats, its later logits are copies and ``DCNOutput.active`` drops it; the loop
+ends when every example is done. DCN+'s HMNs start with a sparse top-2 mixture of maxout experts
+(:class:`~rckit.layers.maxout.MixtureOfMaxouts`, our choice; balance term weighted
+``moe_balance``); ``word_dropout`` drops whole token vectors.
 
-    D = LSTM_enc(x^D), Q' = LSTM_enc(x^Q)             one shared (unidirectional) LSTM, width l
-    D <- [D; d_0], Q' <- [Q'; q_0], Q = tanh(W Q' + b)  sentinels at position len (coattention.py)
-    L = D Q^T, A^Q, A^D, C^Q = S^Q, C^D = [S^D; C^D]   (rckit.layers.coattention)
-    u_t = BiLSTM([d_t; c^D_t])                        U (B, m, 2l), the sentinel dropped
-
-DCN+ encoder (deep residual coattention, Sec. 2.1 of DCN+); widths as the paper writes them:
-
-    E_1 = biLSTM_1(x) for D and Q (shared)           (B, ., l): l/2 per direction
-    coattn_1(E_1^D, tanh(W E_1^Q + b)) -> S_1^D, S_1^Q, C_1^D       width l
-    E_2 = biLSTM_2(S_1) for D and Q (shared)         (B, ., 2l)
-    coattn_2(E_2^D, E_2^Q) -> S_2^D, S_2^Q, C_2^D                   width 2l, own sentinels;
-                                                    the paper writes the tanh projection for E_1^Q only
-    U = biLSTM([E_1^D; E_2^D; S_1^D; S_2^D; C_1^D; C_2^D])          (B, m, 2l), input 9l
-
-Dynamic pointing decoder (shared, :class:`DynamicDecoder`), ``i = 1..iterations``:
-
-    h_i = LSTM_dec(h_{i-1}, [u_{s_{i-1}}; u_{e_{i-1}}])           nn.LSTMCell, h_0 = 0, s_0 = e_0 = 0
-    alpha_t = HMN_start(u_t, h_i, u_{s_{i-1}}, u_{e_{i-1}}),  s_i = argmax_t alpha_t
-    beta_t  = HMN_end(u_t, h_i, u_{s_{i-1}}, u_{e_{i-1}}),    e_i = argmax_t beta_t
-    HMN: r = tanh(W_D [h_i; u_s; u_e]), m1 = max(W1 [u_t; r] + b1), m2 = max(W2 m1 + b2),
-         HMN = max(W3 [m1; m2] + b3), maxout pool ``pool``
-
-Both HMNs are fed the previous span (the paper's reading; some reimplementations feed s_i to
-the end HMN). ``W1 [u_t; r]`` is split as ``W1_u u_t + W1_r r``: the ``u_t`` part does not change
-between iterations and is computed once. Early stop is per example and the same in training
-and evaluation: once an example's span equals the previous iteration's, it is done and its
-later logits are copies of its last ones; the loop ends when every example is done.
-``DCNOutput.active[i]`` marks the examples still running at iteration ``i``; the
-cross-entropy sums over those iterations only (each distinct estimate counted once), averaged
-over answerable examples (``y_start = -1``: left out).
-
-DCN+ decoder: the first maxout layer of both HMNs is a sparse top-2 mixture of maxout experts
-(:class:`~rckit.layers.maxout.MixtureOfMaxouts`, ``n_experts``; our choice, not in the seed
-note), with noisy top-2 gating in training and an importance (load-balancing) term added to
-the loss with weight ``moe_balance`` (without them unchosen experts never get a gradient and
-routing collapses; at initialisation some experts already get no row of a batch). Word dropout drops a token's
-whole input vector with probability ``word_dropout`` (survivors scaled by ``1/(1-p)``).
-
-Mixed objective (DCN+ Sec. 3), ``mixed_objective=True``, with ``s = log sigma^2`` learned:
+Loss: DCN :func:`~rckit.models.losses.iterative_span_loss`, the cross-entropy summed over each
+example's active iterations. DCN+ with ``mixed_objective`` (Sec. 3), ``log sigma^2`` learned::
 
     loss = L_ce / (2 sigma_ce^2) + L_rl / (2 sigma_rl^2) + log sigma_ce^2 + log sigma_rl^2
     grad L_rl = -mean_b R_b * grad sum_i [log p_i^start(s^_i) + log p_i^end(e^_i)]     (eq. 16)
-    R = F1(ans(s^_T, e^_T)) - F1(ans(s_T, e_T))          sample minus greedy (self-critical)
+    R = F1(s^_T, e^_T) - F1(s_T, e_T)        a sampled rollout (draws fed back) minus greedy
+    R_s = F1(s^, e) - F1(s, e), R_e = F1(s, e^) - F1(s, e)    ours: reward_credit="pointer"
 
-In training the forward runs the decoder a second time, sampling (s^_i, e^_i) from the start
-and end distributions with the sampled span fed back (p(s^_i | s^_{i-1}, e^_{i-1}) as in eq. 16);
-it stops per example when its sampled span repeats. The greedy run is the ordinary forward.
+Reading of L_rl's value: the weights settle at ``sigma^2 = L / 2``, so L must be positive; the
+paper's ``-E[R]`` is negative when greedy beats the sample. The surrogate is REINFORCE for
+``E[1 - F1(sample)]``, greedy F1 the baseline: :func:`~rckit.models.losses.self_critical_loss`
+returns ``V + (S - S.detach())``, value ``V = mean_b (1 - F1(s^, e^))`` for ``sigma_rl``, gradient
+the surrogate S's. Per pointer, R_s weighs the start draws' log p, R_e the end draws', and V is
+``(1 - F1(s^, e)) + (1 - F1(s, e^))``. ``log sigma^2`` has a soft floor ``log_sigma2_floor``;
+``train.reward_from`` keeps the loss at L_ce alone before that step.
 
-What value L_rl has (our reading; the paper writes L_rl = -E[R], which is negative whenever
-the greedy span beats the sample, and ``sigma^2`` must be positive). For fixed loss values the
-weights settle where d/ds [L e^-s / 2 + s] = 0: ``sigma^2 = L / 2``, so each term is divided by
-its own size, and L must be a positive scale of the term. The surrogate above is the REINFORCE
-estimate of grad E_sample[1 - F1(sample)]: the greedy F1 is a baseline that does not depend on
-the sample, so it changes the variance and not the expectation. The loss it descends is the
-expected F1 shortfall of a sample, ``V = mean_b (1 - F1(s^, e^))`` in [0, 1], and that is what
-``sigma_rl`` sees. :func:`self_critical_loss` returns ``V + (S - S.detach())`` with S the
-surrogate: its value is V, its gradient w.r.t. the model is grad S, and because ``S - S.detach()``
-is exactly 0 the weight ``sigma_rl`` gets no gradient from the surrogate (the bug this replaces:
-sigma_rl followed the surrogate's sign to its floor, and the reward term outweighed the
-cross-entropy 20 to 1). ``log sigma^2`` keeps a soft floor ``log_sigma2_floor`` (softplus) for
-batches where every sample is perfect (V = 0). :meth:`DCNPlus.loss` leaves the terms and
-weights of its last call in ``loss_terms`` for the training log.
-
-Credit per pointer (``reward_credit="pointer"``, our variant; ``"joint"`` is eq. 16). Eq. 16
-gives the start and the end draws one reward, that of the span they make together. Early in
-training most sampled spans are worthless whatever one pointer drew: an end drawn before the
-start is the empty answer, and a right start beside a wrong end scores as a wrong span, so a
-right start is pushed down as often as a wrong one. The variant scores each draw beside the
-other pointer's greedy choice::
-
-    R_s = F1(s^, e) - F1(s, e)        R_e = F1(s, e^) - F1(s, e)
-    grad L_rl = -mean_b [R_s * grad sum_i log p_i^start(s^_i) + R_e * grad sum_i log p_i^end(e^_i)]
-
-Each term is the self-critical estimate of the gradient of one pointer's expected F1 with the
-other held at its greedy choice (coordinate-wise, not the joint gradient); a draw equal to the
-greedy choice gets no push. Its loss value is the two shortfalls ``(1 - F1(s^, e)) + (1 -
-F1(s, e^))``, in [0, 2], what ``sigma_rl`` sees.
-
-A cross-entropy phase first (``train.reward_from``, our addition; self-critical training is
-usually started from a model trained on its likelihood first). Until that step the engine
-sets ``reward_on`` False: no sampled rollout, the loss is the plain cross-entropy and the
-weights ``sigma`` rest at their start. Early on a sample's F1 and the greedy span's are both
-near 0, the reward term's gradient is nearly orthogonal to the cross-entropy's and under the
-learned weights it takes a large share of every step (RESULTS.md, issue 14).
-
-Sizes: the paper presets use l = 200, pool 16, 4 iterations, contexts cut at 600 tokens. The
-CPU presets (45 minutes on 2 cores) cut l to 96 (DCN) and 64 (DCN+, whose encoder runs three
-biLSTMs and a 9l-wide fusion), the pool to 8, the iterations to 2, the experts to 4 and the
-contexts to 300 tokens, and leave out the char CNN: the sequential LSTMs and the HMNs over
-every position at every iteration are the cost, and a smaller model sees several times more
-examples in the budget, which matters more than capacity in a run that covers about one epoch.
-Dropout (our reading: on encoder outputs and U) is 0.3 in the paper presets, 0.1 on CPU. The
-CPU presets average no weights (``ema_decay`` 0): in QANet's 45-minute run a 0.9999 EMA lagged
-the raw weights by 9 F1 (RESULTS.md), and a run of a few thousand steps has the same problem.
+Presets: ``paper`` l 200, pool 16, 4 iterations, 8 experts, dropout 0.3, contexts cut at 600.
+``cpu-small`` (45 minutes, 2 cores): l 96 (DCN) / 64 (DCN+), pool 8, 2 iterations, 4 experts,
+dropout 0.1, contexts 300, no EMA, to see more examples in about one epoch. What was measured:
+RESULTS.md ("DCN and DCN+ on SQuAD v1.1"), docs/investigations/dcn.md.
 """
 
 from __future__ import annotations

@@ -8,58 +8,40 @@ The document and the query are read as one sequence around a delimiter, query fi
     h(t, k)  = LSTM_k(x'(t, k), h(t - 1, k))         peephole LSTM cells, rckit.layers.lstm
     y'(t, k) = W_ky h(t, k) + b_ky
     y(t)     = y'(t, 1) || ... || y'(t, K)          (skip from every layer to the output)
-    g        = y(|d| + |q|)                          the output after the last real token
+    g        = y(|q| + 1 + |d|)                      the output at the last real token
 
-Cloze head (``head="cloze"``): ``p(a | d, q) ∝ exp(W(a) g)`` over the anonymised entity
-markers ``@entity0 .. @entity{N-1}``, restricted to the entities that occur in the document
-(the paper scores the whole output vocabulary; only entities can be answers, and the
-candidates restriction is what later readers all use). With ``tied_output`` (default) the
-rows are ``W(a) = e(a)^T M``, ``e(a)`` the marker's input embedding: one map ``M`` learns to
-read an entity back out of ``g`` for every marker at once, where free rows must each learn it
-from the examples that use their number, and with many numbers the readers memorised the
-synthetic task's training set instead (RESULTS.md, cloze readers).
+Cloze head (``head="cloze"``): ``p(a | d, q) ∝ exp(W(a) g)`` over the anonymised entity markers
+``@entity0 .. @entity{N-1}`` that occur in the document. With ``tied_output`` (default) the rows
+are ``W(a) = e(a)^T M``, ``e(a)`` the marker's input embedding: one map ``M`` learns to read any
+entity back out of ``g``, where a free row per number learns only from the examples using that
+number. Loss: :func:`rckit.models.losses.cloze_loss` (:class:`~rckit.models.contract.ClozeOutput`).
 
-Span head (``head="span"``, SQuAD; our design, the paper has none). The pointers read the
-deep LSTM's outputs ``y(t)`` at the document positions. A forward LSTM at a document token
-has read the question (in ``qca``) and the document up to that token but not what follows,
-and a start pointer needs to know where the phrase goes; so the head first reads the
+Span head (``head="span"``, SQuAD; our design, the paper has none). A forward LSTM at a document
+token has read the question (in ``qca``) and the document up to that token but not what
+follows, and a start pointer needs to know where the phrase goes; so the head reads the
 document's ``y`` backwards with one more LSTM, ``z_t = [y_t; LSTM_back(y)_t]``, then::
 
     p_start(t) ∝ exp(z_t^T W_s g)
     c_s        = sum_t p_start(t) z_t                       (the expected start)
     p_end(t)   ∝ exp(z_t^T W_e [g; c_s])
 
-``g`` carries what the reader concluded after the whole sequence; bilinear scores let each
-position be compared with it. In ``cqa`` form the document is read before the question, so
-``y`` at document tokens knows nothing of the question and only ``g`` does; ``qca`` is the
-sensible form for spans (it is also the default).
+Bilinear scores compare each position with what the reader concluded after the whole
+sequence. In ``cqa`` the document is read before the question, so only ``g`` knows the
+question: ``qca`` is the form for spans (the default). Loss: :func:`~rckit.models.losses.span_loss`.
 
-Learning, and what was changed for it (RESULTS.md, "Cloze readers: why they did not learn").
-On the synthetic cloze task (:mod:`rckit.data.cloze_synthetic`: the entity after the query's
-marker word) the reader first learns to copy an entity out of the document, then, after a
-plateau, to pick the marker the query names. Three things held it back: random word rows at
-std 0.1 (the data side's default without pretrained vectors; now N(0, 1)), whose input
-projections are faint next to the cells' biases (copying was learned slowly); the ``|||``
-vector at std 0.1 among GloVe rows of std ~0.7 (now drawn at the word vectors' own spread);
-and entity numbers fixed per example with a free output row per number, which with ~100
-numbers let the readers memorise the training set rather than read (now redrawn for every
-training batch, :func:`rckit.data.cloze.renumber_entities`, and the rows tied, above).
-Peepholes off gave identical curves.
+Readings taken where the paper is loose: the scores run over the candidate entities only (the
+paper's softmax is over the whole output vocabulary; only entities can be answers); ``g`` is
+read at the last real token, the delimiter counted (the paper writes ``y(|d| + |q|)``); the
+cells read ``x'(t, k)`` in every gate (see :mod:`rckit.layers.lstm`); ``|||`` is a learned
+vector drawn at the word vectors' spread, not a vocabulary row, so SQuAD and cloze
+vocabularies need no special token; dropout acts on every layer's input, on ``g`` and on ``z``.
+The cells start at forget bias 1, a memory of about 3.7 steps; ``chrono = T`` (> 2)
+chrono-initialises them for memories of 2 .. T steps (off by default).
 
-Memory. The cells start at the forget bias 1 (:mod:`rckit.layers.lstm`), a memory time of
-about 3.7 steps. A squad-cloze answer is last mentioned a median 63 tokens before the end, and
-with that initialisation the reader could not carry even an entity flagged by an oracle to
-``g``; ``chrono = T`` (> 2) chrono-initialises the gate biases for memories of 2 .. T steps,
-and then it could. It stays off by default: on the synthetic task it was not reliably faster,
-and on squad-cloze neither setting lets this reader learn which entity to keep (RESULTS.md,
-"holding an entity across a document").
-
-The seed notes write the forget gate over ``x(t)`` and repeat ``W_kxo`` in the output gate;
-the cells follow the paper (every gate reads ``x'(t, k)``, the output gate has its own
-weights), see :mod:`rckit.layers.lstm`. The delimiter ``|||`` is a learned vector rather
-than a vocabulary row, so SQuAD and cloze vocabularies need no special token. Dropout is
-applied to the input of every layer and to ``g``. Training per the paper: RMSProp with
-momentum 0.9 and decay 0.95 (``TrainConfig.optimizer = "rmsprop"``, in the presets).
+Presets: ``paper`` 2 x 256 cells, RMSProp lr 5e-4, momentum 0.9, decay 0.95 (the paper's);
+``cloze-cpu`` and ``squad-cpu`` 2 x 128 cells, documents cut at 300 tokens in training, EMA 0.999
+(15-minute CPU runs). What was measured: RESULTS.md (the Deep LSTM Reader's sections and "Cloze
+readers on squad-cloze"), docs/investigations/deep-lstm-reader.md.
 """
 
 from __future__ import annotations
@@ -148,8 +130,8 @@ class DeepLSTMReader(ReadingModel):
         V, E = emb.word_vectors.shape
         n_trainable = emb.n_trainable_words if config.freeze_pretrained_words else V
         self.embed = PartiallyFrozenEmbedding(emb.word_vectors, n_trainable)
-        # the ||| token, as spread as the word vectors around it (at 0.1 it was a faint signal
-        # among GloVe rows of std ~0.7)
+        # the ||| token, drawn at the word vectors' own spread so that it is as strong a signal
+        # as the words around it (docs/investigations/model-design-notes.md)
         self.delim = nn.Parameter(torch.randn(E) * float(emb.word_vectors.std()))
         H, S, K = config.hidden, config.skip_dim or config.hidden, config.depth
         self.layers = nn.ModuleList(

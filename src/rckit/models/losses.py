@@ -69,7 +69,7 @@ def iterative_span_loss(out, y_start: torch.Tensor, y_end: torch.Tensor) -> torc
 
 
 def self_critical_loss(out, batch, reward_fn, credit: str = "joint") -> torch.Tensor:
-    """Self-critical policy-gradient term with the value of the loss it descends (module docstring).
+    """Self-critical policy-gradient term and the value of the loss it descends (see rckit.models.dcn).
 
     ``credit="joint"`` (eq. 16): the gradient is that of ``S = -mean R * log p(sampled trajectory)``,
     R = F1(s^, e^) - F1(s, e) (sample minus greedy); the value is ``V = mean (1 - F1(s^, e^))``.

@@ -16,29 +16,32 @@ Layers, with the paper's symbols (context C, question Q, hidden size d):
    ``[c; a; c*a; c*b]`` (4d), then a linear projection back to d.
 4. Model encoder: ``model_enc_blocks`` blocks applied three times with the same weights,
    ``M0 = enc(x), M1 = enc(M0), M2 = enc(M1)``.
-5. Output: ``p1 = softmax(W_1 [M0; M1])``, ``p2 = softmax(W_2 [M0; M2])``; we return the
-   logits, padded positions at ``finfo(dtype).min``; no bias (it cancels in the softmax).
+5. Output: ``p1 = softmax(W_1 [M0; M1])``, ``p2 = softmax(W_2 [M0; M2])``, returned as
+   :class:`~rckit.models.contract.SpanOutput` logits (padding at ``finfo(dtype).min``; no bias,
+   it cancels in the softmax). Loss: :func:`rckit.models.losses.span_loss`, the default.
 
-Regularisation (Sec. 3.1): dropout 0.1 on word vectors and every sublayer output, 0.05 on
-char vectors, none on attention weights (not asked for). Stochastic depth: sublayer ``l`` of
-the ``L`` in a stack survives with ``p_l = 1 - (l / L)(1 - p_L)``, ``p_L = 0.9``, survivors
-scaled by ``1 / p_l`` (as the authors' code; eval needs no rescaling); ``L = 1 * (4 + 2)`` in
-the embedding encoder, ``7 * (2 + 2)`` in the model encoder, counted afresh at each pass.
-``layer_dropout="example"`` (default) draws keep/drop per example and sublayer, a (B, 1, 1)
-mask: every sublayer runs and DDP's graph is static. ``"batch"`` (Huang et al. 2016, the
-authors' code) keeps or skips a sublayer for the whole batch, drawn by :class:`LayerDropDraws`
-(the same on every DDP rank, saved in the state dict; DDP needs ``find_unused_parameters``).
+Regularisation (Sec. 3.1): dropout 0.1 on word vectors and every sublayer output, 0.05 on char
+vectors, none on attention weights (the paper names none; ``attention_dropout``). Stochastic
+depth: sublayer ``l`` of the ``L`` in a stack survives with ``p_l = 1 - (l / L)(1 - p_L)``,
+``p_L = 0.9``, survivors scaled by ``1 / p_l`` (as the authors' code; eval needs no rescaling);
+``L = 1 * (4 + 2)`` in the embedding encoder, ``7 * (2 + 2)`` in the model encoder, counted
+afresh at each pass. ``layer_dropout="example"`` (default) draws keep/drop per example and
+sublayer, a (B, 1, 1) mask: every sublayer runs and DDP's graph is static. ``"batch"`` (Huang et
+al. 2016, the authors' code) keeps or skips a sublayer for the whole batch, drawn by
+:class:`LayerDropDraws` (the same on every DDP rank, saved in the state dict; DDP needs
+``find_unused_parameters``).
 
-Readings taken where the paper is loose: model-encoder convs use kernel 5 (Sec. 3.1.1), the
-embedding encoder 7; the char CNN has width 5 and keeps the char width (200), so the highway
-runs at 300 + 200 = 500 as in the paper's "500 -> 128".
+Readings taken where the paper is loose: model-encoder convs use kernel 5 (Sec. 3.1.1; the model
+section's "same as before" would give 7), the embedding encoder 7; the char CNN has width 5 and
+keeps the char width (200), so the highway runs at 300 + 200 = 500, the paper's "500 -> 128".
 
 Presets (``src/rckit/presets/qanet-*.json``): ``paper`` has the paper's sizes (d 128, 8 heads,
-1 x 4 embedding convs, 7 x 2 model blocks, warm-up 1000, EMA 0.9999). ``cpu-small`` fits a
-45-minute run on 2 cores: d 64, 4 heads, char dim 64, 1 x 2 and 3 x 2 blocks, no stochastic
-depth and no EMA (an average that slow lags the raw weights in so short a run; RESULTS.md).
+1 x 4 embedding convs, 7 x 2 model blocks, warm-up 1000, EMA 0.9999); ``cpu-small`` fits 45
+minutes on 2 cores: d 64, 4 heads, char dim 64, 1 x 2 and 3 x 2 blocks, warm-up 500, no
+stochastic depth, no EMA (so slow an average lags the raw weights in so short a run).
 ``checkpoint_blocks`` recomputes model-encoder blocks in backward: same gradients, less memory.
-CPU fast paths live in :mod:`rckit.kernels` (``RCKIT_KERNELS=none`` switches them off).
+CPU fast paths: :mod:`rckit.kernels` (``RCKIT_KERNELS=none`` turns them off); speeds: BENCHMARKS.md.
+What was measured: RESULTS.md ("QANet on SQuAD v1.1"), docs/investigations/qanet-cpu-small.md.
 """
 
 from __future__ import annotations
@@ -244,7 +247,7 @@ class QANet(ReadingModel):
         self.w1 = nn.Linear(2 * d, 1, bias=False)
         self.w2 = nn.Linear(2 * d, 1, bias=False)
         self.dropout = nn.Dropout(c.dropout)
-        # Last, so that drawing its seed leaves the weight initialisation as it was.
+        # Last, so that drawing its seed does not change the weights' initialisation.
         self.layer_drops = LayerDropDraws() if c.layer_dropout == "batch" else None
 
     def draws(self, stack: EncoderStack) -> list[float] | None:

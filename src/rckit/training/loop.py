@@ -94,7 +94,7 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     """The learning rate's multiplier at ``step``: the warm-up, then constant, then (when
     ``decay_steps`` > 0) a straight line from 1 at ``decay_from`` to 0 at ``decay_from +
     decay_steps``. A run of a known length ends on the decay: the last steps average out the
-    noise of a large constant rate instead of stopping in the middle of it (RESULTS.md, the
+    noise of a large constant rate instead of stopping in the middle of it (docs/investigations/qanet-cpu-small.md, the
     bundled model)."""
     if cfg.decay_steps > 0 and step >= cfg.decay_from:
         return max(0.0, 1.0 - (step - cfg.decay_from) / cfg.decay_steps)
