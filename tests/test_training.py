@@ -67,6 +67,67 @@ def test_lr_decays_linearly_to_zero_after_decay_from():
     assert lr_factor(5000, TrainConfig(warmup_steps=100)) == 1.0  # decay_steps 0: constant
 
 
+def test_the_decay_follows_the_time_budget_or_else_max_steps():
+    cfg = TrainConfig(warmup_steps=0, decay_share=0.4)
+    # 100 s of budget: constant for the first 60 s of training time, then a line to 0 at 100 s
+    assert lr_factor(7, cfg, elapsed=59.0, time_budget=100.0) == 1.0
+    assert lr_factor(7, cfg, elapsed=80.0, time_budget=100.0) == pytest.approx(0.5)
+    assert lr_factor(7, cfg, elapsed=100.0, time_budget=100.0) == 0.0 == lr_factor(7, cfg, 130.0, 100.0)
+    # the time budget wins over max_steps; without one the steps carry the decay
+    assert lr_factor(900, cfg, elapsed=10.0, time_budget=100.0, max_steps=1000) == 1.0
+    assert lr_factor(900, cfg, elapsed=10.0, max_steps=1000) == pytest.approx(0.25)
+    assert lr_factor(900, cfg, elapsed=10.0) == 1.0  # no horizon: constant
+    warm = TrainConfig(warmup_steps=100, decay_share=1.0)  # Li et al.'s linear schedule over the whole budget
+    assert lr_factor(10, warm, 50.0, 100.0) == pytest.approx(warmup_factor(10, 100) * 0.5)
+    steps = TrainConfig(warmup_steps=0, decay_share=0.4, decay_from=10, decay_steps=10)  # steps placed: as before
+    assert lr_factor(15, steps, elapsed=99.0, time_budget=100.0) == pytest.approx(0.5)
+    assert lr_factor(5, steps, elapsed=99.0, time_budget=100.0) == 1.0
+
+
+def _ticking(start: float = 0.0):
+    """A clock that moves one second each time training reads it: once a step."""
+    t = [start]
+
+    def clock() -> float:
+        t[0] += 1.0
+        return t[0]
+
+    return clock
+
+
+def _logged_lrs(run) -> dict[int, float]:
+    return {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "lr" in r}
+
+
+def test_a_resumed_budgeted_run_continues_the_same_schedule(prepared, tmp_path):
+    """Ten seconds of budget, one second a step, the decay over the last 40 %: a run stopped at
+    step 5 and resumed with --resume alone logs the learning rates of an uninterrupted run."""
+    cfg = TrainConfig(**{**TINY_TRAIN, "warmup_steps": 0, "decay_share": 0.4})
+    model = ("qanet", QANet, QANetConfig(**TINY_MODEL))
+    whole = train(*model, cfg, prepared, tmp_path / "a", time_budget=10.0, progress=False, clock=_ticking())
+    assert whole["stopped_by"] == "time_budget" and whole["steps"] == 10
+    train(*model, cfg, prepared, tmp_path / "b", time_budget=10.0, max_steps=5, progress=False, clock=_ticking())
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert config["limits"] == {"max_steps": 5, "time_budget": 10.0}
+    # a new process: its clock reads something else entirely; the saved training time carries on
+    again = train(*model, cfg, prepared, tmp_path / "b", resume=True, progress=False, clock=_ticking(1e6))
+    assert again["stopped_by"] == "max_steps" and again["steps"] == 5  # --resume alone: the limits it had
+    resumed = train(*model, cfg, prepared, tmp_path / "b", resume=True, time_budget=10.0, progress=False,
+                    clock=_ticking(5e6))
+    assert resumed["stopped_by"] == "time_budget" and resumed["steps"] == 10
+    straight, split = _logged_lrs(tmp_path / "a"), _logged_lrs(tmp_path / "b")
+    assert sorted(straight) == sorted(split) == list(range(1, 11))
+    assert split == pytest.approx(straight)
+    # constant for 6 s, then down by 0.25 of lr each second, to 0 at the budget
+    assert [straight[k] / cfg.lr for k in range(5, 11)] == pytest.approx([1.0, 1.0, 0.75, 0.5, 0.25, 0.0])
+
+
+def test_decay_share_is_checked_before_the_run_directory_is_made(prepared, tmp_path):
+    with pytest.raises(ValueError, match="decay_share"):
+        _train(prepared, tmp_path / "a", 1, decay_share=1.5)
+    assert not (tmp_path / "a").exists()
+
+
 def test_resume_keeps_the_decay_schedule(prepared, tmp_path):
     over = dict(warmup_steps=0, decay_from=3, decay_steps=6)
     straight = _train(prepared, tmp_path / "a", 8, **over)

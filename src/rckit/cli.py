@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", help="preset name or file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
-    p.add_argument("--time-budget", help="stop after this much wall-clock time, e.g. 45m, 2h, 90s")
+    p.add_argument("--time-budget", help="stop after this much training time, e.g. 45m, 2h, 90s; a preset's "
+                   "train.decay_share places the learning rate's linear decay to 0 on its last share")
     p.add_argument("--cloze-data", help="cloze models: a directory from `rckit prepare squad-cloze`, Chen et al.'s "
                    "train/dev.txt, or DeepMind Q&A training/ validation/ .question folders")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")

@@ -34,13 +34,14 @@ def init_distributed(device: torch.device) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def any_true(flag: bool, info: DistInfo, device: torch.device) -> bool:
-    """True on every rank if it is true on any (for stop decisions taken together)."""
+def largest(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """Each value's maximum over the ranks, on every rank, in one collective (a stop flag seen
+    by any rank, the slowest rank's clock)."""
     if not info.enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
+    return t.tolist()
 
 
 def barrier(info: DistInfo) -> None:

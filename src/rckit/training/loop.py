@@ -31,6 +31,7 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -46,7 +47,7 @@ from rckit.device import autocast
 from rckit.evaluation.decoding import DecodeConfig
 from rckit.models.contract import ReadingModel
 from rckit.saved.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
-from rckit.training.distributed import DistInfo, any_true, barrier, init_distributed
+from rckit.training.distributed import DistInfo, barrier, init_distributed, largest
 from rckit.training.ema import EMA
 from rckit.training.tasks import ClozeTask, SpanTask
 
@@ -58,7 +59,8 @@ class TrainConfig:
     lr: float = 1e-3
     warmup_steps: int = 1000  # lr = lr * log(step + 1) / log(warmup_steps), then constant
     decay_from: int = 0  # with decay_steps > 0: the lr falls linearly from this step ...
-    decay_steps: int = 0  # ... to 0 over this many steps (0: constant after warm-up)
+    decay_steps: int = 0  # ... to 0 over this many steps (0: no decay placed by steps)
+    decay_share: float = 0.0  # else: the lr falls linearly to 0 over this last share of the run's time budget (or max_steps)
     beta1: float = 0.8
     beta2: float = 0.999
     eps: float = 1e-7
@@ -90,15 +92,34 @@ def warmup_factor(step: int, warmup: int) -> float:
     return math.log(step + 1) / math.log(warmup)
 
 
-def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """The learning rate's multiplier at ``step``: the warm-up, then constant, then (when
-    ``decay_steps`` > 0) a straight line from 1 at ``decay_from`` to 0 at ``decay_from +
-    decay_steps``. A run of a known length ends on the decay: the last steps average out the
-    noise of a large constant rate instead of stopping in the middle of it (docs/investigations/qanet-cpu-small.md, the
-    bundled model)."""
-    if cfg.decay_steps > 0 and step >= cfg.decay_from:
-        return max(0.0, 1.0 - (step - cfg.decay_from) / cfg.decay_steps)
-    return warmup_factor(step, cfg.warmup_steps)
+def lr_factor(step: int, cfg: TrainConfig, elapsed: float = 0.0, time_budget: float | None = None,
+              max_steps: int | None = None) -> float:
+    """The learning rate's multiplier for optimiser step ``step`` (``elapsed`` seconds of training
+    so far): the warm-up, then constant, then a straight line down to 0 at the end of the run.
+
+    The decay is placed by steps when ``decay_steps`` > 0 (from 1 at ``decay_from`` to 0 at
+    ``decay_from + decay_steps``), else, when ``decay_share`` > 0, on the run's horizon: over
+    the last ``decay_share`` of ``time_budget`` in training seconds when the run has one, else
+    of ``max_steps``; with neither the rate stays constant. A run ends on the decay, its last
+    steps averaging out the noise of a large constant rate instead of stopping in the middle of
+    it (docs/investigations/qanet-cpu-small.md, the bundled model; Li et al. 2020 found a linear
+    decay to zero over the budget the best simple schedule for budgeted training).
+    """
+    if cfg.decay_steps > 0:
+        if step >= cfg.decay_from:
+            return max(0.0, 1.0 - (step - cfg.decay_from) / cfg.decay_steps)
+        return warmup_factor(step, cfg.warmup_steps)
+    warm = warmup_factor(step, cfg.warmup_steps)
+    if cfg.decay_share > 0:
+        horizon, now = (time_budget, elapsed) if time_budget else (max_steps, step)
+        if horizon and now > (1.0 - cfg.decay_share) * horizon:
+            return warm * max(0.0, (horizon - now) / (cfg.decay_share * horizon))
+    return warm
+
+
+def set_learning_rate(opt: torch.optim.Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
 
 
 def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls: type[ReadingModel] = ReadingModel) -> torch.dtype | None:
@@ -205,6 +226,8 @@ class Run:
     device: torch.device
     dtype: torch.dtype | None  # autocast dtype, None for fp32
     init_from: dict | None = None  # the checkpoint a new run started from (--init-from), for config.json
+    max_steps: int | None = None  # where the run stops (and the decay's horizon, train.decay_share)
+    time_budget: float | None = None  # training seconds; with max_steps, the first reached stops the run
 
 
 @dataclass
@@ -214,7 +237,6 @@ class Parts:
     model: ReadingModel
     params: list
     opt: torch.optim.Optimizer
-    sched: torch.optim.lr_scheduler.LambdaLR
     ema: EMA
     sampler: BucketBatchSampler | None  # None: steps on batches chosen elsewhere (rckit bench)
     dev_rows: np.ndarray | None  # the fixed dev subset of periodic evaluation
@@ -248,17 +270,24 @@ def train(
     progress: bool = True,
     decode: DecodeConfig | None = None,
     init_from: str | Path | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict:
     """Train and return a summary (steps, best dev score, seconds). See the module docstring.
 
     ``data``: a task from :mod:`rckit.training.tasks`, or prepared SQuAD data (the span task).
+    ``max_steps``, ``time_budget`` (training seconds): the first reached stops the run; saved
+    with it, so that ``resume`` with neither given continues with the saved ones.
     ``decode``: how dev answers are decoded; saved with the run (default :class:`DecodeConfig`).
     ``init_from``: a new run starts from the model weights of this checkpoint (another run's
     ``last.pt`` or ``best.pt``), see :func:`init_weights`; the optimiser, schedule and step
-    count start afresh.
+    count start afresh. ``clock``: what training time is read from (seconds; tests give one
+    that ticks once a step).
     """
     if cfg.copy_steps and not isinstance(data, ClozeTask):  # before the run directory is made
         raise ValueError("train.copy_steps is a cloze readers' setting; this is a span run")
+    if not 0.0 <= cfg.decay_share <= 1.0:
+        raise ValueError(f"train.decay_share is the share of the run over which the learning rate decays, "
+                         f"between 0 and 1; got {cfg.decay_share}")
     if init_from is not None and resume:
         raise ValueError("--init-from starts a new run from another run's weights and --resume continues this one; "
                          "give one of them")
@@ -269,7 +298,7 @@ def train(
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     task = data if isinstance(data, (SpanTask, ClozeTask)) else SpanTask(data, cfg)
     run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device,
-              amp_dtype(cfg, device, model_cls))
+              amp_dtype(cfg, device, model_cls), max_steps=max_steps, time_budget=time_budget)
     parts = set_up(run, model_cls)
     if init_from is not None:
         run.init_from = init_weights(run, parts, init_from)
@@ -278,28 +307,33 @@ def train(
     state = resume_from(run, parts) if resume else RunState()
     if dist.is_main:
         write_config(run)
+        if cfg.decay_share > 0 and cfg.decay_steps == 0 and run.max_steps is None and run.time_budget is None:
+            print(f"rckit train: warning: train.decay_share={cfg.decay_share} places the learning rate's decay on the run's "
+                  "time budget or max steps, and this run has neither: the rate stays constant (give --time-budget "
+                  "or --max-steps)", file=sys.stderr, flush=True)
     net = data_parallel(parts.model, dist)
-    bar = progress_bar(max_steps, state.step) if progress and dist.is_main else None
+    bar = progress_bar(run.max_steps, state.step) if progress and dist.is_main else None
     window = LogWindow()
-    t_start = time.perf_counter() - state.elapsed
-    stopped_by = "max_steps" if max_steps is not None and state.step >= max_steps else None
+    t_start = clock() - state.elapsed
+    stopped_by = "max_steps" if run.max_steps is not None and state.step >= run.max_steps else None
     batches = training_batches(parts.sampler, task.train_rows, state)
     parts.model.train()
     with StopFlag() as stop:
         while stopped_by is None:
             ids = next(batches)
             set_phase(run, parts.model, state.step)
+            set_learning_rate(parts.opt, learning_rate(run, state))
             batch = task.collate(ids).to(device, non_blocking=True)
             loss, terms = train_step(net, parts, task, batch, cfg, device, run.dtype)
             state.step += 1
             state.batch_in_epoch += 1
-            state.elapsed = time.perf_counter() - t_start
+            state.elapsed = clock() - t_start
+            stopped_by = stop_reason(run, state, stop.requested)  # state.elapsed: the same on every rank
             window.add(loss.item(), len(ids), terms)
             if state.step % cfg.log_every == 0:
-                log_window(run, window, state, parts.sched.get_last_lr()[0], bar, time_budget)
+                log_window(run, window, state, learning_rate(run, state), bar)
             if bar is not None:
                 bar.update(1)
-            stopped_by = stop_reason(run, state, max_steps, time_budget, stop.requested)
             if dist.is_main and (state.step % cfg.eval_every == 0 or stopped_by):
                 t_eval = time.perf_counter()
                 evaluate_and_keep_best(run, parts, state, bar)
@@ -347,12 +381,11 @@ def set_up(run: Run, model_cls: type[ReadingModel]) -> Parts:
 
 def optimisation(model: ReadingModel, cfg: TrainConfig, sampler: BucketBatchSampler | None = None,
                  dev_rows: np.ndarray | None = None) -> Parts:
-    """Adam/RMSProp over the trainable parameters, the warm-up (and decay) schedule and the EMA
-    of ``model``; ``rckit bench`` times training steps with these, without a sampler or dev rows."""
+    """Adam/RMSProp over the trainable parameters and the EMA of ``model`` (the loop sets the
+    learning rate before each step, :func:`lr_factor`); ``rckit bench`` times training steps
+    with these, without a sampler or dev rows."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(params, cfg)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
-    return Parts(model, params, opt, sched, EMA(model, cfg.ema_decay), sampler, dev_rows)
+    return Parts(model, params, make_optimizer(params, cfg), EMA(model, cfg.ema_decay), sampler, dev_rows)
 
 
 def resume_from(run: Run, parts: Parts) -> RunState:
@@ -371,9 +404,15 @@ def resume_from(run: Run, parts: Parts) -> RunState:
                               "resume: give the run's --preset and --set again, or choose another --out")
     run.task.check_resume(ckpt, path)
     parts.model.load_state_dict(ckpt["model"])
-    parts.opt.load_state_dict(ckpt["optimizer"])
-    parts.sched.load_state_dict(ckpt["scheduler"])
+    parts.opt.load_state_dict(ckpt["optimizer"])  # the learning rate is a function of step and time
     parts.ema.load_state_dict(ckpt["ema"])
+    saved = ckpt.get("limits") or {}
+    if run.max_steps is None and run.time_budget is None:  # --resume alone: the limits it was started with
+        run.max_steps, run.time_budget = saved.get("max_steps"), saved.get("time_budget")
+    elif run.dist.is_main and saved.get("time_budget") and run.time_budget != saved["time_budget"]:
+        print(f"--resume: the time budget was {format_duration(saved['time_budget'])}, now "
+              f"{format_duration(run.time_budget) if run.time_budget else 'none'}; the learning rate's "
+              "decay follows the new one", file=sys.stderr, flush=True)
     _set_rng_state(ckpt["rng"], run.device)
     if run.dist.is_main:
         _trim_metrics(run.files.metrics, ckpt["step"])
@@ -432,6 +471,7 @@ def write_config(run: Run) -> None:
     run.files.config.write_text(json.dumps(
         {"model": run.model_name, "model_config": asdict(run.model_cfg), "train_config": asdict(run.cfg),
          "decode": asdict(run.decode), "task": run.task.kind, "data": run.task.describe(),
+         "limits": {"max_steps": run.max_steps, "time_budget": run.time_budget},
          **({"init_from": run.init_from} if run.init_from else {})}, indent=1))
 
 
@@ -462,7 +502,8 @@ def set_phase(run: Run, model: ReadingModel, step: int) -> None:
 
 def train_step(net: torch.nn.Module, parts: Parts, task: SpanTask | ClozeTask, batch, cfg: TrainConfig,
                device: torch.device, dtype: torch.dtype | None) -> tuple[torch.Tensor, dict]:
-    """Forward under autocast, the task's loss, backward, clip, optimiser and schedule step, EMA.
+    """Forward under autocast, the task's loss, backward, clip, optimiser step, EMA (the loop has
+    set the learning rate).
 
     ``net`` is ``parts.model`` or its DistributedDataParallel wrapper. Returns the loss and its
     named parts (detached), for the log."""
@@ -473,25 +514,31 @@ def train_step(net: torch.nn.Module, parts: Parts, task: SpanTask | ClozeTask, b
     loss.backward()
     torch.nn.utils.clip_grad_norm_(parts.params, cfg.grad_clip)
     parts.opt.step()
-    parts.sched.step()
     parts.ema.update(parts.model)
     return loss, terms
 
 
-def stop_reason(run: Run, state: RunState, max_steps: int | None, time_budget: float | None,
-                signalled: bool) -> str | None:
+def stop_reason(run: Run, state: RunState, signalled: bool) -> str | None:
     """``max_steps``, ``signal`` or ``time_budget`` if the run stops after this step, else None.
 
-    Every process asks at every step: a signal or the clock seen by one stops them all together.
+    Every process asks at every step, in one collective: a signal seen by one stops them all
+    together, and ``state.elapsed`` becomes the largest of the processes' clocks, so that all of
+    them stop at the same step and set the same learning rate (:func:`learning_rate`).
     """
-    out_of_time = time_budget is not None and state.elapsed >= time_budget
-    finished = max_steps is not None and state.step >= max_steps
-    want_stop = any_true(signalled or out_of_time, run.dist, run.device)
-    if finished:
+    signal_any, state.elapsed = largest([float(signalled), state.elapsed], run.dist, run.device)
+    out_of_time = run.time_budget is not None and state.elapsed >= run.time_budget
+    if run.max_steps is not None and state.step >= run.max_steps:
         return "max_steps"
-    if want_stop:
-        return "signal" if signalled else "time_budget"
+    if signal_any:
+        return "signal"
+    if out_of_time:
+        return "time_budget"
     return None
+
+
+def learning_rate(run: Run, state: RunState) -> float:
+    """The rate of the next optimiser step: ``lr`` times :func:`lr_factor` at ``state``."""
+    return run.cfg.lr * lr_factor(state.step, run.cfg, state.elapsed, run.time_budget, run.max_steps)
 
 
 # ------------------------------------------------------------- logging, evaluation, checkpoints
@@ -520,7 +567,7 @@ def log(run: Run, record: dict) -> None:
             fh.write(json.dumps(record) + "\n")
 
 
-def log_window(run: Run, window: LogWindow, state: RunState, lr: float, bar, time_budget: float | None) -> None:
+def log_window(run: Run, window: LogWindow, state: RunState, lr: float, bar) -> None:
     """One ``metrics.jsonl`` line of means over the window (and the bar's postfix); a new window."""
     n_steps = run.cfg.log_every
     rec = {"step": state.step, "time": round(state.elapsed, 2), "loss": window.loss / n_steps, "lr": lr,
@@ -529,8 +576,8 @@ def log_window(run: Run, window: LogWindow, state: RunState, lr: float, bar, tim
     log(run, rec)
     if bar is not None:
         post = {"loss": f"{rec['loss']:.3f}", "ex/s": f"{rec['examples_per_s']:.1f}"}
-        if time_budget:
-            post["left"] = f"{max(0.0, time_budget - state.elapsed) / 60:.1f}m"
+        if run.time_budget:
+            post["left"] = f"{max(0.0, run.time_budget - state.elapsed) / 60:.1f}m"
         bar.set_postfix(post, refresh=False)
     window.reset()
 
@@ -562,7 +609,7 @@ def checkpoint(run: Run, parts: Parts, state: RunState, path: Path) -> None:
             "decode": asdict(run.decode),
             "model": parts.model.state_dict(),
             "optimizer": parts.opt.state_dict(),
-            "scheduler": parts.sched.state_dict(),
+            "limits": {"max_steps": run.max_steps, "time_budget": run.time_budget},
             "ema": parts.ema.state_dict(),
             "step": state.step,
             "epoch": state.epoch,
