@@ -1,6 +1,8 @@
-"""Load test of `rckit serve`: questions/s and latency at 1, 8 and 32 concurrent clients.
+"""Load test of `rckit serve`: questions/s and latency at 1, 8 and 32 concurrent clients, and
+under mixed load (long documents beside paragraph questions).
 
     python benchmarks/load_serve.py [RUN|FILE] [--levels 1,8,32] [--seconds 20] [--max-requests 5000] [--json]
+    python benchmarks/load_serve.py [RUN|FILE] --mixed 4,8 [--long-words 20000] [--seconds 60]
 
 Starts a real ``rckit serve`` on 127.0.0.1 (a free port) with the given model (default: the
 installed one, or ``$RCKIT_MODEL``), then for each level runs that many client threads, each
@@ -13,6 +15,12 @@ and the server's resident memory before and after the level and its peak so far
 (``/proc/PID/status``: VmRSS, VmHWM). The clients run on the same machine as the server and
 take some of its CPU. ``--json`` prints one JSON object instead of the table. Exit status 1 if
 any request failed.
+
+``--mixed L,S`` measures fairness instead: ``L`` clients each post one ``--long-words`` document
+(benchmarks/long_document.py's, one question) after another while ``S`` clients post paragraph
+questions, all for ``--seconds``; then the ``L`` long-document clients alone, for their
+throughput without the paragraphs. Each class gets its own row (requests, requests/s, p50, p99,
+max ms). ``--serve-arg`` passes a setting on to ``rckit serve`` (``--serve-arg=--policy=round-robin``).
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ def start_server(args) -> tuple[subprocess.Popen, str, int]:
            "--max-questions", str(max(64, args.questions_per_request))]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    cmd += args.serve_arg
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
@@ -92,9 +101,11 @@ def get_json(host: str, port: int, path: str) -> dict:
 class Level:
     """One load level: ``clients`` threads sharing a request budget and a deadline."""
 
-    def __init__(self, host: str, port: int, clients: int, seconds: float, max_requests: int, per_request: int):
+    def __init__(self, host: str, port: int, clients: int, seconds: float, max_requests: int, per_request: int,
+                 context: str = PARAGRAPH, questions: list[str] = QUESTIONS):
         self.host, self.port, self.clients = host, port, clients
         self.seconds, self.max_requests, self.per_request = seconds, max_requests, per_request
+        self.context, self.questions_asked = context, questions
         self.lock = threading.Lock()
         self.sent = 0
         self.latencies: list[float] = []
@@ -103,10 +114,11 @@ class Level:
         self.deadline = 0.0  # set by run()
 
     def body(self, i: int) -> bytes:
+        asked = self.questions_asked
         if self.per_request == 1:
-            return json.dumps({"context": PARAGRAPH, "question": QUESTIONS[i % len(QUESTIONS)]}).encode()
-        qs = [QUESTIONS[(i + k) % len(QUESTIONS)] for k in range(self.per_request)]
-        return json.dumps({"context": PARAGRAPH, "questions": qs}).encode()
+            return json.dumps({"context": self.context, "question": asked[i % len(asked)]}).encode()
+        qs = [asked[(i + k) % len(asked)] for k in range(self.per_request)]
+        return json.dumps({"context": self.context, "questions": qs}).encode()
 
     def claim(self) -> int | None:
         with self.lock:
@@ -142,16 +154,49 @@ class Level:
 
     def run(self) -> float:
         """All clients at once until the deadline or the request budget; the seconds it took."""
-        start = threading.Barrier(self.clients + 1)
-        threads = [threading.Thread(target=self.client, args=(start,)) for _ in range(self.clients)]
-        for t in threads:
-            t.start()
-        self.deadline = time.perf_counter() + self.seconds
-        t0 = time.perf_counter()
-        start.wait()
-        for t in threads:
-            t.join()
-        return time.perf_counter() - t0
+        return run_together([self])
+
+
+def run_together(levels: list[Level]) -> float:
+    """The clients of every level at once, each level to its own deadline; the seconds it took."""
+    start = threading.Barrier(sum(lv.clients for lv in levels) + 1)
+    threads = [threading.Thread(target=lv.client, args=(start,)) for lv in levels for _ in range(lv.clients)]
+    for t in threads:
+        t.start()
+    for lv in levels:
+        lv.deadline = time.perf_counter() + lv.seconds
+    t0 = time.perf_counter()
+    start.wait()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def mixed(host: str, port: int, args) -> list[dict]:
+    """Long documents beside paragraph questions, then the long documents alone (module docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from long_document import QUESTION, make_document
+
+    n_long, n_short = (int(x) for x in args.mixed.split(","))
+    document = make_document(args.long_words, 0.5)
+
+    def long_level() -> Level:
+        return Level(host, port, n_long, args.seconds, args.max_requests, 1, document, [QUESTION])
+
+    Level(host, port, n_long, 300, n_long, 1, document, [QUESTION]).run()  # warm: one document per client
+    together = [long_level(), Level(host, port, n_short, args.seconds, args.max_requests, 1)]
+    seconds = run_together(together)
+    alone = long_level()
+    alone_seconds = alone.run()
+    rows = []
+    for name, lv, secs in (("long, mixed", together[0], seconds), ("paragraph, mixed", together[1], seconds),
+                           ("long, alone", alone, alone_seconds)):
+        rows.append({"load": name, "clients": lv.clients, "requests": len(lv.latencies),
+                     "requests_per_s": round(len(lv.latencies) / secs, 3),
+                     "p50_ms": _round(percentile(lv.latencies, 50)), "p99_ms": _round(percentile(lv.latencies, 99)),
+                     "max_ms": _round(max(lv.latencies, default=None) if lv.latencies else None),
+                     "errors": len(lv.errors), "first_errors": lv.errors[:5]})
+    return rows
 
 
 def percentile(values: list[float], q: int) -> float | None:
@@ -203,11 +248,29 @@ def main() -> int:
     ap.add_argument("--max-batch", type=int, default=32, help="as rckit serve --max-batch")
     ap.add_argument("--batch-window-ms", type=float, default=2, help="as rckit serve --batch-window-ms")
     ap.add_argument("--threads", type=int, help="as rckit serve --threads")
+    ap.add_argument("--mixed", metavar="L,S", help="L long-document clients beside S paragraph clients (docstring)")
+    ap.add_argument("--long-words", type=int, default=20000, help="--mixed: words in each long document")
+    ap.add_argument("--serve-arg", action="append", default=[], help="another rckit serve setting, e.g. "
+                    "--serve-arg=--policy=round-robin")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
 
     proc, host, port = start_server(args)
+    if args.mixed:
+        try:
+            info = get_json(host, port, "/v1/model")
+            rows = mixed(host, port, args)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        print(json.dumps({"model": info.get("model"), "mixed": args.mixed, "long_words": args.long_words,
+                          "seconds": args.seconds, "serve_args": args.serve_arg,
+                          "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rows": rows}, indent=1))
+        return 1 if any(r["errors"] for r in rows) else 0
     try:
         info = get_json(host, port, "/v1/model")
         results = []

@@ -1,7 +1,7 @@
 """rckit serve: the JSON API, its errors, batching of concurrent requests, a real server.
 
-Most tests use a fake reader (``answer_batch`` and ``info`` as :class:`rckit.saved.reader.Reader`'s)
-that records the size of every call; the end-to-end ones use the real Reader on conftest's tiny
+Most tests use a fake reader (``plan``, ``read``, ``window`` and ``info`` as
+:class:`rckit.saved.reader.Reader`'s) that records the size of every call; the end-to-end ones use the real Reader on conftest's tiny
 QANet run in process, and on its exported file behind a real uvicorn server on 127.0.0.1.
 """
 
@@ -30,34 +30,65 @@ from rckit.serve.app import create_app
 CONTEXT = "Ada Lovelace wrote the first published program in 1843 for the Analytical Engine of Charles Babbage."
 
 
+class FakeJob:
+    """A fake reader's plan: each pair read in ``windows`` windows of 100 tokens, one item each."""
+
+    def __init__(self, reader, pairs, top_k, max_answer_len, windows):
+        self.reader, self.pairs, self.top_k, self.max_answer_len = reader, pairs, top_k, max_answer_len
+        count = windows if callable(windows) else (lambda context: windows)
+        self.windows = [[(i, w)] for i, (c, _) in enumerate(pairs) for w in range(count(c))]
+        self.work = len(self.windows)
+        self.read = 0  # items read so far
+
+    @staticmethod
+    def cost(items) -> int:
+        return 100 * len(items)
+
+    def answers(self):
+        assert self.read == self.work, "answers asked for before every window was read"
+        return [self.reader.answers(c, q, self.top_k) for c, q in self.pairs]
+
+
 class FakeReader:
-    """Answers with words of the context, chosen by the question, best first; records call sizes."""
+    """Answers with words of the context, chosen by the question, best first; records every model
+    call's size and its requests' settings. ``windows``: how many windows each pair is read in
+    (or a function of its context giving that)."""
 
     info = {"model": "fake-reader", "source": None, "config": {}}
+    window = 400
 
-    def __init__(self, delay: float = 0.0, fail_on: str | None = None):
+    def __init__(self, delay: float = 0.0, fail_on: str | None = None, windows=1):
         self.delay = delay
         self.fail_on = fail_on
+        self.windows = windows
         self.calls: list[int] = []
         self.settings: list[tuple[int, int | None]] = []
+        self.log: list[list[str]] = []  # each call: the question of each of its items
         self.lock = threading.Lock()
         self.busy = False  # two calls at once would mean the model runs outside the one worker
 
-    def answer_batch(self, pairs, top_k=1, max_answer_len=None):
+    def plan(self, pairs, top_k=1, max_answer_len=None):
+        return FakeJob(self, pairs, top_k, max_answer_len, self.windows)
+
+    def read(self, parts):
         with self.lock:
             assert not self.busy, "two model calls ran at once"
             self.busy = True
         try:
-            self.calls.append(len(pairs))
-            self.settings.append((top_k, max_answer_len))
+            self.calls.append(sum(len(items) for _, items in parts))
+            self.log.append([job.pairs[i][1] for job, items in parts for i, _ in items])
+            for job, items in parts:
+                self.settings.append((job.top_k, job.max_answer_len))
+                for i, _ in items:
+                    if self.fail_on and self.fail_on in job.pairs[i][1]:
+                        raise RuntimeError(f"cannot answer {job.pairs[i][1]!r}")
             time.sleep(self.delay)
-            return [self.answers(c, q, top_k) for c, q in pairs]
+            for job, items in parts:
+                job.read += len(items)
         finally:
             self.busy = False
 
     def answers(self, context, question, top_k):
-        if self.fail_on and self.fail_on in question:
-            raise RuntimeError(f"cannot answer {question!r}")
         words = [m.span() for m in re.finditer(r"\w+", context)]
         out = []
         for k in range(min(top_k, len(words))):
@@ -139,6 +170,7 @@ BAD_JSON = [
     ("not UTF-8", b'{"context": "\xff\xfe", "question": "q"}', 400, "not UTF-8"),
     ("a list, not an object", b'["context", "question"]', 422, "must be a JSON object"),
     ("a string, not an object", b'"hello"', 422, "must be a JSON object"),
+    ("JSON nested 10,000 deep", b"[" * 10_000 + b"]" * 10_000, 400, "nested too deeply"),
 ]
 
 BAD_FIELDS = [
@@ -167,6 +199,8 @@ BAD_FIELDS = [
     ("no questions", {"context": CONTEXT, "questions": []}, "'questions' is an empty list"),
     ("too many questions", {"context": CONTEXT, "questions": ["Who?"] * 9},
      "'questions' has 9 questions; this server takes at most 8"),
+    ("a question too long", {"context": CONTEXT, "question": "why " * 300},
+     "'question' has 1,200 characters; this server reads at most 1,000"),
 ]
 
 
@@ -221,8 +255,55 @@ def test_other_paths_and_methods_answer_in_json(client, fake):
     r = client.get("/v2/answer")
     assert r.status_code == 404 and r.json() == {"error": "no such page: /v2/answer"}
     r = client.get("/v1/answer")
-    assert r.status_code == 405 and "GET" in r.json()["error"]
+    assert r.status_code == 405 and "GET" in r.json()["error"] and r.headers["allow"] == "POST"
+    for path in ("/health", "/v1/model"):  # RFC 9110: a 405 says which methods the resource takes
+        r = client.request("TRACE", path)
+        assert r.status_code == 405 and "GET" in r.headers["allow"], (path, r.headers)
     check_good_request(client, fake)
+
+
+def test_the_schema_states_every_rule_the_server_enforces(fake):
+    app = create_app(fake, max_questions=8, max_question_chars=100, max_context_chars=50_000, max_work=64)
+    with TestClient(app) as client:
+        body = client.get("/openapi.json").json()["paths"]["/v1/answer"]["post"]["requestBody"]
+        one, many = body["content"]["application/json"]["schema"]["oneOf"]
+        assert one["required"] == ["context", "question"] and many["required"] == ["context", "questions"]
+        assert not one["additionalProperties"] and not many["additionalProperties"]
+        for text in (one["properties"]["context"], one["properties"]["question"], many["properties"]["questions"]["items"]):
+            assert text["minLength"] == 1 and re.search(text["pattern"], "Who?") and not re.search(text["pattern"], "?!_")
+        assert one["properties"]["question"]["maxLength"] == 100
+        assert many["properties"]["questions"]["minItems"] == 1 and many["properties"]["questions"]["maxItems"] == 8
+        assert one["properties"]["top_k"]["minimum"] == 1 and one["properties"]["top_k"]["maximum"] == 20
+        # the work limit as lengths: 64 windows of 400 tokens, 200 apart, with one question (at most
+        # --max-context-chars), 64 / 8 = 8 windows with a list
+        assert one["properties"]["context"]["maxLength"] == 400 + 63 * 200 == 13_000
+        assert many["properties"]["context"]["maxLength"] == 400 + 7 * 200
+        assert "4,000,000 bytes" in body["content"]["application/json"]["schema"]["description"]
+        ok = ask(client, context="w " * 898 + "end.", questions=["Who?"] * 8)  # 1,800 characters
+        assert ok.status_code == 200, ok.text
+        r = ask(client, context="w " * 1_000 + "end.", questions=["Who?"] * 8)
+        assert r.status_code == 422 and "'context' has 2,004 characters; this server reads at most 1,800 (with " \
+            "'questions'; one 'question' may ask about 13,000)" == r.json()["error"]
+        assert ask(client, context="w " * 1_000 + "end.", question="Who?").status_code == 200
+
+
+def test_a_request_over_the_work_limit_is_413_naming_it():
+    fake = FakeReader(windows=5)  # every question read in 5 windows
+    with TestClient(create_app(fake, max_questions=4, max_work=8)) as client:
+        r = ask(client, context=CONTEXT, questions=["Who?", "When?"])
+        assert r.status_code == 413 and "asks for 10 readings" in r.json()["error"] and "--max-work" in r.json()["error"]
+        assert fake.calls == []  # refused after planning, before the model
+        assert ask(client, context=CONTEXT, question="Who?").status_code == 200
+
+
+def test_a_request_over_its_time_limit_is_503_and_dropped():
+    fake = FakeReader(delay=0.1, windows=6)  # 6 calls of 0.1 s: more than the limit
+    with TestClient(create_app(fake, max_batch=1, request_timeout_s=0.25)) as client:
+        r = ask(client, context=CONTEXT, question="Who?")
+        assert r.status_code == 503 and "within 0.25 s" in r.json()["error"] and "--request-timeout" in r.json()["error"]
+        time.sleep(0.15)
+        assert client.get("/health").json()["queued"] == 0
+        assert len(fake.calls) < 6  # its last windows were never read
 
 
 def test_a_failing_model_is_a_500_for_its_request_only():
@@ -303,7 +384,7 @@ def test_a_request_larger_than_a_batch_is_answered_in_several_calls():
         assert fake.calls == [4, 4, 2]
 
 
-def test_other_max_answer_len_goes_to_its_own_call_and_each_keeps_its_top_k():
+def test_requests_with_other_settings_share_a_call_and_each_keeps_its_own():
     fake = FakeReader(delay=0.05)
     app = create_app(fake, max_batch=32, batch_window_ms=50)
     bodies = [{"context": CONTEXT, "question": "Who?", "top_k": 1},
@@ -312,7 +393,8 @@ def test_other_max_answer_len_goes_to_its_own_call_and_each_keeps_its_top_k():
     responses = asyncio.run(_post_all(app, bodies))
     assert [len(r.json()["answers"]) for r in responses] == [1, 4, 2]
     assert [r.json()["answers"] for r in responses] == [_expected(fake, b) for b in bodies]
-    assert sorted(fake.settings, key=str) == sorted([(4, None), (2, 3)], key=str)
+    # one call for the three, each request decoded with its own settings
+    assert fake.calls == [3] and sorted(fake.settings, key=str) == sorted([(1, None), (4, None), (2, 3)], key=str)
 
 
 def test_a_failure_in_a_shared_call_fails_only_the_request_that_caused_it():
@@ -323,6 +405,53 @@ def test_a_failure_in_a_shared_call_fails_only_the_request_that_caused_it():
     assert [r.status_code for r in responses] == [200, 500, 200, 200]
     assert "boom" in responses[1].json()["error"]
     assert responses[3].json()["answers"] == fake.answers(CONTEXT, "Where?", 1)
+
+
+@pytest.mark.parametrize("policy", ["fair", "round-robin"])
+def test_a_paragraph_is_answered_between_the_windows_of_a_long_document(policy):
+    """A question asked while a 20-window document is being read, 4 windows a call, is read in
+    the next call instead of after the document; the document's answers are still whole."""
+    fake = FakeReader(delay=0.03, windows=lambda context: 20 if context.startswith("LONG") else 1)
+    app = create_app(fake, max_batch=4, batch_window_ms=0, policy=policy)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            long = asyncio.create_task(c.post("/v1/answer", json={"context": "LONG " + CONTEXT, "question": "What?"}))
+            while not fake.calls:  # the document is being read
+                await asyncio.sleep(0.005)
+            short = await c.post("/v1/answer", json={"context": CONTEXT, "question": "Who?"})
+            return await long, short, len(fake.log)
+
+    long, short, calls_when_short_was_answered = asyncio.run(scenario())
+    assert long.status_code == short.status_code == 200
+    assert long.json()["answers"] == fake.answers("LONG " + CONTEXT, "What?", 1)
+    assert short.json()["answers"] == fake.answers(CONTEXT, "Who?", 1)
+    asked_in = [k for k, questions in enumerate(fake.log) if "Who?" in questions]
+    assert asked_in and asked_in[0] <= 2 < len(fake.log) - 1, fake.log  # early, with document windows after it
+    assert calls_when_short_was_answered < len(fake.log)
+    assert sum(q == "What?" for questions in fake.log for q in questions) == 20
+
+
+def test_the_policies_choose_windows_as_documented():
+    from rckit.serve.batcher import Batcher, Pending
+
+    fake = FakeReader(windows=lambda context: {"long": 6, "mid": 3}.get(context, 1))
+
+    async def take(policy: str, arrivals: list[tuple[str, float]]) -> list[tuple[str, int]]:
+        batcher = Batcher(fake, max_batch=4, policy=policy, age_ms=1000)
+        loop = asyncio.get_running_loop()
+        batcher._loop, now = loop, loop.time()
+        for context, waited in arrivals:
+            batcher._waiting.append(Pending(fake.plan([(context, "q")]), loop.create_future(), now - waited))
+        return [(p.job.pairs[0][0], len(items)) for p, items in batcher._take()]
+
+    # fair: least work left first, whole, the rest of the call to the next
+    assert asyncio.run(take("fair", [("long", 0.2), ("short", 0.1)])) == [("short", 1), ("long", 3)]
+    # ... but a request that has waited the age bound (1 s here) has one window first, in turn
+    assert asyncio.run(take("fair", [("long", 2.0), ("short", 0.1)])) == [("long", 3), ("short", 1)]
+    # round-robin: one window of each in turn, in arrival order
+    assert asyncio.run(take("round-robin", [("long", 0.2), ("mid", 0.1)])) == [("long", 2), ("mid", 2)]
 
 
 # -- the real Reader, in process and behind a real server ----------------------------------------
@@ -376,12 +505,12 @@ def test_the_real_reader_batched_answers_equal_answers_alone(tiny_reader):
     calls = []
 
     class Recording:
-        info = tiny_reader.info
+        info, window, plan = tiny_reader.info, tiny_reader.window, tiny_reader.plan
 
-        def answer_batch(self, pairs, top_k=1, max_answer_len=None):
-            calls.append(len(pairs))
+        def read(self, parts):
+            calls.append(sum(len(items) for _, items in parts))
             time.sleep(0.02)  # let the others queue behind the first call
-            return tiny_reader.answer_batch(pairs, top_k, max_answer_len)
+            return tiny_reader.read(parts)
 
     app = create_app(Recording(), max_batch=32, batch_window_ms=20)
     bodies = [{"context": c, "question": q, "top_k": 2} for c, q in QUESTIONS * 3]

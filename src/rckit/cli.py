@@ -208,11 +208,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run directory or exported .safetensors file (default: the installed model)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-batch", type=int, default=32, help="questions per forward pass")
+    p.add_argument("--max-batch", type=int, default=32, help="most items (a question on a window) in one forward pass")
+    p.add_argument("--max-tokens", type=int, default=4096,
+                   help="most context tokens in one forward pass: bounds how long one pass keeps the model, and so "
+                   "how long a request arriving meanwhile waits")
     p.add_argument("--batch-window-ms", type=float, default=2.0,
-                   help="how long the first request of a batch waits for others to join it")
-    p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body accepted")
+                   help="after an idle spell, how long the first request waits for others to join its pass")
+    p.add_argument("--policy", choices=["fair", "round-robin"], default="fair",
+                   help="which windows go into a pass: fair (least work first, and a request waiting long first) "
+                   "or round-robin (one window of each request in turn)")
+    p.add_argument("--max-body-bytes", type=int, default=4_000_000, help="largest request body accepted (413 above)")
     p.add_argument("--max-questions", type=int, default=64, help="most questions in one request")
+    p.add_argument("--max-question-chars", type=int, default=1_000, help="longest question, in characters")
+    p.add_argument("--max-context-chars", type=int, default=200_000,
+                   help="longest context with one question, in characters (shorter with a list of questions: "
+                   "--max-work)")
+    p.add_argument("--max-work", type=int, default=2_048,
+                   help="most readings in one request, questions x windows of the context (413 above); "
+                   "the context limits of /openapi.json follow from it")
+    p.add_argument("--request-timeout", type=float, default=60.0,
+                   help="seconds a request may take before it is dropped with 503")
     p.add_argument("--threads", type=int, help="torch threads for the model (default: every core this process may use but one, "
                    "left to the HTTP side)")
 
@@ -626,8 +641,11 @@ def _model_line(path: Path, read_metadata) -> str:
 def cmd_serve(args) -> int:
     from rckit.serve.app import serve
 
-    serve(args.run, host=args.host, port=args.port, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
-          max_body_bytes=args.max_body_bytes, max_questions=args.max_questions, threads=args.threads)
+    serve(args.run, host=args.host, port=args.port, threads=args.threads, max_batch=args.max_batch,
+          max_tokens=args.max_tokens, batch_window_ms=args.batch_window_ms, policy=args.policy,
+          max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
+          max_question_chars=args.max_question_chars, max_context_chars=args.max_context_chars,
+          max_work=args.max_work, request_timeout_s=args.request_timeout)
     return 0
 
 

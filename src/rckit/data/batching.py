@@ -132,6 +132,34 @@ def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end,
     )
 
 
+def concat_batches(batches: list[Batch]) -> Batch:
+    """One :class:`Batch` of the rows of ``batches`` (each padded on its own), padded again to
+    the longest context and question among them: what a server reads in one forward when the
+    rows come from several requests."""
+    if len(batches) == 1:
+        return batches[0]
+    Tc = max(b.c_words.shape[1] for b in batches)
+    Tq = max(b.q_words.shape[1] for b in batches)
+    W = max(max(b.c_chars.shape[2], b.q_chars.shape[2]) for b in batches)
+
+    def pad(t: torch.Tensor, *size: int) -> torch.Tensor:  # zeros (padding, False) after the rows' own
+        out = t.new_zeros((t.shape[0], *size))
+        out[tuple(slice(0, n) for n in t.shape)] = t
+        return out
+
+    return Batch(
+        c_words=torch.cat([pad(b.c_words, Tc) for b in batches]),
+        c_chars=torch.cat([pad(b.c_chars, Tc, W) for b in batches]),
+        c_mask=torch.cat([pad(b.c_mask, Tc) for b in batches]),
+        q_words=torch.cat([pad(b.q_words, Tq) for b in batches]),
+        q_chars=torch.cat([pad(b.q_chars, Tq, W) for b in batches]),
+        q_mask=torch.cat([pad(b.q_mask, Tq) for b in batches]),
+        y_start=torch.cat([b.y_start for b in batches]),
+        y_end=torch.cat([b.y_end for b in batches]),
+        index=torch.cat([b.index for b in batches]),
+    )
+
+
 class BucketBatchSampler:
     """Batches of similar-length examples, each example exactly once per epoch.
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.data.batching import Batch, assemble
+from rckit.data.batching import Batch, assemble, concat_batches
 from rckit.data.prepare import Vocabularies, featurize
 from rckit.data.squad import ReadReport, SquadDataset, SquadExample
 from rckit.evaluation.decoding import DecodeConfig, topk_spans
@@ -156,10 +156,19 @@ class Reader:
         got = self.answer_batch([(context, q) for q in questions], top_k, max_answer_len, stride)
         return got[0] if isinstance(question, str) else got
 
-    @torch.inference_mode()
     def answer_batch(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
                      stride: int | None = None) -> list[list[dict]]:
-        """Answers to many ``(context, question)`` pairs, in their order, in batched forwards."""
+        """Answers to many ``(context, question)`` pairs, in their order, in batched forwards:
+        :meth:`plan`, :meth:`read` its windows ``batch_size`` items at a time, :meth:`Job.answers`."""
+        job = self.plan(pairs, top_k, max_answer_len, stride)
+        for items in self._batches(job.windows):
+            self.read([(job, items)])
+        return job.answers()
+
+    def plan(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
+             stride: int | None = None) -> "Job":
+        """The work of answering ``pairs``: each distinct context tokenized once, and cut into
+        windows, each window read with the questions on its context (no model call yet)."""
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         max_answer_len = self.decode.max_answer_len if max_answer_len is None else int(max_answer_len)
@@ -168,8 +177,6 @@ class Reader:
         stride = max(1, self.window // 2) if stride is None else int(stride)
         if not 1 <= stride <= self.window:
             raise ValueError(f"stride must be between 1 and the window ({self.window} tokens), got {stride}")
-        if not pairs:
-            return []
         for i, (context, question) in enumerate(pairs):
             where = "" if len(pairs) == 1 else f" (pair {i})"
             try:
@@ -177,6 +184,8 @@ class Reader:
                 check_text("question", question)
             except ValueError as e:
                 raise ValueError(f"{e}{where}") from None
+        if not pairs:
+            return Job([], top_k, max_answer_len, {}, [])
 
         # Each distinct context once: tokenized once, and its windows shared by its questions.
         context_ids: dict[str, int] = {}
@@ -198,27 +207,21 @@ class Reader:
             n = int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c])
             for lo, hi in windows(n, self.window, stride):
                 groups.append([(i, c, lo, hi) for i in by_context[c]])
-        found: list[dict[tuple[int, int], float]] = [{} for _ in pairs]
-        for items in self._batches(groups):
-            batch = self._collate(a, items).to(self.device)
-            out = self.model(batch)
-            spans = topk_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, top_k,
-                               max_answer_len)
-            starts, ends, scores = spans.start.tolist(), spans.end.tolist(), spans.score.tolist()
-            for b, (i, c, lo, _) in enumerate(items):
-                offsets = a["ctx_offsets"][a["ctx_ptr"][c]:a["ctx_ptr"][c + 1]]
-                for s, e, score in zip(starts[b], ends[b], scores[b]):
-                    if s < 0:
-                        continue
-                    span = (int(offsets[lo + s][0]), int(offsets[lo + e][1]))
-                    if score > found[i].get(span, -math.inf):
-                        found[i][span] = score
-        results = []
-        for (context, _), spans_of in zip(pairs, found):
-            best = sorted(spans_of.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
-            results.append([{"answer": context[s:e], "score": math.exp(score), "start": s, "end": e}
-                            for (s, e), score in best])
-        return results
+        return Job(pairs, top_k, max_answer_len, a, groups)
+
+    @torch.inference_mode()
+    def read(self, parts: list[tuple["Job", list[tuple]]]) -> None:
+        """One forward over ``items`` (``(pair, context, lo, hi)``) of one or more jobs; each
+        item's ``top_k`` spans, decoded with its job's settings, go into its job."""
+        batch = concat_batches([self._collate(job.arrays, items) for job, items in parts]).to(self.device)
+        out = self.model(batch)
+        row = 0
+        for job, items in parts:
+            rows = slice(row, row + len(items))
+            row += len(items)
+            spans = topk_spans(out.start_logits[rows].float(), out.end_logits[rows].float(), batch.c_mask[rows],
+                               job.top_k, job.max_answer_len)
+            job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist())
 
     def _batches(self, groups: list[list[tuple]]):
         """Items in batches of at most ``batch_size``; a group (the questions on one window)
@@ -242,6 +245,49 @@ class Reader:
         none = np.full(len(items), -1, np.int64)
         return assemble(a, a["ctx_ptr"][c] + lo, hi - lo, a["q_ptr"][i], a["q_ptr"][i + 1] - a["q_ptr"][i],
                         none, none, i)
+
+
+class Job:
+    """Answering some ``(context, question)`` pairs: planned (tokenized, cut into windows) by
+    :meth:`Reader.plan`, read a window at a time by :meth:`Reader.read` (a server interleaves
+    the windows of many jobs, :mod:`rckit.serve.batcher`), merged by :meth:`answers`.
+
+    ``windows``: the groups of items still to read, each the questions on one window of one
+    context; ``work``: how many (question, window) items the job had in all.
+    """
+
+    def __init__(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int, arrays: dict,
+                 windows: list[list[tuple]]):
+        self.pairs, self.top_k, self.max_answer_len, self.arrays = pairs, top_k, max_answer_len, arrays
+        self.windows = windows
+        self.work = sum(len(w) for w in windows)
+        self.found: list[dict[tuple[int, int], float]] = [{} for _ in pairs]
+
+    @staticmethod
+    def cost(items: list[tuple]) -> int:
+        """Context tokens the model reads for ``items``."""
+        return sum(hi - lo for _, _, lo, hi in items)
+
+    def record(self, items: list[tuple], starts, ends, scores) -> None:
+        """The top spans of each item (token indices in its window), as character spans of its context."""
+        a = self.arrays
+        for b, (i, c, lo, _) in enumerate(items):
+            offsets = a["ctx_offsets"][a["ctx_ptr"][c]:a["ctx_ptr"][c + 1]]
+            for s, e, score in zip(starts[b], ends[b], scores[b]):
+                if s < 0:
+                    continue
+                span = (int(offsets[lo + s][0]), int(offsets[lo + e][1]))
+                if score > self.found[i].get(span, -math.inf):  # a span two windows found counts once
+                    self.found[i][span] = score
+
+    def answers(self) -> list[list[dict]]:
+        """The ``top_k`` best answers of each pair, over all its windows, best first."""
+        results = []
+        for (context, _), spans_of in zip(self.pairs, self.found):
+            best = sorted(spans_of.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top_k]
+            results.append([{"answer": context[s:e], "score": math.exp(score), "start": s, "end": e}
+                            for (s, e), score in best])
+        return results
 
 
 def describe(name: str, source: str, kind: str, config: dict, decode: DecodeConfig, window: int, dev: dict | None,

@@ -21,6 +21,7 @@ import signal
 import socket
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,76 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rckit.saved.reader import Reader, text_problem
-from rckit.serve.batcher import Batcher
+from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 
 STATIC = Path(__file__).resolve().parent / "static"
 TOP_K = (1, 20)
 MAX_ANSWER_LEN = (1, 200)  # tokens; the decoder's cost grows with it
+HAS_WORD = r"[^\W_]"  # a letter or digit (Python's re: str.isalnum), what text_problem asks of every text
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask, as the server enforces it and its OpenAPI schema states it.
+
+    ``work`` bounds the model's reading for one request: questions x windows of the context. A
+    context of ``n`` characters has at most ``n`` tokens, so at most ``windows(n)`` windows; the
+    character limits are the work limit turned into lengths a schema can state (one question:
+    a long document; a list of questions: a context of ``work / questions`` windows). The
+    default ``body_bytes`` holds a body within the default lengths however its characters are
+    escaped (12 bytes a character at most: an escaped surrogate pair).
+    """
+
+    body_bytes: int
+    questions: int
+    question_chars: int
+    context_chars: int  # with one question
+    context_chars_per_list: int  # with a list of questions
+    work: int
+    seconds: float | None  # time limit per request
+
+    @classmethod
+    def derive(cls, window: int, max_body_bytes: int = 4_000_000, max_questions: int = 64,
+               max_question_chars: int = 1_000, max_context_chars: int = 200_000, max_work: int = 2_048,
+               timeout_s: float | None = 60.0) -> "Limits":
+        stride = max(1, window // 2)  # the reader's default
+        if max_work < max_questions:
+            raise ValueError(f"max_work ({max_work}) must be at least max_questions ({max_questions}): "
+                             "a list of questions reads each on at least one window")
+
+        def chars_for(windows: int) -> int:  # the longest context whose windows fit
+            return min(max_context_chars, window + (windows - 1) * stride)
+
+        one, many = chars_for(max_work), chars_for(max_work // max_questions)
+        return cls(max_body_bytes, max_questions, max_question_chars, one, many, max_work, timeout_s)
+
+    def request_schema(self) -> dict:
+        """The JSON schema of ``POST /v1/answer``'s body: every rule :func:`parse_request` enforces."""
+        def text(max_chars: int, what: str) -> dict:
+            return {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": HAS_WORD,
+                    "description": f"{what}: at least one letter or digit, at most {max_chars:,} characters"}
+
+        common = {"top_k": {"type": "integer", "minimum": TOP_K[0], "maximum": TOP_K[1], "default": 1,
+                            "description": "how many answers per question, best first"},
+                  "max_answer_len": {"anyOf": [{"type": "integer", "minimum": MAX_ANSWER_LEN[0],
+                                                "maximum": MAX_ANSWER_LEN[1]}, {"type": "null"}],
+                                     "description": "longest answer in tokens (default: the model's own setting)"}}
+        one = {"type": "object", "title": "one question", "additionalProperties": False,
+               "required": ["context", "question"],
+               "properties": {"context": text(self.context_chars, "the passage to read"),
+                              "question": text(self.question_chars, "one question"), **common}}
+        many = {"type": "object", "title": "several questions", "additionalProperties": False,
+                "required": ["context", "questions"],
+                "properties": {"context": text(self.context_chars_per_list, "the passage to read (shorter than "
+                                               "with one question: the model reads it once per question)"),
+                               "questions": {"type": "array", "minItems": 1, "maxItems": self.questions,
+                                             "items": text(self.question_chars, "a question"),
+                                             "description": "several questions about the same context"},
+                               **common}}
+        return {"oneOf": [one, many], "description": (
+            f"One context and `question` or `questions`; the whole body at most {self.body_bytes:,} bytes "
+            f"(413 above), each request read within {self.seconds:g} s (503 after)" if self.seconds else
+            f"One context and `question` or `questions`; the whole body at most {self.body_bytes:,} bytes (413 above)")}
 
 
 class AnswerRequest(BaseModel):
@@ -81,8 +147,8 @@ class ApiError(Exception):
         self.message = message
 
 
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def model_name(info: dict) -> str:
@@ -90,10 +156,31 @@ def model_name(info: dict) -> str:
     return name if isinstance(name, str) else json.dumps(name)
 
 
-def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body_bytes: int = 1_000_000,
-               max_questions: int = 64) -> FastAPI:
-    """A FastAPI app answering with ``reader`` (anything with ``answer_batch`` and ``info``)."""
-    batcher = Batcher(reader.answer_batch, max_batch=max_batch, window_ms=batch_window_ms)
+def check_options(options: dict) -> None:
+    """Refuse a serving setting out of range, naming it (before the model loads)."""
+    for name, least in (("max_batch", 1), ("batch_window_ms", 0), ("max_body_bytes", 1), ("max_questions", 1),
+                        ("max_question_chars", 1), ("max_context_chars", 1), ("max_work", 1), ("max_tokens", 1)):
+        if name in options and options[name] < least:
+            raise ValueError(f"{name} must be at least {least}, not {options[name]}")
+    if options.get("request_timeout_s") is not None and options["request_timeout_s"] <= 0:
+        raise ValueError(f"request_timeout_s must be above 0, not {options['request_timeout_s']}")
+
+
+def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body_bytes: int = 4_000_000,
+               max_questions: int = 64, max_question_chars: int = 1_000, max_context_chars: int = 200_000,
+               max_work: int = 2_048, max_tokens: int = 4_096, request_timeout_s: float | None = 60.0,
+               policy: str = "fair") -> FastAPI:
+    """A FastAPI app answering with ``reader`` (a :class:`~rckit.saved.reader.Reader`, or anything
+    with its ``plan``, ``read``, ``window`` and ``info``); the limits are :class:`Limits`', the
+    scheduling :class:`~rckit.serve.batcher.Batcher`'s."""
+    check_options(dict(max_batch=max_batch, batch_window_ms=batch_window_ms, max_body_bytes=max_body_bytes,
+                       max_questions=max_questions, max_question_chars=max_question_chars,
+                       max_context_chars=max_context_chars, max_work=max_work, max_tokens=max_tokens,
+                       request_timeout_s=request_timeout_s))
+    limits = Limits.derive(reader.window, max_body_bytes, max_questions, max_question_chars, max_context_chars,
+                           max_work, request_timeout_s)
+    batcher = Batcher(reader, max_batch=max_batch, window_ms=batch_window_ms, max_tokens=max_tokens,
+                      max_work=max_work, timeout_s=request_timeout_s, policy=policy)
     info = reader.info
     name = model_name(info)
 
@@ -106,9 +193,11 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
     app = FastAPI(title="rckit", summary="Answers questions about a passage with a reading-comprehension model.",
                   lifespan=lifespan)
     app.state.batcher = batcher
+    app.state.limits = limits
     errors = {status: {"model": ErrorResponse, "description": text} for status, text in (
-        (400, "the body is not JSON"), (413, f"the body is over {max_body_bytes} bytes"),
-        (422, "a field is missing, of the wrong type, empty or out of range"), (500, "the model failed"))}
+        (400, "the body is not JSON"), (413, f"the body is over {limits.body_bytes:,} bytes"),
+        (422, "a field is missing, of the wrong type, empty, too long or out of range"),
+        (500, "the model failed"), (503, "the request was not answered within the server's time limit"))}
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
@@ -118,9 +207,9 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
     async def _http_error(request: Request, e: StarletteHTTPException):
         if e.status_code == 404:
             return error(404, f"no such page: {request.url.path}")
-        if e.status_code == 405:
-            return error(405, f"{request.method} is not allowed on {request.url.path}")
-        return error(e.status_code, str(e.detail))
+        if e.status_code == 405:  # e.headers has Allow, which RFC 9110 asks of a 405
+            return error(405, f"{request.method} is not allowed on {request.url.path}", e.headers)
+        return error(e.status_code, str(e.detail), e.headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, e: Exception):  # a bug in rckit: still one JSON line for the client
@@ -132,18 +221,22 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
 
     @app.post("/v1/answer", response_model=AnswerResponse, responses=errors, openapi_extra={
         "requestBody": {"required": True, "content": {"application/json": {
-            "schema": AnswerRequest.model_json_schema(),
+            "schema": limits.request_schema(),
             "example": {"context": "The Eiffel Tower was completed in 1889 in Paris.",
                         "question": "When was the Eiffel Tower completed?", "top_k": 3}}}}})
     async def answer(request: Request):
         """Answer one question (`question`) or several (`questions`) about one `context`."""
         t0 = time.perf_counter()
-        body = await read_body(request, max_body_bytes)
-        req = parse_request(body, max_questions)
+        body = await read_body(request, limits.body_bytes)
+        req = parse_request(body, limits)
         one = req.question is not None
         questions = [req.question] if one else req.questions
         try:
             answers = await batcher.submit([(req.context, q) for q in questions], req.top_k, req.max_answer_len)
+        except TooMuchWork as e:
+            return error(413, str(e))
+        except RequestTimeout as e:
+            return error(503, str(e))
         except Exception as e:  # noqa: BLE001 - the model's failure is this request's 500, not the server's end
             return error(500, f"the model failed on this request: {type(e).__name__}: {e}")
         ms = (time.perf_counter() - t0) * 1000
@@ -185,8 +278,9 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def parse_request(body: bytes, max_questions: int) -> AnswerRequest:
-    """The checked request, or an :class:`ApiError` naming what is wrong."""
+def parse_request(body: bytes, limits: Limits) -> AnswerRequest:
+    """The checked request, or an :class:`ApiError` naming what is wrong (the rules of
+    :meth:`Limits.request_schema`)."""
     if not body.strip():
         raise ApiError(400, 'the body is empty: send JSON like {"context": "...", "question": "..."}')
     try:
@@ -195,6 +289,8 @@ def parse_request(body: bytes, max_questions: int) -> AnswerRequest:
         raise ApiError(400, "the body is not UTF-8 text") from None
     except ValueError as e:
         raise ApiError(400, f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "the body is JSON nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ApiError(422, f'the body must be a JSON object like {{"context": "...", "question": "..."}}, '
                             f"not {json_type(data)}")
@@ -206,24 +302,29 @@ def parse_request(body: bytes, max_questions: int) -> AnswerRequest:
         raise ApiError(422, "'question' (one question) or 'questions' (a list of them) is required")
     if req.question is not None and req.questions is not None:
         raise ApiError(422, "give 'question' or 'questions', not both")
-    check_text("context", req.context)
     if req.question is not None:
-        check_text("question", req.question)
+        check_text("context", req.context, limits.context_chars)
+        check_text("question", req.question, limits.question_chars)
     else:
         if not req.questions:
             raise ApiError(422, "'questions' is an empty list")
-        if len(req.questions) > max_questions:
+        if len(req.questions) > limits.questions:
             raise ApiError(422, f"'questions' has {len(req.questions)} questions; this server takes at most "
-                                f"{max_questions} in one request")
+                                f"{limits.questions} in one request")
+        check_text("context", req.context, limits.context_chars_per_list,
+                   f"with 'questions'; one 'question' may ask about {limits.context_chars:,}")
         for i, q in enumerate(req.questions):
-            check_text(f"questions[{i}]", q)
+            check_text(f"questions[{i}]", q, limits.question_chars)
     return req
 
 
-def check_text(field: str, text: str) -> None:
+def check_text(field: str, text: str, max_chars: int, note: str = "") -> None:
     problem = text_problem(text)  # the reader's rule, with the field named as JSON names it
     if problem:
         raise ApiError(422, f"'{field}' {problem}")
+    if len(text) > max_chars:
+        raise ApiError(422, f"'{field}' has {len(text):,} characters; this server reads at most {max_chars:,}"
+                            + (f" ({note})" if note else ""))
 
 
 def explain(errors: list[dict]) -> str:
@@ -308,27 +409,24 @@ class SignalledServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 32,
-          batch_window_ms: float = 2, max_body_bytes: int = 1_000_000, max_questions: int = 64,
-          threads: int | None = None) -> None:
+def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, threads: int | None = None,
+          **options) -> None:
     """Load the model from ``source`` (a run, an exported file, None: the default model) and serve it
-    until Ctrl-C or SIGTERM.
+    until Ctrl-C or SIGTERM; ``options`` are :func:`create_app`'s (batching, limits, policy).
 
     The model runs in one worker thread using ``threads`` cores (default: :func:`model_threads`,
     all this process may use but one);
     the event loop only parses requests and forms batches. Prints the URL once the socket listens
     (``port=0`` takes a free port and prints which).
     """
-    for name, value, least in (("max_batch", max_batch, 1), ("max_body_bytes", max_body_bytes, 1),
-                               ("max_questions", max_questions, 1), ("batch_window_ms", batch_window_ms, 0),
-                               ("port", port, 0)):
-        if value < least:
-            raise ValueError(f"{name} must be at least {least}, not {value}")
+    if port < 0:
+        raise ValueError(f"port must be at least 0, not {port}")
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
+    check_options(options)
     torch.set_num_threads(threads or model_threads())
     reader = Reader.load(source)
-    app = create_app(reader, max_batch, batch_window_ms, max_body_bytes, max_questions)
+    app = create_app(reader, **options)
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"

@@ -1,73 +1,114 @@
-"""Micro-batching: questions from concurrent requests answered by one model call.
+"""Scheduling a server's model calls by window, across every waiting request.
 
-A request puts its (context, question) pairs on an asyncio queue and awaits a future. One
-collector task takes the first waiting request, then keeps taking more for up to ``window_ms``
-or until ``max_batch`` questions are in hand (a request counts for all of its questions), and
-runs one ``answer_batch`` call for all of them in a single worker thread, so the event loop
-keeps accepting and parsing requests while the model computes. Each request's future then gets
-exactly its own answers. While the model computes, new requests wait in the queue and form the
-next batch, so batches grow with the load without waiting any longer.
+A request is first planned (``reader.plan``: its contexts tokenized and cut into windows, in a
+planning thread beside the model's), then its windows wait to be read. One collector task forms
+each model call from the windows of all waiting requests and runs it (``reader.read``) in the
+one model thread, so the event loop keeps accepting and parsing requests meanwhile; a request
+gets its answers, merged over its windows (``job.answers()``), once its last window is read.
+A long document is therefore never one unit that everything queued behind it waits for: its
+windows take turns with other requests' in calls of bounded size.
 
-A request that would take a batch past ``max_batch`` waits for the next one; a request with
-more than ``max_batch`` questions on its own is answered in calls of ``max_batch``. Requests
-asking for different ``max_answer_len`` go to separate calls; ``top_k`` is the batch's largest,
-each request keeping its own first k. When a call fails and it held several requests, each
-is retried alone, so one request the model cannot answer fails only itself.
+A call holds at most ``max_batch`` items (a question on a window) and at most ``max_tokens``
+context tokens, which bounds how long one call keeps the model, and so how long a request that
+arrives during it waits for the next. Which windows go in (``policy``):
+
+- ``"fair"`` (the default): the requests with the least work left go first, whole; and once
+  requests have waited ``age_ms``, each call first takes one window of one of them, in turn
+  (the one whose turn was longest ago). A paragraph question is read in the next call even
+  while long documents are being read, and no long document starves behind a stream of short
+  ones: it advances in every call they leave room in, and by one window in its turn
+  (BENCHMARKS.md, "Serving": measured against ``"round-robin"``, one window of each waiting
+  request in turn).
+- ``"round-robin"``: one window of each waiting request in turn, in arrival order.
+
+After an idle spell the collector waits ``window_ms`` for requests that arrive together. A
+request's time limit (``timeout_s``, planning included) fails it with :class:`RequestTimeout`
+and drops its windows; one of more than ``max_work`` items is refused after planning with
+:class:`TooMuchWork`. When a call fails and it held several requests, each is read alone again,
+so one request the model cannot answer fails only itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
-# answer_batch(pairs, top_k, max_answer_len) -> one best-first list of answers per pair
-AnswerBatch = Callable[[list[tuple[str, str]], int, "int | None"], list[list[dict]]]
+POLICIES = ("fair", "round-robin")
 
 
-@dataclass
+class TooMuchWork(ValueError):
+    """A request whose questions x windows is over the server's ``max_work``."""
+
+    def __init__(self, work: int, limit: int):
+        super().__init__(f"the request asks for {work} readings (questions x windows of the context); this server "
+                         f"reads at most {limit} for one request (--max-work): send fewer questions or a shorter context")
+        self.work, self.limit = work, limit
+
+
+class RequestTimeout(TimeoutError):
+    """A request not answered within the server's time limit."""
+
+    def __init__(self, limit: float):
+        super().__init__(f"the request was not answered within {limit:g} s, the most this server gives one "
+                         "(--request-timeout); it was dropped")
+        self.limit = limit
+
+
+@dataclass(eq=False)
 class Pending:
-    """One request waiting in the queue: its pairs, settings and the future its answers go to."""
+    """One planned request waiting: its job, its windows still to read, and where its answers go."""
 
-    pairs: list[tuple[str, str]]
-    top_k: int
-    max_answer_len: int | None
+    job: Any  # rckit.saved.reader.Job, or anything with windows, cost(), answers()
     future: asyncio.Future = field(repr=False)
+    arrived: float  # event-loop time
+    windows: deque = field(default_factory=deque)
+    left: int = 0  # items still to read
+    served: float = 0.0  # when it last had an aged turn (fair policy)
+
+    def __post_init__(self):
+        self.windows = deque(self.job.windows)
+        self.left = sum(len(w) for w in self.windows)
+        self.served = self.arrived
 
 
 class Batcher:
-    """Answers ``submit``-ted questions in batches; ``answer_batch`` runs in one worker thread."""
+    """Answers ``submit``-ted questions; ``reader.plan`` and ``reader.read`` run in worker threads."""
 
-    def __init__(self, answer_batch: AnswerBatch, max_batch: int = 32, window_ms: float = 2.0):
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, not {max_batch}")
-        if window_ms < 0:
-            raise ValueError(f"window_ms must be at least 0, not {window_ms}")
-        self.answer_batch = answer_batch
-        self.max_batch = max_batch
-        self.window = window_ms / 1000
+    def __init__(self, reader, max_batch: int = 32, window_ms: float = 2.0, max_tokens: int = 4096,
+                 max_work: int | None = None, timeout_s: float | None = None, policy: str = "fair",
+                 age_ms: float = 200.0):
+        for name, value, least in (("max_batch", max_batch, 1), ("window_ms", window_ms, 0),
+                                   ("max_tokens", max_tokens, 1), ("age_ms", age_ms, 0)):
+            if value < least:
+                raise ValueError(f"{name} must be at least {least}, not {value}")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+        self.reader = reader
+        self.max_batch, self.max_tokens, self.max_work, self.timeout = max_batch, max_tokens, max_work, timeout_s
+        self.window, self.age, self.policy = window_ms / 1000, age_ms / 1000, policy
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="rckit-model")
+        self.planner = ThreadPoolExecutor(1, thread_name_prefix="rckit-plan")
         self.calls = 0  # model calls made
-        self.questions = 0  # questions answered by them
+        self.questions = 0  # questions answered
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[Pending] | None = None
+        self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._held: Pending | None = None  # taken from the queue, waits for the next batch
-        self._current: list[Pending] = []  # the batch being answered
+        self._waiting: list[Pending] = []
 
     def start(self) -> None:
         """Start the collector in the running event loop (again, if the loop changed)."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a queue belongs to one loop
-            self._loop, self._queue, self._held = loop, asyncio.Queue(), None
+        if self._loop is not loop:  # an event belongs to one loop
+            self._loop, self._wake, self._waiting = loop, asyncio.Event(), []
         elif self._task is not None and not self._task.done():
             return
         self._task = loop.create_task(self._collect(), name="rckit-batcher")
 
     async def stop(self) -> None:
-        """Cancel the collector; requests in hand or still waiting get an error instead of hanging."""
-        waiting = list(self._current)
+        """Cancel the collector; requests still waiting get an error instead of hanging."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -75,104 +116,134 @@ class Batcher:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        if self._held is not None:
-            waiting.append(self._held)
-        while self._queue is not None and not self._queue.empty():
-            waiting.append(self._queue.get_nowait())
-        for p in waiting:
-            if not p.future.done():
-                p.future.set_exception(RuntimeError("the server is shutting down"))
-        self._held = None
+        for p in self._waiting:
+            _fail(p, RuntimeError("the server is shutting down"))
+        self._waiting = []
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.planner.shutdown(wait=False, cancel_futures=True)
 
     @property
     def queued(self) -> int:
-        """Requests waiting for a batch."""
-        return (self._queue.qsize() if self._queue is not None else 0) + (self._held is not None)
+        """Requests waiting for (more of) their windows to be read."""
+        return len(self._waiting)
 
     async def submit(self, pairs: list[tuple[str, str]], top_k: int = 1,
                      max_answer_len: int | None = None) -> list[list[dict]]:
         """The answers to ``pairs``, one best-first list of at most ``top_k`` per pair."""
         self.start()
-        future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(Pending(list(pairs), top_k, max_answer_len, future))
-        return await future
+        loop = asyncio.get_running_loop()
+        pending = None
+        try:
+            async with asyncio.timeout(self.timeout):
+                job = await loop.run_in_executor(self.planner, self.reader.plan, list(pairs), top_k, max_answer_len)
+                if self.max_work is not None and job.work > self.max_work:
+                    raise TooMuchWork(job.work, self.max_work)
+                if not job.windows:
+                    return job.answers()
+                pending = Pending(job, loop.create_future(), loop.time())
+                self._waiting.append(pending)
+                self._wake.set()
+                return await pending.future
+        except TimeoutError:
+            raise RequestTimeout(self.timeout) from None
+        finally:
+            if pending is not None and pending in self._waiting:  # timed out, or the client went away
+                self._waiting.remove(pending)
 
     async def _collect(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            first = self._held or await self._queue.get()
-            self._held = None
-            batch, n = [first], len(first.pairs)
-            deadline = loop.time() + self.window
-            while n < self.max_batch:
-                if self._queue.empty():
-                    timeout = deadline - loop.time()
-                    if timeout <= 0:
-                        break
-                    try:
-                        item = await asyncio.wait_for(self._queue.get(), timeout)
-                    except asyncio.TimeoutError:
-                        break
-                else:
-                    item = self._queue.get_nowait()
-                if n + len(item.pairs) > self.max_batch:
-                    self._held = item
+            while not self._waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                if self.window > 0:
+                    await asyncio.sleep(self.window)  # the requests that arrive together share the first call
+            parts = self._take()
+            await self._read(parts)
+            for p, _ in parts:
+                if not p.windows and p in self._waiting:
+                    self._waiting.remove(p)
+                    if not p.future.done():
+                        p.future.set_result(p.job.answers())
+                        self.questions += len(p.job.pairs)
+
+    def _take(self) -> list[tuple[Pending, list]]:
+        """The next call's items, ``(request, its items)``, chosen by the policy (module docstring)."""
+        now = self._loop.time()
+        call = _Call(self.max_batch, self.max_tokens)
+        if self.policy == "fair":
+            aged = [p for p in self._waiting if now - p.arrived >= self.age]
+            if aged:  # its turn: the aged request served longest ago, one window
+                turn = min(aged, key=lambda p: (p.served, p.arrived))
+                call.fill(turn, windows=1)
+                turn.served = now
+            for p in sorted(self._waiting, key=lambda p: (p.left, p.arrived)):  # then the least work left, whole
+                if not call.open or not call.fill(p):
                     break
-                batch.append(item)
-                n += len(item.pairs)
-            self._current = batch
-            try:
-                await self._answer(batch)
-            finally:
-                self._current = []
+        else:  # round-robin: one window of each request in turn
+            while call.open and any(p.windows for p in self._waiting):
+                if not all(call.fill(p, windows=1) for p in list(self._waiting) if p.windows):
+                    break
+        return list(call.parts.values())
 
-    async def _answer(self, batch: list[Pending]) -> None:
-        batch = [p for p in batch if not p.future.done()]  # a client gone before its turn
-        groups: dict[int | None, list[Pending]] = {}
-        for p in batch:
-            groups.setdefault(p.max_answer_len, []).append(p)
-        for max_answer_len, group in groups.items():
-            try:
-                answers = await self._call(group, max_answer_len)
-            except Exception as e:  # noqa: BLE001 - the error goes to the requests, not the loop
-                if len(group) == 1:
-                    _resolve(group[0], exception=e)
-                    continue
-                for p in group:  # find the request(s) the model cannot answer
-                    try:
-                        _resolve(p, await self._call([p], max_answer_len))
-                    except Exception as e1:  # noqa: BLE001
-                        _resolve(p, exception=e1)
-                continue
-            i = 0
-            for p in group:
-                _resolve(p, [a[: p.top_k] for a in answers[i : i + len(p.pairs)]])
-                i += len(p.pairs)
-
-    async def _call(self, group: list[Pending], max_answer_len: int | None) -> list[list[dict]]:
-        """One model call per ``max_batch`` questions of ``group``, in the worker thread."""
-        pairs = [pair for p in group for pair in p.pairs]
-        top_k = max(p.top_k for p in group)
+    async def _read(self, parts: list[tuple[Pending, list]]) -> None:
         loop = asyncio.get_running_loop()
-        answers: list[list[dict]] = []
-        for i in range(0, len(pairs), self.max_batch):
-            chunk = pairs[i : i + self.max_batch]
-            out = await loop.run_in_executor(self.executor, self.answer_batch, chunk, top_k, max_answer_len)
-            if len(out) != len(chunk):
-                raise RuntimeError(f"the model gave {len(out)} answer lists for {len(chunk)} questions")
+        try:
+            await loop.run_in_executor(self.executor, self.reader.read, [(p.job, items) for p, items in parts])
             self.calls += 1
-            self.questions += len(chunk)
-            answers.extend(out)
-        return answers
+            return
+        except Exception as e:  # noqa: BLE001 - the error goes to the requests, not the loop
+            if len(parts) == 1:
+                self._drop(parts[0][0], e)
+                return
+        for p, items in parts:  # find the request(s) the model cannot answer
+            try:
+                await loop.run_in_executor(self.executor, self.reader.read, [(p.job, items)])
+                self.calls += 1
+            except Exception as e1:  # noqa: BLE001
+                self._drop(p, e1)
+
+    def _drop(self, p: Pending, error: BaseException) -> None:
+        if p in self._waiting:
+            self._waiting.remove(p)
+        _fail(p, error)
 
 
-def _resolve(p: Pending, result=None, exception: BaseException | None = None) -> None:
-    if p.future.done():  # cancelled: the client went away
-        return
-    if exception is not None:
-        p.future.set_exception(exception)
-    else:
-        p.future.set_result(result)
+class _Call:
+    """The items of one model call as they are chosen, within its item and token bounds."""
+
+    def __init__(self, max_items: int, max_tokens: int):
+        self.room, self.tokens = max_items, max_tokens
+        self.empty = True
+        self.parts: dict[int, tuple[Pending, list]] = {}
+
+    @property
+    def open(self) -> bool:
+        return self.room > 0 and self.tokens > 0
+
+    def fill(self, p: Pending, windows: int | None = None) -> bool:
+        """Add up to ``windows`` (None: all) of ``p``'s windows in order while they fit; False
+        once the call is full. A window too large for an empty call is split to fit it."""
+        n = 0
+        while p.windows and (windows is None or n < windows):
+            group, cost = p.windows[0], p.job.cost(p.windows[0])
+            if len(group) > self.room or cost > self.tokens:
+                if not self.empty:
+                    return False
+                k = max(1, min(self.room, len(group) * self.tokens // max(cost, 1)))
+                group, p.windows[0] = group[:k], group[k:]
+                cost = p.job.cost(group)
+            else:
+                p.windows.popleft()
+            self.parts.setdefault(id(p), (p, []))[1].extend(group)
+            p.left -= len(group)
+            self.room, self.tokens, self.empty, n = self.room - len(group), self.tokens - cost, False, n + 1
+            if not self.open:
+                return False
+        return True
+
+
+def _fail(p: Pending, error: BaseException) -> None:
+    if not p.future.done():  # cancelled: the client went away
+        p.future.set_exception(error)
