@@ -23,7 +23,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import uvicorn
@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rckit.saved.reader import Reader, text_problem
@@ -107,6 +107,15 @@ class Limits:
             f"One context and `question` or `questions`; the whole body at most {self.body_bytes:,} bytes (413 above)")}
 
 
+def whole_number(value):
+    """JSON has one number type: ``2.0`` is the integer 2 (as JSON Schema's ``integer`` says);
+    ``2.5``, ``"2"`` and ``true`` stay what they are and are refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(whole_number)]
+
+
 class AnswerRequest(BaseModel):
     """The body of ``POST /v1/answer``: one context and either one question or a list of them."""
 
@@ -115,8 +124,8 @@ class AnswerRequest(BaseModel):
     context: str = Field(description="the passage to read")
     question: str | None = Field(None, description="one question (or give `questions`)")
     questions: list[str] | None = Field(None, description="several questions about the same context")
-    top_k: int = Field(1, ge=TOP_K[0], le=TOP_K[1], description="how many answers per question, best first")
-    max_answer_len: int | None = Field(None, ge=MAX_ANSWER_LEN[0], le=MAX_ANSWER_LEN[1],
+    top_k: Integer = Field(1, ge=TOP_K[0], le=TOP_K[1], description="how many answers per question, best first")
+    max_answer_len: Integer | None = Field(None, ge=MAX_ANSWER_LEN[0], le=MAX_ANSWER_LEN[1],
                                        description="longest answer in tokens (default: the model's own setting)")
 
 
