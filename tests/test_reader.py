@@ -279,3 +279,21 @@ def test_scores_are_span_probabilities(reader):
     answers = reader.answer(context, "what follows alpha ?", top_k=200, max_answer_len=3)
     assert sum(a["score"] for a in answers) <= 1.0 + 1e-5
     assert all(math.isfinite(a["score"]) for a in answers)
+
+
+def test_planning_requests_together_answers_each_as_alone(reader, monkeypatch):
+    """Reader.plan_many tokenizes several requests in one pass (a context two of them ask about
+    once); each job, read with another's windows in the same forwards, answers as its own plan."""
+    monkeypatch.setattr(reader, "window", 16)  # the third context is read in windows
+    requests = [([(CONTEXTS[0], QUESTIONS[0]), (CONTEXTS[2], QUESTIONS[1])], 2, None),
+                ([(CONTEXTS[2], QUESTIONS[2])], 1, 3),
+                ([(CONTEXTS[0], "   ")], 1, None)]  # refused, alone
+    jobs = reader.plan_many(requests)
+    assert isinstance(jobs[2], ValueError) and "question is empty" in str(jobs[2])
+    assert jobs[0].arrays is jobs[1].arrays  # one tokenizing pass
+    parts = [(job, [item for group in job.windows for item in group]) for job in jobs[:2]]
+    reader.read(parts)  # one forward over both requests' windows
+    for job, (pairs, top_k, max_answer_len) in zip(jobs[:2], requests):
+        for got, want in zip(job.answers(), reader.answer_batch(pairs, top_k, max_answer_len)):
+            assert [(a["answer"], a["start"], a["end"]) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+            assert [a["score"] for a in got] == pytest.approx([a["score"] for a in want], rel=1e-4, abs=1e-6)

@@ -1,6 +1,6 @@
 """rckit serve: the JSON API, its errors, batching of concurrent requests, a real server.
 
-Most tests use a fake reader (``plan``, ``read``, ``window`` and ``info`` as
+Most tests use a fake reader (``plan_many``, ``read``, ``window`` and ``info`` as
 :class:`rckit.saved.reader.Reader`'s) that records the size of every call; the end-to-end ones use the real Reader on conftest's tiny
 QANet run in process, and on its exported file behind a real uvicorn server on 127.0.0.1.
 """
@@ -64,11 +64,16 @@ class FakeReader:
         self.calls: list[int] = []
         self.settings: list[tuple[int, int | None]] = []
         self.log: list[list[str]] = []  # each call: the question of each of its items
+        self.planned: list[int] = []  # requests planned together, plan after plan
         self.lock = threading.Lock()
         self.busy = False  # two calls at once would mean the model runs outside the one worker
 
     def plan(self, pairs, top_k=1, max_answer_len=None):
         return FakeJob(self, pairs, top_k, max_answer_len, self.windows)
+
+    def plan_many(self, requests):
+        self.planned.append(len(requests))
+        return [self.plan(*r) for r in requests]
 
     def read(self, parts):
         with self.lock:
@@ -369,6 +374,15 @@ def test_concurrent_requests_share_model_calls_and_each_gets_its_own_answers():
     assert len(fake.calls) < len(bodies) and max(fake.calls) <= 8, fake.calls
 
 
+def test_requests_that_wait_together_are_planned_together():
+    fake = FakeReader(delay=0.05)
+    app = create_app(fake, max_batch=8, batch_window_ms=20)
+    bodies = _bodies(12)
+    responses = asyncio.run(_post_all(app, bodies))
+    assert all(r.status_code == 200 for r in responses)
+    assert sum(fake.planned) == len(bodies) and max(fake.planned) > 1, fake.planned
+
+
 def test_concurrent_requests_from_threads_are_batched():
     fake = FakeReader(delay=0.05)
     bodies = _bodies(12)
@@ -520,7 +534,7 @@ def test_the_real_reader_batched_answers_equal_answers_alone(tiny_reader):
     calls = []
 
     class Recording:
-        info, window, plan = tiny_reader.info, tiny_reader.window, tiny_reader.plan
+        info, window, plan_many = tiny_reader.info, tiny_reader.window, tiny_reader.plan_many
 
         def read(self, parts):
             calls.append(sum(len(items) for _, items in parts))

@@ -169,14 +169,62 @@ class Reader:
              stride: int | None = None) -> "Job":
         """The work of answering ``pairs``: each distinct context tokenized once, and cut into
         windows, each window read with the questions on its context (no model call yet)."""
+        job = self.plan_many([(pairs, top_k, max_answer_len)], stride)[0]
+        if isinstance(job, ValueError):
+            raise job
+        return job
+
+    def plan_many(self, requests: list[tuple[list[tuple[str, str]], int, int | None]],
+                  stride: int | None = None) -> list["Job | ValueError"]:
+        """:meth:`plan` for several requests ``(pairs, top_k, max_answer_len)`` in one tokenizing
+        pass (a context asked about in two requests is tokenized once); a request that cannot be
+        answered gets its ``ValueError`` in its place, and the others their jobs."""
+        stride = max(1, self.window // 2) if stride is None else int(stride)
+        if not 1 <= stride <= self.window:
+            raise ValueError(f"stride must be between 1 and the window ({self.window} tokens), got {stride}")
+        checked: list[tuple | ValueError] = []
+        for pairs, top_k, max_answer_len in requests:
+            try:
+                checked.append((list(pairs), *self._settings(pairs, top_k, max_answer_len)))
+            except ValueError as e:
+                checked.append(e)
+        all_pairs = [pair for r in checked if not isinstance(r, ValueError) for pair in r[0]]
+        # Each distinct context once: tokenized once, and its windows shared by its questions.
+        context_ids: dict[str, int] = {}
+        for context, _ in all_pairs:
+            context_ids.setdefault(context, len(context_ids))
+        a: dict = {}
+        if all_pairs:
+            examples = [SquadExample(str(i), "", context_ids[c], c, q, [], is_impossible=True)
+                        for i, (c, q) in enumerate(all_pairs)]
+            split, _ = featurize(SquadDataset(examples, list(context_ids), ReadReport("<input>", "1.1"), {}),
+                                 self.vocabs)
+            a = split.a
+        jobs: list[Job | ValueError] = []
+        first = 0
+        for r in checked:
+            if isinstance(r, ValueError):
+                jobs.append(r)
+                continue
+            pairs, top_k, max_answer_len = r
+            by_context: dict[int, list[int]] = {}
+            for i, (c, _) in enumerate(pairs, first):
+                by_context.setdefault(context_ids[c], []).append(i)
+            # (pair, context, lo, hi) items; longest contexts first so a batch's windows are alike.
+            order = sorted(by_context, key=lambda c: -int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]))
+            groups = [[(i, c, lo, hi) for i in by_context[c]]
+                      for c in order for lo, hi in windows(int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]), self.window, stride)]
+            jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first))
+            first += len(pairs)
+        return jobs
+
+    def _settings(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> tuple[int, int]:
+        """``(top_k, max_answer_len)`` checked, the texts of ``pairs`` too (a ValueError names the pair)."""
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         max_answer_len = self.decode.max_answer_len if max_answer_len is None else int(max_answer_len)
         if max_answer_len < 1:
             raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
-        stride = max(1, self.window // 2) if stride is None else int(stride)
-        if not 1 <= stride <= self.window:
-            raise ValueError(f"stride must be between 1 and the window ({self.window} tokens), got {stride}")
         for i, (context, question) in enumerate(pairs):
             where = "" if len(pairs) == 1 else f" (pair {i})"
             try:
@@ -184,30 +232,7 @@ class Reader:
                 check_text("question", question)
             except ValueError as e:
                 raise ValueError(f"{e}{where}") from None
-        if not pairs:
-            return Job([], top_k, max_answer_len, {}, [])
-
-        # Each distinct context once: tokenized once, and its windows shared by its questions.
-        context_ids: dict[str, int] = {}
-        for context, _ in pairs:
-            context_ids.setdefault(context, len(context_ids))
-        contexts = list(context_ids)
-        examples = [SquadExample(str(i), "", context_ids[c], c, q, [], is_impossible=True)
-                    for i, (c, q) in enumerate(pairs)]
-        split, _ = featurize(SquadDataset(examples, contexts, ReadReport("<input>", "1.1"), {}), self.vocabs)
-        a = split.a
-        by_context: dict[int, list[int]] = {}
-        for i, (c, _) in enumerate(pairs):
-            by_context.setdefault(context_ids[c], []).append(i)
-
-        # (pair, context, lo, hi) items; longest contexts first so a batch's windows are alike.
-        order = sorted(by_context, key=lambda c: -int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]))
-        groups = []
-        for c in order:
-            n = int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c])
-            for lo, hi in windows(n, self.window, stride):
-                groups.append([(i, c, lo, hi) for i in by_context[c]])
-        return Job(pairs, top_k, max_answer_len, a, groups)
+        return top_k, max_answer_len
 
     @torch.inference_mode()
     def read(self, parts: list[tuple["Job", list[tuple]]]) -> None:
@@ -253,13 +278,15 @@ class Job:
     the windows of many jobs, :mod:`rckit.serve.batcher`), merged by :meth:`answers`.
 
     ``windows``: the groups of items still to read, each the questions on one window of one
-    context; ``work``: how many (question, window) items the job had in all.
+    context, an item ``(pair, context, lo, hi)`` indexing ``arrays``; ``work``: how many
+    (question, window) items the job had in all.
     """
 
     def __init__(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int, arrays: dict,
-                 windows: list[list[tuple]]):
+                 windows: list[list[tuple]], first: int = 0):
         self.pairs, self.top_k, self.max_answer_len, self.arrays = pairs, top_k, max_answer_len, arrays
         self.windows = windows
+        self.first = first  # the arrays' row of this job's first pair (jobs planned together share arrays)
         self.work = sum(len(w) for w in windows)
         self.found: list[dict[tuple[int, int], float]] = [{} for _ in pairs]
 
@@ -277,8 +304,9 @@ class Job:
                 if s < 0:
                     continue
                 span = (int(offsets[lo + s][0]), int(offsets[lo + e][1]))
-                if score > self.found[i].get(span, -math.inf):  # a span two windows found counts once
-                    self.found[i][span] = score
+                found = self.found[i - self.first]
+                if score > found.get(span, -math.inf):  # a span two windows found counts once
+                    found[span] = score
 
     def answers(self) -> list[list[dict]]:
         """The ``top_k`` best answers of each pair, over all its windows, best first."""

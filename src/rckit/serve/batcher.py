@@ -1,7 +1,9 @@
 """Scheduling a server's model calls by window, across every waiting request.
 
-A request is first planned (``reader.plan``: its contexts tokenized and cut into windows, in a
-planning thread beside the model's), then its windows wait to be read. One collector task forms
+A request is first planned (``reader.plan_many``: its contexts tokenized and cut into windows,
+in a planning thread beside the model's; the requests that wait for it are planned together, in
+one tokenizing pass, those with short contexts first and a long document alone), then its
+windows wait to be read. One collector task forms
 each model call from the windows of all waiting requests and runs it (``reader.read``) in the
 one model thread, so the event loop keeps accepting and parsing requests meanwhile; a request
 gets its answers, merged over its windows (``job.answers()``), once its last window is read.
@@ -58,6 +60,20 @@ class RequestTimeout(TimeoutError):
 
 
 @dataclass(eq=False)
+class Submission:
+    """A request waiting to be planned."""
+
+    pairs: list[tuple[str, str]]
+    top_k: int
+    max_answer_len: int | None
+    future: asyncio.Future = field(repr=False)
+    chars: int = 0  # its contexts' length: a long one is planned alone
+
+    def __post_init__(self):
+        self.chars = sum(len(c) for c in {c for c, _ in self.pairs})
+
+
+@dataclass(eq=False)
 class Pending:
     """One planned request waiting: its job, its windows still to read, and where its answers go."""
 
@@ -93,32 +109,39 @@ class Batcher:
         self.planner = ThreadPoolExecutor(1, thread_name_prefix="rckit-plan")
         self.calls = 0  # model calls made
         self.questions = 0  # questions answered
+        self.short_chars = 10 * int(reader.window)  # contexts up to this long are planned together
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._plan_wake: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._to_plan: list[Submission] = []
         self._waiting: list[Pending] = []
 
     def start(self) -> None:
         """Start the collector in the running event loop (again, if the loop changed)."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # an event belongs to one loop
-            self._loop, self._wake, self._waiting = loop, asyncio.Event(), []
-        elif self._task is not None and not self._task.done():
+            self._loop, self._wake, self._plan_wake = loop, asyncio.Event(), asyncio.Event()
+            self._waiting, self._to_plan = [], []
+        elif self._tasks and not any(t.done() for t in self._tasks):
             return
-        self._task = loop.create_task(self._collect(), name="rckit-batcher")
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = [loop.create_task(self._plan(), name="rckit-planner"),
+                       loop.create_task(self._collect(), name="rckit-batcher")]
 
     async def stop(self) -> None:
-        """Cancel the collector; requests still waiting get an error instead of hanging."""
-        if self._task is not None:
-            self._task.cancel()
+        """Cancel the planner and the collector; requests still waiting get an error instead of hanging."""
+        for t in self._tasks:
+            t.cancel()
             try:
-                await self._task
+                await t
             except asyncio.CancelledError:
                 pass
-            self._task = None
-        for p in self._waiting:
+        self._tasks = []
+        for p in [*self._to_plan, *self._waiting]:
             _fail(p, RuntimeError("the server is shutting down"))
-        self._waiting = []
+        self._waiting, self._to_plan = [], []
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -126,8 +149,8 @@ class Batcher:
 
     @property
     def queued(self) -> int:
-        """Requests waiting for (more of) their windows to be read."""
-        return len(self._waiting)
+        """Requests waiting to be planned or for (more of) their windows to be read."""
+        return len(self._to_plan) + len(self._waiting)
 
     async def submit(self, pairs: list[tuple[str, str]], top_k: int = 1,
                      max_answer_len: int | None = None) -> list[list[dict]]:
@@ -137,7 +160,10 @@ class Batcher:
         pending = None
         try:
             async with asyncio.timeout(self.timeout):
-                job = await loop.run_in_executor(self.planner, self.reader.plan, list(pairs), top_k, max_answer_len)
+                submission = Submission(list(pairs), top_k, max_answer_len, loop.create_future())
+                self._to_plan.append(submission)
+                self._plan_wake.set()
+                job = await submission.future
                 if self.max_work is not None and job.work > self.max_work:
                     raise TooMuchWork(job.work, self.max_work)
                 if not job.windows:
@@ -151,6 +177,31 @@ class Batcher:
         finally:
             if pending is not None and pending in self._waiting:  # timed out, or the client went away
                 self._waiting.remove(pending)
+
+    async def _plan(self) -> None:
+        """Plan the waiting requests: all with short contexts in one pass, else the oldest alone."""
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._to_plan:
+                self._plan_wake.clear()
+                await self._plan_wake.wait()
+            short = [s for s in self._to_plan if s.chars <= self.short_chars]
+            batch = short or self._to_plan[:1]
+            self._to_plan = [s for s in self._to_plan if s not in batch]
+            batch = [s for s in batch if not s.future.done()]  # gone: timed out, or the client left
+            if not batch:
+                continue
+            try:
+                jobs = await loop.run_in_executor(self.planner, self.reader.plan_many,
+                                                  [(s.pairs, s.top_k, s.max_answer_len) for s in batch])
+            except Exception as e:  # noqa: BLE001 - the error goes to the requests, not the loop
+                jobs = [e] * len(batch)
+            for s, job in zip(batch, jobs):
+                if not s.future.done():
+                    if isinstance(job, BaseException):
+                        s.future.set_exception(job)
+                    else:
+                        s.future.set_result(job)
 
     async def _collect(self) -> None:
         while True:
@@ -244,6 +295,6 @@ class _Call:
         return True
 
 
-def _fail(p: Pending, error: BaseException) -> None:
+def _fail(p: Pending | Submission, error: BaseException) -> None:
     if not p.future.done():  # cancelled: the client went away
         p.future.set_exception(error)
