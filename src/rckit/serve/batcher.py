@@ -1,14 +1,17 @@
 """Scheduling a server's model calls by window, across every waiting request.
 
-A request is first planned (``reader.plan_many``: its contexts tokenized and cut into windows,
-in a planning thread beside the model's; the requests that wait for it are planned together, in
-one tokenizing pass, those with short contexts first and a long document alone), then its
-windows wait to be read. One collector task forms
-each model call from the windows of all waiting requests and runs it (``reader.read``) in the
-one model thread, so the event loop keeps accepting and parsing requests meanwhile; a request
-gets its answers, merged over its windows (``job.answers()``), once its last window is read.
-A long document is therefore never one unit that everything queued behind it waits for: its
-windows take turns with other requests' in calls of bounded size.
+A request is first planned (``reader.plan_many``: its contexts tokenized and cut into windows),
+then its windows wait to be read. One collector task forms each model call from the windows of
+all waiting requests and runs it (``reader.read``) in the one model thread, so the event loop
+keeps accepting and parsing requests meanwhile; a request gets its answers, merged over its
+windows (``job.answers()``), once its last window is read. A long document is therefore never
+one unit that everything queued behind it waits for: its windows take turns with other
+requests' in calls of bounded size.
+
+Planning: the requests with short contexts (up to ten windows' worth of characters) that wait
+when a call is formed are planned together, in one tokenizing pass, in the model thread just
+before it, as one batched call would; a long document is planned alone in a planning thread
+beside the model's, so that tokenizing it never holds up the others' calls.
 
 A call holds at most ``max_batch`` items (a question on a window) and at most ``max_tokens``
 context tokens, which bounds how long one call keeps the model, and so how long a request that
@@ -66,7 +69,8 @@ class Submission:
     pairs: list[tuple[str, str]]
     top_k: int
     max_answer_len: int | None
-    future: asyncio.Future = field(repr=False)
+    future: asyncio.Future = field(repr=False)  # its answers
+    arrived: float = 0.0  # event-loop time
     chars: int = 0  # its contexts' length: a long one is planned alone
 
     def __post_init__(self):
@@ -157,59 +161,74 @@ class Batcher:
         """The answers to ``pairs``, one best-first list of at most ``top_k`` per pair."""
         self.start()
         loop = asyncio.get_running_loop()
-        pending = None
+        submission = Submission(list(pairs), top_k, max_answer_len, loop.create_future(), loop.time())
+        self._to_plan.append(submission)
+        self._wake.set()
+        self._plan_wake.set()
         try:
             async with asyncio.timeout(self.timeout):
-                submission = Submission(list(pairs), top_k, max_answer_len, loop.create_future())
-                self._to_plan.append(submission)
-                self._plan_wake.set()
-                job = await submission.future
-                if self.max_work is not None and job.work > self.max_work:
-                    raise TooMuchWork(job.work, self.max_work)
-                if not job.windows:
-                    return job.answers()
-                pending = Pending(job, loop.create_future(), loop.time())
-                self._waiting.append(pending)
-                self._wake.set()
-                return await pending.future
+                return await submission.future
         except TimeoutError:
             raise RequestTimeout(self.timeout) from None
-        finally:
-            if pending is not None and pending in self._waiting:  # timed out, or the client went away
-                self._waiting.remove(pending)
+        finally:  # answered, timed out, or the client went away: nothing of it is left to read
+            if submission in self._to_plan:
+                self._to_plan.remove(submission)
+            self._waiting = [p for p in self._waiting if p.future is not submission.future]
+
+    def _admit(self, submission: Submission, job) -> None:
+        """A planned request joins the waiting ones (or is answered or refused at once)."""
+        if submission.future.done():
+            return
+        if isinstance(job, BaseException):
+            submission.future.set_exception(job)
+        elif self.max_work is not None and job.work > self.max_work:
+            submission.future.set_exception(TooMuchWork(job.work, self.max_work))
+        elif not job.windows:
+            submission.future.set_result(job.answers())
+        else:
+            self._waiting.append(Pending(job, submission.future, submission.arrived))
+            self._wake.set()
+
+    def _short(self) -> list[Submission]:
+        return [s for s in self._to_plan if s.chars <= self.short_chars]
+
+    async def _plan_together(self, batch: list[Submission], executor: ThreadPoolExecutor) -> None:
+        """Plan ``batch`` in one tokenizing pass in ``executor``; each request its job or error."""
+        for s in batch:
+            self._to_plan.remove(s)
+        batch = [s for s in batch if not s.future.done()]  # gone: timed out, or the client left
+        if not batch:
+            return
+        try:
+            jobs = await asyncio.get_running_loop().run_in_executor(
+                executor, self.reader.plan_many, [(s.pairs, s.top_k, s.max_answer_len) for s in batch])
+        except Exception as e:  # noqa: BLE001 - the error goes to the requests, not the loop
+            jobs = [e] * len(batch)
+        for s, job in zip(batch, jobs):
+            self._admit(s, job)
 
     async def _plan(self) -> None:
-        """Plan the waiting requests: all with short contexts in one pass, else the oldest alone."""
-        loop = asyncio.get_running_loop()
+        """The planning thread's task: the long documents, one at a time, oldest first."""
         while True:
-            while not self._to_plan:
+            long = [s for s in self._to_plan if s.chars > self.short_chars]
+            if not long:
                 self._plan_wake.clear()
                 await self._plan_wake.wait()
-            short = [s for s in self._to_plan if s.chars <= self.short_chars]
-            batch = short or self._to_plan[:1]
-            self._to_plan = [s for s in self._to_plan if s not in batch]
-            batch = [s for s in batch if not s.future.done()]  # gone: timed out, or the client left
-            if not batch:
                 continue
-            try:
-                jobs = await loop.run_in_executor(self.planner, self.reader.plan_many,
-                                                  [(s.pairs, s.top_k, s.max_answer_len) for s in batch])
-            except Exception as e:  # noqa: BLE001 - the error goes to the requests, not the loop
-                jobs = [e] * len(batch)
-            for s, job in zip(batch, jobs):
-                if not s.future.done():
-                    if isinstance(job, BaseException):
-                        s.future.set_exception(job)
-                    else:
-                        s.future.set_result(job)
+            await self._plan_together(long[:1], self.planner)
 
     async def _collect(self) -> None:
         while True:
-            while not self._waiting:
+            while not self._waiting and not self._short():
                 self._wake.clear()
                 await self._wake.wait()
                 if self.window > 0:
                     await asyncio.sleep(self.window)  # the requests that arrive together share the first call
+            short = self._short()
+            if short:  # in the model thread, before the call, as one batched call would
+                await self._plan_together(short, self.executor)
+            if not self._waiting:
+                continue
             parts = self._take()
             await self._read(parts)
             for p, _ in parts:
