@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most context tokens in one forward pass: bounds how long one pass keeps the model, and so "
                    "how long a request arriving meanwhile waits")
     p.add_argument("--batch-window-ms", type=float, default=2.0,
-                   help="after an idle spell, how long the first request waits for others to join its pass")
+                   help="how long a pass that is not full waits for requests to join it")
     p.add_argument("--policy", choices=["fair", "round-robin"], default="fair",
                    help="which windows go into a pass: fair (least work first, and a request waiting long first) "
                    "or round-robin (one window of each request in turn)")

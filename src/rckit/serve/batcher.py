@@ -26,7 +26,7 @@ arrives during it waits for the next. Which windows go in (``policy``):
   request in turn).
 - ``"round-robin"``: one window of each waiting request in turn, in arrival order.
 
-After an idle spell the collector waits ``window_ms`` for requests that arrive together. A
+Before a call that is not full the collector waits ``window_ms`` for requests to join it. A
 request's time limit (``timeout_s``, planning included) fails it with :class:`RequestTimeout`
 and drops its windows; one of more than ``max_work`` items is refused after planning with
 :class:`TooMuchWork`. When a call fails and it held several requests, each is read alone again,
@@ -189,6 +189,9 @@ class Batcher:
             self._waiting.append(Pending(job, submission.future, submission.arrived))
             self._wake.set()
 
+    def _items_in_hand(self) -> int:
+        return sum(p.left for p in self._waiting) + sum(len(s.pairs) for s in self._short())
+
     def _short(self) -> list[Submission]:
         return [s for s in self._to_plan if s.chars <= self.short_chars]
 
@@ -222,8 +225,8 @@ class Batcher:
             while not self._waiting and not self._short():
                 self._wake.clear()
                 await self._wake.wait()
-                if self.window > 0:
-                    await asyncio.sleep(self.window)  # the requests that arrive together share the first call
+            if self.window > 0 and self._items_in_hand() < self.max_batch:
+                await asyncio.sleep(self.window)  # requests arriving meanwhile share the call
             short = self._short()
             if short:  # in the model thread, before the call, as one batched call would
                 await self._plan_together(short, self.executor)
