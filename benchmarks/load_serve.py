@@ -89,6 +89,15 @@ def start_server(args) -> tuple[subprocess.Popen, str, int]:
     return proc, found.group(1), int(found.group(2))
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a person would; killed if it has not stopped within 30 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def get_json(host: str, port: int, path: str) -> dict:
     conn = http.client.HTTPConnection(host, port, timeout=30)
     try:
@@ -262,11 +271,7 @@ def main() -> int:
             info = get_json(host, port, "/v1/model")
             rows = mixed(host, port, args)
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
         print(json.dumps({"model": info.get("model"), "mixed": args.mixed, "long_words": args.long_words,
                           "seconds": args.seconds, "serve_args": args.serve_arg,
                           "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rows": rows}, indent=1))
@@ -290,11 +295,7 @@ def main() -> int:
                 for e in r["first_errors"]:
                     print(f"        error: {e}")
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     if args.json:
         print(json.dumps({"model": info.get("model"), "source": info.get("source"),
                           "parameters": info.get("parameters"),
