@@ -95,7 +95,7 @@ class Pending:
 
 
 class Batcher:
-    """Answers ``submit``-ted questions; ``reader.plan`` and ``reader.read`` run in worker threads."""
+    """Answers ``submit``-ted questions; ``reader.plan_many`` and ``reader.read`` run in worker threads."""
 
     def __init__(self, reader, max_batch: int = 32, window_ms: float = 2.0, max_tokens: int = 4096,
                  max_work: int | None = None, timeout_s: float | None = None, policy: str = "fair",
