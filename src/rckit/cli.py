@@ -20,6 +20,7 @@ DESCRIPTION = """\
 rckit: neural machine reading comprehension on SQuAD and cloze data.
 
   rckit prepare squad                     tokenize, index and cache SQuAD (downloads if needed)
+  rckit prepare squad-no-answer --out DIR SQuAD v2.0 training/tuning/evaluation files (no-answer readers)
   rckit prepare squad-cloze --out DIR     an entity-anonymised cloze set built from SQuAD v1.1
   rckit train MODEL --out RUN             train a model, with checkpoints and a learning curve
   rckit evaluate RUN                      official EM/F1 (SQuAD) or accuracy (cloze) of a trained run
@@ -94,13 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
         "shaped them (a changed setting rebuilds, an unchanged one loads in seconds). Without --train/--dev "
         "the official files are used: from --data-dir/$RCKIT_DATA if given, else downloaded and checksum-verified.",
     )
-    p.add_argument("dataset", choices=["squad", "squad-cloze", "cloze-synthetic"],
-                   help="squad: the SQuAD cache; squad-cloze: an entity-anonymised cloze set from SQuAD v1.1; "
+    p.add_argument("dataset", choices=["squad", "squad-no-answer", "squad-cloze", "cloze-synthetic"],
+                   help="squad: the SQuAD cache; squad-no-answer: SQuAD v2.0 training, tuning and evaluation files "
+                   "(v1.1 train with unanswerable pairs made from it, v2.0 dev split by article position; --train is "
+                   "v1.1 train, --dev v2.0 dev); squad-cloze: an entity-anonymised cloze set from SQuAD v1.1; "
                    "cloze-synthetic: a small generated cloze task (find the entity after the query's marker word)")
     _add_data_args(p)
     p.add_argument("--out", help="output directory (default: <cache-dir>/prepared; squad-cloze: required)")
     p.add_argument("--seed", type=int, default=0, help="squad-cloze: seed of the per-example entity numbering; "
                    "cloze-synthetic: seed of the generator")
+    p.add_argument("--rate", type=float, default=0.5, help="squad-no-answer: share of v1.1 train questions "
+                   "paired with a paragraph of their article that lacks their answer (default 0.5)")
     p.add_argument("--examples", type=int, nargs=2, default=(5000, 500), metavar=("TRAIN", "DEV"),
                    help="cloze-synthetic: how many training and dev examples (default 5000 500)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
@@ -338,6 +343,8 @@ def prepare_from_args(args):
 def cmd_prepare(args) -> int:
     if args.dataset == "squad-cloze":
         return prepare_squad_cloze(args)
+    if args.dataset == "squad-no-answer":
+        return prepare_no_answer(args)
     if args.dataset == "cloze-synthetic":
         from rckit.data.cloze_synthetic import write_synthetic_cloze
 
@@ -384,6 +391,33 @@ def print_prepared(prepared, seconds: float) -> None:
         )
         print(f"    context tokens mean {c['mean']} p95 {c['p95']} max {c['max']}; question tokens mean {q['mean']} p95 {q['p95']} max {q['max']}")
     print(f"  details: {prepared.root / 'meta.json'}")
+
+
+def prepare_no_answer(args) -> int:
+    from rckit.data.download import resolve_squad_files
+    from rckit.data.no_answer import build_no_answer_data
+
+    if not args.out:
+        raise ValueError("squad-no-answer needs --out DIR")
+    train = args.train or resolve_squad_files("1.1", data_dir=args.data_dir, cache_dir=args.cache_dir, splits=("train",))["train"]
+    dev = args.dev or resolve_squad_files("2.0", data_dir=args.data_dir, cache_dir=args.cache_dir, splits=("dev",))["dev"]
+    for label, f in (("--train", train), ("--dev", dev)):
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"{label} file not found: {f}")
+    t0 = time.perf_counter()
+    report = build_no_answer_data(Path(train).resolve(), Path(dev).resolve(), args.out, rate=args.rate, seed=args.seed)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    pairs = report["pairs"]
+    print(f"squad-no-answer written to {args.out} in {time.perf_counter() - t0:.1f}s")
+    print(f"  unanswerable pairs from v1.1 train: {pairs['made']} made of {pairs['drawn']} drawn "
+          f"({pairs['no_paragraph_without_answer']} questions had no other paragraph without their answer)")
+    for name in ("train", "tune", "eval"):
+        r = report[name]
+        print(f"  {name}: {r['file']}: {r['articles']} articles, {r['questions']} questions, {r['unanswerable']} unanswerable")
+    print(f"  details: {Path(args.out) / 'report.json'}")
+    return 0
 
 
 def prepare_squad_cloze(args) -> int:

@@ -11,8 +11,22 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+_PUNCTUATION_TABLE = str.maketrans("", "", string.punctuation)
+_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD's answer normalisation (both official scripts): lower-case, drop ASCII punctuation,
+    drop whole-word articles, collapse whitespace. Scoring and the no-answer data use it."""
+    text = s.lower().translate(_PUNCTUATION_TABLE)
+    text = _ARTICLES_RE.sub(" ", text)
+    return " ".join(text.split())
 
 
 class SquadFormatError(ValueError):

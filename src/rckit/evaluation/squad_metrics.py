@@ -50,18 +50,14 @@ bit-for-bit those of the official scripts, not just close.
 
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rckit.data.squad import load_json
+from rckit.data.squad import load_json, normalize_answer
 
 VERSIONS = {"1.1": "1.1", "v1.1": "1.1", "2.0": "2.0", "v2.0": "2.0"}
 
-_PUNCTUATION_TABLE = str.maketrans("", "", string.punctuation)
-_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 
 
 def _check_version(version: str) -> str:
@@ -70,13 +66,6 @@ def _check_version(version: str) -> str:
     if canonical is None:
         raise ValueError(f"unknown SQuAD version {version!r}; expected one of {sorted(VERSIONS)}")
     return canonical
-
-
-def normalize_answer(s: str) -> str:
-    """Lower-case, drop ASCII punctuation, drop whole-word articles, collapse whitespace."""
-    text = s.lower().translate(_PUNCTUATION_TABLE)
-    text = _ARTICLES_RE.sub(" ", text)
-    return " ".join(text.split())
 
 
 def _tokens(s: str) -> list[str]:
