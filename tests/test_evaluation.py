@@ -66,7 +66,7 @@ def test_decode_settings_are_saved_with_the_run_and_used_to_answer(one_token_run
     run, _ = one_token_run
     config = json.loads((run / "config.json").read_text())
     ckpt = load_checkpoint(run / "best.pt")
-    assert config["decode"] == ckpt["decode"] == {"max_answer_len": 1}
+    assert config["decode"] == ckpt["decode"] == {"max_answer_len": 1, "no_answer_threshold": 0.0}
     assert "max_answer_len" not in config["train_config"] and "max_answer_len" not in ckpt["train_config"]
     preds = _evaluate(run, tmp_path, capsys)
     assert len(preds) == 9 and all(text and " " not in text for text in preds.values())  # one word each
@@ -112,10 +112,10 @@ def test_predict_on_a_squad_split_decodes_spans(one_token_run):
     split, _ = featurize(read_squad(dev_f), vocabs)
     got = predict(model, split)  # the default decode settings
     assert isinstance(got, dict) and len(got) == len(split)
-    assert got == predict_split(model, split, None, 32, 30)
+    assert got == predict_split(model, split, None, 32, DecodeConfig(30))
     short = predict(model, split, [0, 2, 4], decode=DecodeConfig(max_answer_len=1))
     assert set(short) == {split.qids[i] for i in (0, 2, 4)}
-    assert short == predict_split(model, split, [0, 2, 4], 32, 1) and all(" " not in t for t in short.values())
+    assert short == predict_split(model, split, [0, 2, 4], 32, DecodeConfig(1)) and all(" " not in t for t in short.values())
 
 
 def test_predict_on_a_cloze_split_picks_entities(tmp_path):

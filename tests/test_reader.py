@@ -180,7 +180,7 @@ QUESTIONS = ["what follows alpha ?", "what follows gamma ?", "what follows kappa
 def test_info_describes_the_model_as_json(reader, tiny_run):
     info = json.loads(json.dumps(reader.info))
     assert info["model"] == "qanet" and info["source"] == str((tiny_run / "best.pt").resolve())
-    assert info["window"] == reader.window == 400 and info["decode"] == {"max_answer_len": 30}
+    assert info["window"] == reader.window == 400 and info["decode"] == {"max_answer_len": 30, "no_answer_threshold": 0.0}
     assert info["parameters"] == sum(p.numel() for p in reader.model.parameters()) > 0
     assert info["config"]["d_model"] == 16 and "dev_f1" in info["dev_score"]
 

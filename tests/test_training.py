@@ -407,7 +407,7 @@ def test_train_saves_its_decode_settings_beside_the_train_config(prepared, tmp_p
           progress=False, decode=DecodeConfig(max_answer_len=3))
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     for ckpt in (load_checkpoint(tmp_path / "r" / "last.pt"), load_checkpoint(tmp_path / "r" / "best.pt"), config):
-        assert ckpt["decode"] == {"max_answer_len": 3} and "max_answer_len" not in ckpt["train_config"]
+        assert ckpt["decode"] == {"max_answer_len": 3, "no_answer_threshold": 0.0} and "max_answer_len" not in ckpt["train_config"]
 
 
 def test_bench_decodes_spans_with_the_decode_settings(prepared):

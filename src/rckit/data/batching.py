@@ -26,6 +26,11 @@ class Batch:
     y_start: torch.Tensor  # (B,) long, inclusive token index or -1
     y_end: torch.Tensor  # (B,) long, inclusive token index or -1
     index: torch.Tensor  # (B,) long, row of each example in its split
+    answerable: torch.Tensor | None = None  # (B,) bool, False for a SQuAD v2.0 question without an answer
+
+    def __post_init__(self):
+        if self.answerable is None:  # asked of a model: nobody knows, so nothing is marked unanswerable
+            self.answerable = torch.ones_like(self.y_start, dtype=torch.bool)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
@@ -95,15 +100,16 @@ class SquadSplit:
         cut = y_end >= c_len
         y_start[cut] = -1
         y_end[cut] = -1
-        return assemble(a, c_lo, c_len, a["q_ptr"][idx], q_len, y_start, y_end, idx)
+        return assemble(a, c_lo, c_len, a["q_ptr"][idx], q_len, y_start, y_end, idx, a["answerable"][idx])
 
 
-def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end, index) -> Batch:
+def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end, index, answerable=None) -> Batch:
     """A padded :class:`Batch` of example ``b`` = context tokens ``ctx_forms[c_lo[b]:c_lo[b] +
     c_len[b]]`` and question tokens ``q_forms[q_lo[b]:q_lo[b] + q_len[b]]`` of the arrays ``a``
     (a prepared split's: form ids, looked up into word and character ids here). Training and
     evaluation batches (:meth:`SquadSplit.collate`) and the windows of a long document
-    (:class:`rckit.saved.reader.Reader`) are both made here."""
+    (:class:`rckit.saved.reader.Reader`) are both made here. ``answerable`` defaults to True
+    (questions asked of a model, where nobody knows)."""
     c_len, q_len = np.asarray(c_len, np.int64), np.asarray(q_len, np.int64)
     B, Tc, Tq = len(c_len), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
     c_forms = np.zeros((B, Tc), np.int64)
@@ -129,6 +135,7 @@ def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end,
         y_start=t(np.asarray(y_start, np.int64)),
         y_end=t(np.asarray(y_end, np.int64)),
         index=t(np.asarray(index, np.int64)),
+        answerable=t(np.ones(B, bool) if answerable is None else np.asarray(answerable, bool)),
     )
 
 
@@ -157,6 +164,7 @@ def concat_batches(batches: list[Batch]) -> Batch:
         y_start=torch.cat([b.y_start for b in batches]),
         y_end=torch.cat([b.y_end for b in batches]),
         index=torch.cat([b.index for b in batches]),
+        answerable=torch.cat([b.answerable for b in batches]),
     )
 
 

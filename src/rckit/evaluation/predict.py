@@ -15,7 +15,7 @@ import torch
 from rckit.data.batching import BucketBatchSampler, SquadSplit
 from rckit.data.cloze import ClozeSplit
 from rckit.device import autocast
-from rckit.evaluation.decoding import DecodeConfig, best_spans, span_to_text
+from rckit.evaluation.decoding import DecodeConfig, best_spans, span_to_text, spans_and_null
 
 
 def predict(
@@ -37,8 +37,7 @@ def predict(
     if isinstance(split, ClozeSplit):
         rows = np.arange(len(split)) if rows is None else rows
         return predict_cloze(model, split, rows, batch_size, device, dtype, progress=progress)
-    decode = decode or DecodeConfig()
-    return predict_split(model, split, rows, batch_size, decode.max_answer_len, device, dtype, progress)
+    return predict_split(model, split, rows, batch_size, decode or DecodeConfig(), device, dtype, progress)
 
 
 @torch.inference_mode()
@@ -47,16 +46,21 @@ def predict_split(
     split: SquadSplit,
     indices=None,
     batch_size: int = 32,
-    max_answer_len: int = 30,
+    decode: DecodeConfig | None = None,
     device: torch.device | str = "cpu",
     amp_dtype: torch.dtype | None = None,
     progress=None,
+    null_margins: dict[str, float] | None = None,
 ) -> dict[str, str]:
     """``{question id: answer text}`` for every question in ``indices`` (default: all).
 
     Nothing is truncated or dropped: contexts of any length are read whole. Batches are
-    formed longest-first so padding stays small.
+    formed longest-first so padding stays small. A model that can abstain answers ``""`` where
+    its null beats the best span by more than ``decode.no_answer_threshold``; with
+    ``null_margins`` given, each question's margin (null score - best span score) is put there,
+    whatever the model (``-inf`` for one that cannot abstain), for choosing the threshold.
     """
+    decode = decode or DecodeConfig()
     device = torch.device(device)
     was_training = model.training
     model.eval()
@@ -68,11 +72,21 @@ def predict_split(
             batch = split.collate(idx[rows]).to(device)
             with autocast(device, amp_dtype):
                 out = model(batch)
-            spans = best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, max_answer_len)
+            if out.start_null is None:
+                spans = best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask,
+                                   decode.max_answer_len)
+                margin = torch.full_like(spans.score, float("-inf"))
+            else:
+                spans, null = spans_and_null(out.start_logits.float(), out.end_logits.float(), batch.c_mask,
+                                             out.start_null.float(), out.end_null.float(), decode.max_answer_len)
+                margin = null - spans.score
+            abstain = (margin > decode.no_answer_threshold).tolist()
             for b, i in enumerate(batch.index.tolist()):
                 context, offsets = split.context_of(i)
                 s, e = int(spans.start[b]), int(spans.end[b])
-                preds[split.qids[i]] = span_to_text(context, offsets, s, e) if s >= 0 else ""
+                preds[split.qids[i]] = span_to_text(context, offsets, s, e) if s >= 0 and not abstain[b] else ""
+                if null_margins is not None:
+                    null_margins[split.qids[i]] = float(margin[b])
             if progress is not None:
                 progress(len(rows))
     finally:

@@ -233,6 +233,37 @@ def score_predictions(
     return result
 
 
+def best_thresholds(
+    dataset: Mapping[str, Any], span_predictions: Mapping[str, str], margins: Mapping[str, float]
+) -> dict[str, float]:
+    """The official v2.0 script's ``best_exact``/``best_f1`` and their thresholds.
+
+    ``span_predictions`` are every question's best span (the model never abstaining) and
+    ``margins`` its no-answer score (here the null's log-probability margin over the span,
+    the official ``--na-prob-file``'s role: abstain where ``margin > threshold``). Questions
+    are taken in increasing margin and answered one more at a time, from abstaining on all; the
+    best total and the margin of the last question answered at that point are returned, as the
+    official ``find_best_thresh`` does (with "abstain on all" at the lowest margin - 1).
+    """
+    scores = per_question_scores(dataset, span_predictions, "2.0")
+    has_answer = {qid: bool(answers) for qid, answers in _iter_questions(dataset)}
+    order = sorted(scores, key=lambda q: margins[q])
+    out: dict[str, float] = {}
+    for name, k in (("exact", 0), ("f1", 1)):
+        current = best = float(sum(not has_answer[q] for q in scores))
+        threshold = margins[order[0]] - 1.0 if order else 0.0
+        for q in order:
+            if has_answer[q]:
+                current += scores[q][k]
+            elif span_predictions.get(q):
+                current -= 1.0
+            if current > best:
+                best, threshold = current, margins[q]
+        out[f"best_{name}"] = 100.0 * best / max(1, len(scores))
+        out[f"best_{name}_thresh"] = threshold
+    return out
+
+
 def score_files(dataset_file: str | Path, predictions_file: str | Path, version: str | None = None) -> dict:
     """``rckit score``: official EM/F1 of a predictions file (``{question id: answer text}``)
     against a SQuAD file; ``version`` (1.1 or 2.0) defaults to the dataset's own field.

@@ -26,6 +26,8 @@ Hooks, with the defaults a model overrides as class or instance attributes:
   ``train.amp=auto`` picks bf16 there;
 - ``uses_reward`` (False): its loss needs ``reward_fn`` (DCN+'s self-critical F1 term);
 - ``reward_on`` (True): the loop sets it to ``step >= train.reward_from`` before each step;
+- ``no_answer`` (False): its span output carries the null scores (``SpanOutput.start_null``),
+  so it may train on unanswerable questions and abstain;
 - ``find_unused_parameters`` (False): some parameters may get no gradient in a step (DCN+'s
   experts, QANet's per-batch layer drop), which DistributedDataParallel must be told.
 """
@@ -45,10 +47,18 @@ TASKS = ("span", "cloze")
 
 @dataclass
 class SpanOutput:
-    """Start and end scores over the context tokens; padded positions at ``finfo(dtype).min``."""
+    """Start and end scores over the context tokens; padded positions at ``finfo(dtype).min``.
+
+    A model that can say "no answer" (``no_answer`` in its config, SQuAD v2.0) also scores a
+    null position for the start and the end; the start softmax runs over ``[null, tokens]``
+    (and the end's likewise), so ``p(no answer) = p_start(null) * p_end(null)`` competes with
+    every span for the same mass. ``None`` for a model trained on SQuAD v1.1 alone.
+    """
 
     start_logits: torch.Tensor  # (B, Tc)
     end_logits: torch.Tensor  # (B, Tc)
+    start_null: torch.Tensor | None = None  # (B,)
+    end_null: torch.Tensor | None = None  # (B,)
 
 
 @dataclass
@@ -66,6 +76,7 @@ class ReadingModel(nn.Module):
     cpu_bf16: ClassVar[bool] = False
     uses_reward: bool = False
     find_unused_parameters: bool = False
+    no_answer: bool = False
 
     def __init__(self, config):
         super().__init__()
@@ -83,5 +94,6 @@ class ReadingModel(nn.Module):
         """The task's cross-entropy; ``reward_fn`` is for models with ``uses_reward``."""
         self.loss_terms = {}
         if self.task == "span":
-            return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end)
+            return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end,
+                             out.start_null, out.end_null, batch.answerable)
         return cloze_loss(out.logits, batch.answer, ~batch.answer_cut)

@@ -1,7 +1,8 @@
 """Every loss in rckit: plain functions of a model's logits and a batch, in float32.
 
-- :func:`span_loss`: ``CE(start) + CE(end)`` of the gold token span (QANet, the Deep LSTM
-  Reader's span head; the default of every span model);
+- :func:`span_loss`: ``CE(start) + CE(end)`` of the gold token span, or of the null position
+  for an unanswerable question (QANet, the Deep LSTM Reader's span head; the default of every
+  span model);
 - :func:`cloze_loss`: cross-entropy over the candidate entities (the cloze readers), also the
   copy task's;
 - :func:`iterative_span_loss`: DCN's cross-entropy summed over its decoder iterations;
@@ -23,14 +24,27 @@ REWARD_CREDITS = ("joint", "pointer")  # DCNPlusConfig.reward_credit: how the F1
 
 
 def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
-              y_start: torch.Tensor, y_end: torch.Tensor) -> torch.Tensor:
-    """Mean over answerable examples of ``CE(start) + CE(end)``, in float32.
+              y_start: torch.Tensor, y_end: torch.Tensor,
+              start_null: torch.Tensor | None = None, end_null: torch.Tensor | None = None,
+              answerable: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over the trainable examples of ``CE(start) + CE(end)``, in float32.
 
     ``*_logits`` are (B, T) (padded positions already at ``finfo.min``), ``y_*`` (B,) inclusive
     token indices; an example with ``y_start`` or ``y_end`` equal to -1 is left out. With no
     example left the result is a zero that still carries a (zero) gradient, so a training step
     on such a batch needs no special case.
+
+    With the null scores ``start_null``/``end_null`` (B,) (a model that can abstain) the
+    softmaxes run over ``[null, tokens]``: an answerable example's targets move one place right,
+    and an example with ``answerable`` False targets the null for both pointers (its ``y`` are
+    -1), so unanswerable questions train too.
     """
+    if start_null is not None:
+        start_logits = torch.cat([start_null.unsqueeze(1), start_logits], dim=1)  # (B, 1 + T)
+        end_logits = torch.cat([end_null.unsqueeze(1), end_logits], dim=1)
+        unanswerable = ~answerable if answerable is not None else torch.zeros_like(y_start, dtype=torch.bool)
+        y_start = torch.where(unanswerable, 0, torch.where(y_start >= 0, y_start + 1, -1))
+        y_end = torch.where(unanswerable, 0, torch.where(y_end >= 0, y_end + 1, -1))
     valid = (y_start >= 0) & (y_end >= 0)  # (B,)
     # Ignored rows are scored against position 0 and then dropped by the where(), with no
     # data-dependent branch (no host sync on GPU). Multiplying by 0 instead could hit inf * 0.

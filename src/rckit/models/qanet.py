@@ -20,6 +20,15 @@ Layers, with the paper's symbols (context C, question Q, hidden size d):
    :class:`~rckit.models.contract.SpanOutput` logits (padding at ``finfo(dtype).min``; no bias,
    it cancels in the softmax). Loss: :func:`rckit.models.losses.span_loss`, the default.
 
+No answer (``no_answer``, SQuAD v2.0; not in the paper): a learned vector ``n`` (d) is put
+before every encoded context, ``C <- [n; C]``, and runs through context-query attention and
+the model encoder like a token, so self-attention lets it read the whole context and question
+before it is scored; its two pointer scores are the null's (``SpanOutput.start_null``), and
+``p(no answer) = p1(null) p2(null)`` (as BiDAF-No-Answer; chosen over a separate answerability
+classifier because the null then competes with every span inside the same softmax, with no
+new loss weight to tune). Inserted after the embedding encoder, so the CPU kernels that share
+a context's encoding between questions are untouched.
+
 Regularisation (Sec. 3.1): dropout 0.1 on word vectors and every sublayer output, 0.05 on char
 vectors, none on attention weights (the paper names none; ``attention_dropout``). Stochastic
 depth: sublayer ``l`` of the ``L`` in a stack survives with ``p_l = 1 - (l / L)(1 - p_L)``,
@@ -88,6 +97,7 @@ class QANetConfig:
     layer_dropout: str = "example"  # stochastic depth per "example" or per "batch" (see docstring)
     checkpoint_blocks: bool = False  # recompute model-encoder blocks in backward: less memory, more time
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
+    no_answer: bool = False  # a learned null position before the context (SQuAD v2.0; see docstring)
 
 
 def positional_encoding(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -247,6 +257,9 @@ class QANet(ReadingModel):
         self.w1 = nn.Linear(2 * d, 1, bias=False)
         self.w2 = nn.Linear(2 * d, 1, bias=False)
         self.dropout = nn.Dropout(c.dropout)
+        self.no_answer = c.no_answer
+        # After the other weights, so that a no-answer model starts from a v1.1 model's initialisation.
+        self.null = nn.Parameter(torch.randn(d)) if c.no_answer else None
         # Last, so that drawing its seed does not change the weights' initialisation.
         self.layer_drops = LayerDropDraws() if c.layer_dropout == "batch" else None
 
@@ -272,6 +285,11 @@ class QANet(ReadingModel):
         c_mask, q_mask = batch.c_mask, batch.q_mask
         c_pad, q_pad = padding_mask(c_mask), padding_mask(q_mask)
         C, Q = self.encode(batch, c_pad, q_pad)  # (B, Tc, d), (B, Tq, d)
+        if self.no_answer:  # the null position: one learned vector before every context
+            B, _, d = C.shape
+            C = torch.cat([self.null.to(C.dtype).expand(B, 1, d), C], dim=1)  # (B, 1 + Tc, d)
+            c_mask = torch.cat([c_mask.new_ones(B, 1), c_mask], dim=1)
+            c_pad = padding_mask(c_mask)
         x = self.cq_att(C, Q, c_mask, q_mask)  # (B, Tc, 4d)
         x = self.dropout(self.cq_proj(x))  # (B, Tc, d)
         M0 = self.model_enc(x, c_pad, self.draws(self.model_enc))
@@ -279,4 +297,8 @@ class QANet(ReadingModel):
         M2 = self.model_enc(M1, c_pad, self.draws(self.model_enc))
         start = self.w1(torch.cat([M0, M1], dim=-1)).squeeze(-1)  # (B, Tc)
         end = self.w2(torch.cat([M0, M2], dim=-1)).squeeze(-1)  # (B, Tc)
+        if self.no_answer:
+            return SpanOutput(start_logits=mask_logits(start[:, 1:], batch.c_mask),
+                              end_logits=mask_logits(end[:, 1:], batch.c_mask),
+                              start_null=start[:, 0], end_null=end[:, 0])
         return SpanOutput(start_logits=mask_logits(start, c_mask), end_logits=mask_logits(end, c_mask))

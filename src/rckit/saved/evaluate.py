@@ -12,7 +12,9 @@ saved before it had its own section). Questions about new text go through
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -23,8 +25,8 @@ from tqdm import tqdm
 from rckit.data.cloze_data import load_eval_split
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
-from rckit.evaluation.predict import predict
-from rckit.evaluation.squad_metrics import score_predictions
+from rckit.evaluation.predict import predict, predict_split
+from rckit.evaluation.squad_metrics import best_thresholds, score_predictions
 from rckit.saved.export import load_exported
 from rckit.saved.runs import decode_config_of, load_model
 
@@ -76,10 +78,19 @@ def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int 
     split, _ = featurize(ds, vocabs)
     rows = list(range(min(limit, len(split)))) if limit else None
     raw = only_questions(ds.raw, {split.qids[i] for i in rows}) if rows is not None else ds.raw
+    decode = decode_config_of(ckpt)
+    margins: dict[str, float] = {}
+    always = dataclasses.replace(decode, no_answer_threshold=math.inf)  # every question's best span
     with tqdm(total=len(rows) if rows else len(split), unit="q", file=sys.stderr,
               disable=None if progress else True) as bar:
-        preds = predict(model, split, rows, batch_size, device, None, decode_config_of(ckpt), progress=bar.update)
-    return score_predictions(raw, preds, ds.report.version), preds
+        spans = predict_split(model, split, rows, batch_size, always, device, None, bar.update, margins)
+    preds = {q: "" if margins[q] > decode.no_answer_threshold else text for q, text in spans.items()}
+    result = score_predictions(raw, preds, ds.report.version)
+    if ds.report.version.startswith("2") and any(math.isfinite(m) for m in margins.values()):
+        # The official script's figures with --na-prob-file: the best threshold on this very file
+        # (an upper bound, not a result: the run's own threshold was chosen on other data).
+        result.update(best_thresholds(raw, spans, margins), no_answer_threshold=decode.no_answer_threshold)
+    return result, preds
 
 
 def only_questions(raw: dict, keep: set[str]) -> dict:

@@ -373,6 +373,7 @@ def set_up(run: Run, model_cls: type[ReadingModel]) -> Parts:
     """The model on its device, what trains it (:func:`optimisation`) and the batch order."""
     cfg, dist = run.cfg, run.dist
     model = model_cls(run.model_cfg, run.task.model_inputs()).to(run.device)
+    run.task.check_model(model)
     sampler = BucketBatchSampler(run.task.train_lengths, cfg.batch_size // dist.world_size, seed=cfg.seed,
                                  pool_batches=cfg.pool_batches, num_replicas=dist.world_size, rank=dist.rank)
     dev_rows = eval_subset(run.task.n_dev, cfg.eval_questions, cfg.seed)

@@ -45,7 +45,8 @@ def embedding_shapes(info) -> dict:
 
 
 def training_indices(split, cfg) -> np.ndarray:
-    """SQuAD examples with a usable answer inside the training context limit."""
+    """SQuAD examples with a usable answer inside the training context limit, and the
+    unanswerable questions of SQuAD v2.0 data (nothing to cut off; a v1.1 split has none)."""
     a = split.a
     ok = a["y_start"] >= 0
     if cfg.long_contexts == "drop":
@@ -54,7 +55,7 @@ def training_indices(split, cfg) -> np.ndarray:
         ok &= a["y_end"] < cfg.max_c_len
     else:
         raise ValueError(f"long_contexts must be truncate or drop, got {cfg.long_contexts!r}")
-    return np.flatnonzero(ok)
+    return np.flatnonzero(ok | ~a["answerable"])
 
 
 class SpanTask:
@@ -78,6 +79,14 @@ class SpanTask:
 
     def model_inputs(self):
         return self.prepared.embedding_info()
+
+    def check_model(self, model) -> None:
+        """Refuse to train a model that cannot abstain on data with unanswerable questions
+        (their loss would be left out and the reader never learn to say "no answer")."""
+        n = int((~self.train_split.a["answerable"]).sum())
+        if n and not model.no_answer:
+            raise ValueError(f"the training data holds {n} unanswerable questions (SQuAD v2.0) but this "
+                             f"model has no no-answer score: add --set model.no_answer=true")
 
     def first_rows(self, n: int) -> np.ndarray:
         """The first ``n`` rows of the training split that can train (a question with an answer)."""
@@ -157,6 +166,9 @@ class ClozeTask:
 
     def lengths_for_training(self, rows) -> np.ndarray:
         return np.minimum(np.asarray(self.train_split.lengths)[rows], self.cfg.max_c_len + self.cfg.max_q_len)
+
+    def check_model(self, model) -> None:
+        """Cloze data always has an answer among the candidates: nothing to check."""
 
     def collate(self, ids):
         batch = self.train_split.collate(ids, self.cfg.max_c_len)

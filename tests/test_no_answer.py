@@ -1,0 +1,130 @@
+"""Readers that can say "no answer": the null score, its loss, decoding, the v2.0 figures, training."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import GLOVE_WORDS, GREEK, TINY_QANET, TINY_QANET_TRAIN, greek_paragraphs, squad_json, write_json
+from rckit.cli import main
+from rckit.evaluation.decoding import best_spans, spans_and_null
+from rckit.evaluation.squad_metrics import best_thresholds, score_predictions
+from rckit.models.losses import span_loss
+
+
+def test_span_loss_targets_the_null_for_unanswerable_questions():
+    start = torch.tensor([[0.0, 5.0, 0.0], [0.0, 0.0, 0.0]], requires_grad=True)
+    end = torch.tensor([[0.0, 5.0, 0.0], [0.0, 0.0, 0.0]], requires_grad=True)
+    null = torch.zeros(2, requires_grad=True)
+    y = torch.tensor([1, -1])
+    answerable = torch.tensor([True, False])
+    loss = span_loss(start, end, y, y, null, null, answerable)
+    # Row 0 targets token 1 of [null, t0, t1, t2]; row 1 the null of 4 equal scores: 2 log 4.
+    row0 = 2 * -torch.log_softmax(torch.tensor([0.0, 0.0, 5.0, 0.0]), 0)[2]
+    assert loss.item() == pytest.approx(((row0 + 2 * math.log(4)) / 2).item(), rel=1e-5)
+    loss.backward()
+    assert null.grad[1] < 0  # the unanswerable row pushes its null up
+    assert null.grad[0] > 0  # the answerable row pushes its null down
+    # Without null scores, an unanswerable row is left out (the v1.1 loss, unchanged).
+    only0 = span_loss(start[:1], end[:1], y[:1], y[:1])
+    assert span_loss(start, end, y, y).item() == pytest.approx(only0.item())
+
+
+def test_spans_and_null_decodes_the_best_span_and_the_null_margin():
+    start = torch.tensor([[0.0, 3.0, 0.0], [0.0, 3.0, 0.0]])
+    end = torch.tensor([[0.0, 0.0, 3.0], [0.0, 0.0, 3.0]])
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    null = torch.tensor([-5.0, 8.0])
+    spans, null_score = spans_and_null(start, end, mask, null, null, max_answer_len=30)
+    assert spans.start.tolist() == [1, 1] and spans.end.tolist() == [2, 2]  # context token indices
+    margin = null_score - spans.score
+    assert margin[0] < 0 < margin[1]
+    # The null's score is a log-probability over [null, tokens]: exp is p(no answer).
+    p_start = torch.softmax(torch.tensor([8.0, 0.0, 3.0, 0.0]), 0)[0]
+    p_end = torch.softmax(torch.tensor([8.0, 0.0, 0.0, 3.0]), 0)[0]
+    assert null_score[1].exp().item() == pytest.approx((p_start * p_end).item(), rel=1e-5)
+    plain = best_spans(start, end, mask, 30)
+    assert plain.start.tolist() == spans.start.tolist()
+
+
+def test_best_thresholds_follow_the_official_search():
+    data = squad_json([("a b c d", [("q1", "?", [("a", 0)], False), ("q2", "?", [], True),
+                                    ("q3", "?", [("c", 4)], False), ("q4", "?", [], True)])], version="2.0")
+    spans = {"q1": "a", "q2": "b", "q3": "d", "q4": "c"}
+    margins = {"q1": -3.0, "q2": -1.0, "q3": 0.5, "q4": 2.0}
+    got = best_thresholds(data, spans, margins)
+    # Answer q1 only (abstain where margin > -3): q1 right, q2 and q4 abstain right, q3 wrong: 3/4.
+    assert got["best_f1"] == pytest.approx(75.0) and got["best_f1_thresh"] == -3.0
+    assert got["best_exact"] == pytest.approx(75.0)
+    # The official rule agrees with scoring the thresholded predictions directly.
+    preds = {q: "" if margins[q] > got["best_f1_thresh"] else t for q, t in spans.items()}
+    assert score_predictions(data, preds, "2.0")["f1"] == pytest.approx(got["best_f1"])
+
+
+def test_qanet_null_position_gives_null_scores_and_keeps_v1_models_as_they_are():
+    from rckit.models.qanet import QANet, QANetConfig
+    from test_contract import emb_info, span_batch
+
+    batch, info = span_batch(), emb_info()
+    torch.manual_seed(0)
+    plain = QANet(QANetConfig(**TINY_QANET), info).eval()
+    torch.manual_seed(0)
+    abstaining = QANet(QANetConfig(**TINY_QANET, no_answer=True), info).eval()
+    out, out_na = plain(batch), abstaining(batch)
+    assert out.start_null is None and out.end_null is None
+    B, T = batch.c_words.shape
+    assert out_na.start_logits.shape == (B, T) and out_na.start_null.shape == (B,)
+    assert torch.isfinite(out_na.start_null).all()
+    assert (out_na.start_logits[~batch.c_mask] < -1e30).all()  # padding stays out of the softmax
+    # Same initialisation apart from the null: the v1.1 weights are those of the plain model.
+    shared = {k: v for k, v in abstaining.state_dict().items() if k != "null"}
+    assert all(torch.equal(v, plain.state_dict()[k]) for k, v in shared.items())
+    assert set(abstaining.state_dict()) - set(plain.state_dict()) == {"null"}
+
+
+def _v2_files(root):
+    """Greek-letter questions, plus unanswerable ones: "what follows omega ?" (never in a context)."""
+    def with_impossible(paras):
+        out = []
+        for c, (context, qas) in enumerate(paras):
+            qas = [(*qa, False) for qa in qas] + [(f"c{c}na", "what follows omega ?", [], True)]
+            out.append((context, qas))
+        return out
+    train = write_json(root / "train.json", squad_json(with_impossible(greek_paragraphs(4)), version="2.0"))
+    dev = write_json(root / "dev.json", squad_json(with_impossible(greek_paragraphs(2)), version="2.0"))
+    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
+             for i, w in enumerate(GLOVE_WORDS + GREEK + ["omega"])]
+    (root / "glove.txt").write_text("\n".join(lines) + "\n")
+    (root / "tiny.json").write_text(json.dumps({"model": TINY_QANET, "train": TINY_QANET_TRAIN}))
+    return train, dev
+
+
+def _train(root, train, dev, *extra):
+    return main(["train", "qanet", "--preset", str(root / "tiny.json"), "--out", str(root / "run"),
+                 "--max-steps", "3", "--train", str(train), "--dev", str(dev), "--embeddings", str(root / "glove.txt"),
+                 "--cache-dir", str(root / "cache"), "--no-progress", *extra])
+
+
+def test_training_on_v2_data_needs_a_model_that_can_abstain(tmp_path, capsys):
+    train, dev = _v2_files(tmp_path)
+    assert _train(tmp_path, train, dev) == 2
+    err = capsys.readouterr().err
+    assert "4 unanswerable questions" in err and "model.no_answer=true" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_no_answer_model_trains_on_v2_data_and_evaluate_prints_the_official_figures(tmp_path, capsys):
+    train, dev = _v2_files(tmp_path)
+    assert _train(tmp_path, train, dev, "--set", "model.no_answer=true") == 0
+    capsys.readouterr()
+    preds_file = tmp_path / "preds.json"
+    assert main(["evaluate", str(tmp_path / "run"), "--out", str(preds_file)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["total"] == 8 and result["HasAns_total"] == 6 and result["NoAns_total"] == 2
+    for key in ("HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh", "best_exact", "no_answer_threshold"):
+        assert key in result
+    assert result["best_f1"] >= result["f1"] - 1e-9  # the best threshold on the file bounds the run's own
+    preds = json.loads(preds_file.read_text())
+    abstained = [q for q, t in preds.items() if t == ""]
+    # NoAns F1 is the share of unanswerable questions the model abstained on.
+    assert result["NoAns_f1"] == pytest.approx(100.0 * sum(q.endswith("na") for q in abstained) / 2)
