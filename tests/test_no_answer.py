@@ -128,3 +128,15 @@ def test_a_no_answer_model_trains_on_v2_data_and_evaluate_prints_the_official_fi
     abstained = [q for q, t in preds.items() if t == ""]
     # NoAns F1 is the share of unanswerable questions the model abstained on.
     assert result["NoAns_f1"] == pytest.approx(100.0 * sum(q.endswith("na") for q in abstained) / 2)
+
+
+def test_training_chooses_the_threshold_on_the_v2_dev_file_and_saves_it(tmp_path):
+    from rckit.saved.checkpoint import load_checkpoint
+
+    train, dev = _v2_files(tmp_path)
+    assert _train(tmp_path, train, dev, "--set", "model.no_answer=true", "--set", "train.eval_every=3") == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "dev_f1" in r]
+    assert evals and all(math.isfinite(r["no_answer_threshold"]) for r in evals)
+    best = load_checkpoint(tmp_path / "run" / "best.pt")
+    assert best["decode"]["no_answer_threshold"] == evals[-1]["no_answer_threshold"]

@@ -233,6 +233,15 @@ def score_predictions(
     return result
 
 
+def only_questions(raw: dict, keep: set[str]) -> dict:
+    """The SQuAD document ``raw`` with only the questions whose ids are in ``keep``, so that a
+    ``--limit`` evaluation is scored over the questions it answered (and says so in ``total``)."""
+    return {**raw, "data": [
+        {**art, "paragraphs": [{**p, "qas": [qa for qa in p["qas"] if qa["id"] in keep]} for p in art["paragraphs"]]}
+        for art in raw["data"]
+    ]}
+
+
 def best_thresholds(
     dataset: Mapping[str, Any], span_predictions: Mapping[str, str], margins: Mapping[str, float]
 ) -> dict[str, float]:

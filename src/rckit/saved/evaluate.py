@@ -26,7 +26,7 @@ from rckit.data.cloze_data import load_eval_split
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
 from rckit.evaluation.predict import predict, predict_split
-from rckit.evaluation.squad_metrics import best_thresholds, score_predictions
+from rckit.evaluation.squad_metrics import best_thresholds, only_questions, score_predictions
 from rckit.saved.export import load_exported
 from rckit.saved.runs import decode_config_of, load_model
 
@@ -91,15 +91,6 @@ def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int 
         # (an upper bound, not a result: the run's own threshold was chosen on other data).
         result.update(best_thresholds(raw, spans, margins), no_answer_threshold=decode.no_answer_threshold)
     return result, preds
-
-
-def only_questions(raw: dict, keep: set[str]) -> dict:
-    """The SQuAD document ``raw`` with only the questions whose ids are in ``keep``, so that a
-    ``--limit`` evaluation is scored over the questions it answered (and says so in ``total``)."""
-    return {**raw, "data": [
-        {**art, "paragraphs": [{**p, "qas": [qa for qa in p["qas"] if qa["id"] in keep]} for p in art["paragraphs"]]}
-        for art in raw["data"]
-    ]}
 
 
 def evaluate_cloze(model, ckpt: dict, data: str | None, split: str | None, limit: int | None, batch_size: int,

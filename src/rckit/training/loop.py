@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -591,6 +591,8 @@ def evaluate_and_keep_best(run: Run, parts: Parts, state: RunState, bar) -> dict
     if bar is not None:
         shown = " ".join(f"{k[4:]} {result[k]:.2f}" for k in run.task.metric_keys)
         bar.write(f"step {state.step}: dev {shown}")
+    if "no_answer_threshold" in result:  # chosen on the dev (tuning) file: decoding follows it
+        run.decode = replace(run.decode, no_answer_threshold=result["no_answer_threshold"])
     if result[run.task.score_key] > state.best_score:
         state.best_score = result[run.task.score_key]
         checkpoint(run, parts, state, run.files.best)

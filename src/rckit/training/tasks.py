@@ -23,14 +23,17 @@ SQuAD span extraction and cloze questions is small and lives here, behind one sh
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import torch
 
 from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
 from rckit.evaluation.decoding import DecodeConfig, best_spans
-from rckit.evaluation.predict import predict
-from rckit.evaluation.squad_metrics import per_question_scores
+from rckit.evaluation.predict import predict, predict_split
+from rckit.evaluation.squad_metrics import best_thresholds, only_questions, per_question_scores
 from rckit.models.losses import cloze_loss
 from rckit.saved.checkpoint import CheckpointError
 from rckit.training.rewards import SpanF1Reward
@@ -119,13 +122,31 @@ class SpanTask:
         return best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, decode.max_answer_len)
 
     def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
+        """Official EM/F1 on ``rows`` of the dev file. A model that can abstain, evaluated on a
+        v2.0 file (the tuning slice), is scored at the no-answer threshold that maximises F1 on
+        those rows, returned as ``no_answer_threshold`` (the loop saves it with ``best.pt``)."""
         if self._dev_raw is None:
             self._dev_raw = load_json(self.dev_file)
+        decode = decode or DecodeConfig()
+        if model.no_answer and str(self.dev_version).startswith("2"):
+            return self.evaluate_with_threshold(model, rows, device, dtype, decode)
         preds = predict(model, self.dev_split, rows, 32, device, dtype, decode)
         per_q = per_question_scores(self._dev_raw, preds, self.dev_version)
         chosen = [per_q[self.dev_split.qids[i]] for i in rows]
         return {"dev_em": 100.0 * sum(e for e, _ in chosen) / len(chosen),
                 "dev_f1": 100.0 * sum(f for _, f in chosen) / len(chosen), "dev_questions": len(chosen)}
+
+    def evaluate_with_threshold(self, model, rows, device, dtype, decode: DecodeConfig) -> dict:
+        margins: dict[str, float] = {}
+        spans = predict_split(model, self.dev_split, rows, 32, replace(decode, no_answer_threshold=math.inf),
+                              device, dtype, None, margins)
+        raw = only_questions(self._dev_raw, set(spans))
+        threshold = best_thresholds(raw, spans, margins)["best_f1_thresh"]
+        preds = {q: "" if margins[q] > threshold else t for q, t in spans.items()}
+        scores = list(per_question_scores(raw, preds, "2.0").values())
+        return {"dev_em": 100.0 * sum(e for e, _ in scores) / len(scores),
+                "dev_f1": 100.0 * sum(f for _, f in scores) / len(scores), "dev_questions": len(scores),
+                "no_answer_threshold": threshold}
 
     def checkpoint_fields(self) -> dict:
         return {"task": self.kind, "vocab": self.prepared.vocabs.to_json(),
