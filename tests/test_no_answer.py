@@ -140,3 +140,91 @@ def test_training_chooses_the_threshold_on_the_v2_dev_file_and_saves_it(tmp_path
     assert evals and all(math.isfinite(r["no_answer_threshold"]) for r in evals)
     best = load_checkpoint(tmp_path / "run" / "best.pt")
     assert best["decode"]["no_answer_threshold"] == evals[-1]["no_answer_threshold"]
+
+
+def test_null_scores_shift_token_only_spans_onto_the_null_softmax():
+    from rckit.evaluation.decoding import null_scores, topk_spans
+
+    g = torch.Generator().manual_seed(0)
+    start, end = torch.randn(3, 6, generator=g), torch.randn(3, 6, generator=g)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[2, 4:] = False
+    s_null, e_null = torch.randn(3, generator=g), torch.randn(3, generator=g)
+    null, shift = null_scores(start, end, mask, s_null, e_null)
+    spans, null_again = spans_and_null(start, end, mask, s_null, e_null, 30)
+    assert torch.allclose(null, null_again)
+    top = topk_spans(start, end, mask, 1, 30)
+    assert torch.allclose(top.score[:, 0] + shift, spans.score, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def abstaining_run(tmp_path_factory):
+    """A tiny QANet that can abstain, trained 3 steps on v2.0 data."""
+    root = tmp_path_factory.mktemp("abstaining")
+    train, dev = _v2_files(root)
+    assert _train(root, train, dev, "--set", "model.no_answer=true") == 0
+    return root / "run"
+
+
+def _reader_with_threshold(run, threshold):
+    from dataclasses import replace
+
+    from rckit.saved.reader import Reader
+
+    reader = Reader.load(run)
+    reader.decode = replace(reader.decode, no_answer_threshold=threshold)
+    return reader
+
+
+CONTEXT = "alpha beta gamma delta epsilon zeta eta theta."
+
+
+def test_the_reader_abstains_with_an_empty_answer_and_keeps_the_spans_after_it(abstaining_run):
+    answers = _reader_with_threshold(abstaining_run, -1e9).answer(CONTEXT, "what follows omega ?", top_k=2)
+    assert len(answers) == 3
+    first, *spans = answers
+    assert first["answer"] == "" and first["start"] is None and first["end"] is None
+    p = first["no_answer_probability"]
+    assert 0.0 < p < 1.0 and first["score"] == p
+    for a in spans:
+        assert a["start"] is not None and CONTEXT[a["start"]:a["end"]] == a["answer"] and a["no_answer_probability"] == p
+    # The same question with a threshold no null can pass: the spans alone, the same probability.
+    never = _reader_with_threshold(abstaining_run, 1e9).answer(CONTEXT, "what follows omega ?", top_k=2)
+    assert never == spans
+    # A span's score and the null's share one softmax: together they stay within 1.
+    assert p + sum(a["score"] for a in spans) <= 1.0 + 1e-6
+
+
+def test_a_model_that_cannot_abstain_says_so_with_a_null_probability(tiny_run):
+    from rckit.saved.reader import Reader
+
+    answers = Reader.load(tiny_run).answer(CONTEXT, "what follows alpha ?", top_k=2)
+    assert answers and all(a["no_answer_probability"] is None and a["start"] is not None for a in answers)
+
+
+def test_a_long_document_takes_its_lowest_null_over_the_windows():
+    from rckit.saved.reader import Job
+
+    a = {"ctx_ptr": [0, 3], "ctx_offsets": [(0, 1), (2, 3), (4, 5)]}
+    job = Job([("a b c", "q")], top_k=1, max_answer_len=5, arrays=a, windows=[], no_answer_threshold=0.0)
+    job.record([(0, 0, 0, 2)], [[0]], [[0]], [[-2.0]], nulls=[-0.5])  # this window: no answer
+    assert job.answers()[0][0]["answer"] == ""
+    job.record([(0, 0, 1, 3)], [[1]], [[1]], [[-1.0]], nulls=[-4.0])  # this one: the answer is here
+    best = job.answers()[0]
+    assert best[0]["answer"] == "c" and best[0]["no_answer_probability"] == pytest.approx(math.exp(-4.0))
+
+
+def test_predict_says_no_answer_as_text_and_as_json(abstaining_run, tmp_path, capsys, monkeypatch):
+    from rckit.saved.checkpoint import load_checkpoint, save_checkpoint
+
+    for name in ("best.pt", "last.pt"):  # a run whose saved threshold always abstains
+        ckpt = load_checkpoint(abstaining_run / name)
+        ckpt["decode"]["no_answer_threshold"] = -1e9
+        save_checkpoint({k: v for k, v in ckpt.items() if k != "format"}, tmp_path / name)
+    (tmp_path / "config.json").write_text((abstaining_run / "config.json").read_text())
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?"]) == 0
+    assert capsys.readouterr().out.strip() == "(no answer in the text)"
+    assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["answer"] == "" and got["start"] is None and 0 < got["no_answer_probability"] < 1

@@ -98,7 +98,7 @@ class FakeReader:
         out = []
         for k in range(min(top_k, len(words))):
             s, e = words[(len(question) + k) % len(words)]
-            out.append({"answer": context[s:e], "score": 1 / (k + 2), "start": s, "end": e})
+            out.append({"answer": context[s:e], "score": 1 / (k + 2), "start": s, "end": e, "no_answer_probability": None})
         return out
 
 

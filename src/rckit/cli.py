@@ -614,11 +614,16 @@ def cmd_predict(args) -> int:
     if args.json:
         print(json.dumps(answers[0] if args.top_k == 1 and answers else answers, ensure_ascii=False))
     elif args.top_k == 1:
-        print(answers[0]["answer"] if answers else "")
+        print(_shown(answers[0]) if answers else "")
     else:
         for a in answers:
-            print(f"{a['score']:.4f}\t{a['answer']}")
+            print(f"{a['score']:.4f}\t{_shown(a)}")
     return 0
+
+
+def _shown(answer: dict) -> str:
+    """An answer as text for a person: the span, or that the text holds none."""
+    return "(no answer in the text)" if answer["start"] is None else answer["answer"]
 
 
 def cmd_export(args) -> int:

@@ -274,6 +274,28 @@ def spans_and_null(
     return span, null
 
 
+@torch.no_grad()
+def null_scores(
+    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor,
+    start_null: torch.Tensor, end_null: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(null, shift)`` (B,) of a model that can abstain, for spans decoded over the tokens alone.
+
+    ``null = log p_start[null] + log p_end[null]`` with the softmaxes over ``[null, tokens]``,
+    and ``shift = log(1 - p_start[null]) + log(1 - p_end[null])``: a span's score from
+    :func:`best_spans`/:func:`topk_spans` (softmaxes over the tokens) plus ``shift`` is its score
+    over ``[null, tokens]``, comparable with ``null``. Exact, since dropping the null from a
+    softmax rescales every token's probability by ``1 / (1 - p[null])``.
+    """
+    B = start_logits.shape[0]
+    with_null = torch.cat([mask.new_ones(B, 1), mask], dim=1)
+    log_p_start = _masked_log_softmax(torch.cat([start_null.unsqueeze(1), start_logits], dim=1), with_null)[:, 0]
+    log_p_end = _masked_log_softmax(torch.cat([end_null.unsqueeze(1), end_logits], dim=1), with_null)[:, 0]
+    # log(1 - p) from log p, accurate near both ends.
+    shift = torch.log(-torch.expm1(log_p_start)) + torch.log(-torch.expm1(log_p_end))
+    return log_p_start + log_p_end, shift
+
+
 def _offset_pair(offsets, index: int) -> tuple[int, int]:
     pair = offsets[index]
     return int(pair[0]), int(pair[1])

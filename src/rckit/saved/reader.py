@@ -3,9 +3,13 @@
 ``Reader.load(source)`` takes a run directory (its best checkpoint, EMA weights), an exported
 ``.safetensors`` file (:mod:`rckit.saved.export`) or nothing, which means the default model
 (:func:`default_model_path`). ``reader.answer(context, question)`` gives the ``top_k`` best
-answers, each ``{"answer", "score", "start", "end"}``: ``score`` is the span's probability
-``p_start[s] * p_end[e]`` in the window it was read in, ``start``/``end`` half-open character
-offsets into the context as given, so ``context[start:end] == answer``. ``answer_batch`` does
+answers, each ``{"answer", "score", "start", "end", "no_answer_probability"}``: ``score`` is the
+span's probability ``p_start[s] * p_end[e]`` in the window it was read in, ``start``/``end``
+half-open character offsets into the context as given, so ``context[start:end] == answer``. A
+model that can abstain (SQuAD v2.0, ``no_answer``) scores the null beside the spans; where the
+text holds no answer (the null beats the best span by more than ``decode.no_answer_threshold``)
+the first answer is ``""`` with ``start``/``end`` None, the best spans after it. A long context's
+null is its lowest over the windows: the document answers if any window does. ``answer_batch`` does
 the same for many (context, question) pairs in batched forwards; ``rckit predict`` and
 ``rckit serve`` both go through it.
 
@@ -36,7 +40,7 @@ import torch
 from rckit.data.batching import Batch, assemble, concat_batches
 from rckit.data.prepare import Vocabularies, featurize
 from rckit.data.squad import ReadReport, SquadDataset, SquadExample
-from rckit.evaluation.decoding import DecodeConfig, topk_spans
+from rckit.evaluation.decoding import DecodeConfig, null_scores, topk_spans
 from rckit.saved.export import load_exported
 from rckit.saved.runs import checkpoint_of, decode_config_of, dev_score_of, load_model
 
@@ -214,7 +218,7 @@ class Reader:
             order = sorted(by_context, key=lambda c: -int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]))
             groups = [[(i, c, lo, hi) for i in by_context[c]]
                       for c in order for lo, hi in windows(int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]), self.window, stride)]
-            jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first))
+            jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, self.decode.no_answer_threshold))
             first += len(pairs)
         return jobs
 
@@ -244,9 +248,14 @@ class Reader:
         for job, items in parts:
             rows = slice(row, row + len(items))
             row += len(items)
-            spans = topk_spans(out.start_logits[rows].float(), out.end_logits[rows].float(), batch.c_mask[rows],
-                               job.top_k, job.max_answer_len)
-            job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist())
+            start, end, mask = out.start_logits[rows].float(), out.end_logits[rows].float(), batch.c_mask[rows]
+            spans = topk_spans(start, end, mask, job.top_k, job.max_answer_len)
+            nulls = None
+            if out.start_null is not None:  # scores over [null, tokens], so spans and the null compare
+                null, shift = null_scores(start, end, mask, out.start_null[rows].float(), out.end_null[rows].float())
+                spans.score += shift.unsqueeze(1)
+                nulls = null.tolist()
+            job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist(), nulls)
 
     def _batches(self, groups: list[list[tuple]]):
         """Items in batches of at most ``batch_size``; a group (the questions on one window)
@@ -283,22 +292,30 @@ class Job:
     """
 
     def __init__(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int, arrays: dict,
-                 windows: list[list[tuple]], first: int = 0):
+                 windows: list[list[tuple]], first: int = 0, no_answer_threshold: float = 0.0):
         self.pairs, self.top_k, self.max_answer_len, self.arrays = pairs, top_k, max_answer_len, arrays
         self.windows = windows
         self.first = first  # the arrays' row of this job's first pair (jobs planned together share arrays)
         self.work = sum(len(w) for w in windows)
         self.found: list[dict[tuple[int, int], float]] = [{} for _ in pairs]
+        self.no_answer_threshold = no_answer_threshold
+        # The null score of each pair (a model that can abstain): the lowest over its windows, the
+        # window most sure the text answers; None for a model that cannot abstain.
+        self.null: list[float | None] = [None for _ in pairs]
 
     @staticmethod
     def cost(items: list[tuple]) -> int:
         """Context tokens the model reads for ``items``."""
         return sum(hi - lo for _, _, lo, hi in items)
 
-    def record(self, items: list[tuple], starts, ends, scores) -> None:
-        """The top spans of each item (token indices in its window), as character spans of its context."""
+    def record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None = None) -> None:
+        """The top spans of each item (token indices in its window), as character spans of its
+        context; ``nulls``: each item's null score (a model that can abstain)."""
         a = self.arrays
         for b, (i, c, lo, _) in enumerate(items):
+            if nulls is not None:
+                held = self.null[i - self.first]
+                self.null[i - self.first] = nulls[b] if held is None else min(held, nulls[b])
             offsets = a["ctx_offsets"][a["ctx_ptr"][c]:a["ctx_ptr"][c + 1]]
             for s, e, score in zip(starts[b], ends[b], scores[b]):
                 if s < 0:
@@ -309,12 +326,24 @@ class Job:
                     found[span] = score
 
     def answers(self) -> list[list[dict]]:
-        """The ``top_k`` best answers of each pair, over all its windows, best first."""
+        """The ``top_k`` best answers of each pair, over all its windows, best first.
+
+        Each answer carries ``no_answer_probability`` (None for a model that cannot abstain).
+        Where the null beats the best span by more than the threshold, the first answer is the
+        abstention, ``{"answer": "", "score": p(no answer), "start": None, "end": None}``, and
+        the ``top_k`` best spans follow it.
+        """
         results = []
-        for (context, _), spans_of in zip(self.pairs, self.found):
+        for (context, _), spans_of, null in zip(self.pairs, self.found, self.null):
             best = sorted(spans_of.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top_k]
-            results.append([{"answer": context[s:e], "score": math.exp(score), "start": s, "end": e}
-                            for (s, e), score in best])
+            p_null = None if null is None else math.exp(null)
+            answers = [{"answer": context[s:e], "score": math.exp(score), "start": s, "end": e,
+                        "no_answer_probability": p_null} for (s, e), score in best]
+            best_score = best[0][1] if best else -math.inf
+            if null is not None and null - best_score > self.no_answer_threshold:
+                answers.insert(0, {"answer": "", "score": p_null, "start": None, "end": None,
+                                   "no_answer_probability": p_null})
+            results.append(answers)
         return results
 
 

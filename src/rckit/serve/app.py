@@ -130,10 +130,14 @@ class AnswerRequest(BaseModel):
 
 
 class Answer(BaseModel):
-    answer: str = Field(description="the answer text, equal to context[start:end]")
-    score: float = Field(description="the model's probability of this span")
-    start: int = Field(description="character offset of the answer in the context")
-    end: int = Field(description="character offset just past the answer")
+    answer: str = Field(description="the answer text, equal to context[start:end]; \"\" where the model "
+                        "says the context holds no answer")
+    score: float = Field(description="the model's probability of this span (of no answer, for \"\")")
+    start: int | None = Field(description="character offset of the answer in the context; null for no answer")
+    end: int | None = Field(description="character offset just past the answer; null for no answer")
+    no_answer_probability: float | None = Field(
+        description="the model's probability that the context holds no answer; null for a model that cannot "
+        "abstain (trained on SQuAD v1.1 alone)")
 
 
 class AnswerResponse(BaseModel):

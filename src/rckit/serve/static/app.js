@@ -26,6 +26,10 @@ function markPassage(context, span) {
   const box = $("answer");
   box.replaceChildren();
   const points = Array.from(context);
+  if (span.start === null) {  // the model says the passage holds no answer: show it unmarked
+    box.append(document.createTextNode(context));
+    return;
+  }
   const mark = document.createElement("mark");
   mark.textContent = codePointSlice(points, span.start, span.end);
   box.append(
@@ -43,7 +47,8 @@ function showTopk(context, answers) {
     const item = document.createElement("li");
     const text = document.createElement("span");
     text.className = "text";
-    text.textContent = a.answer;
+    text.textContent = a.start === null ? "No answer in this passage" : a.answer;
+    if (a.start === null) item.classList.add("no-answer");
     const score = document.createElement("span");
     score.className = "score";
     const percent = Math.max(0, Math.min(100, a.score * 100));
