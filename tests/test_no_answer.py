@@ -228,3 +228,19 @@ def test_predict_says_no_answer_as_text_and_as_json(abstaining_run, tmp_path, ca
     assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["answer"] == "" and got["start"] is None and 0 < got["no_answer_probability"] < 1
+
+
+def test_an_exported_abstaining_model_keeps_its_null_and_threshold(abstaining_run, tmp_path):
+    from rckit.saved.export import export_run, read_metadata
+    from rckit.saved.reader import Reader
+
+    out = tmp_path / "abstaining.safetensors"
+    export_run(abstaining_run, out, dtype="fp32")
+    meta = read_metadata(out)
+    assert meta["model_config"]["no_answer"] is True
+    from_run, from_file = Reader.load(abstaining_run), Reader.load(out)
+    assert from_file.decode.no_answer_threshold == from_run.decode.no_answer_threshold
+    a = from_run.answer(CONTEXT, "what follows omega ?", top_k=2)
+    b = from_file.answer(CONTEXT, "what follows omega ?", top_k=2)
+    assert [x["answer"] for x in a] == [x["answer"] for x in b]
+    assert b[0]["no_answer_probability"] == pytest.approx(a[0]["no_answer_probability"], rel=1e-4)
