@@ -255,7 +255,7 @@ def test_rckit_answer_uses_rckit_model(monkeypatch, tiny_export):
     assert rckit.Reader is Reader
     assert Reader.load().info["source"] == str(tiny_export.resolve())
     [best] = rckit.answer("alpha beta gamma delta.", "what follows alpha ?")
-    assert set(best) == {"answer", "score", "start", "end"} and best["answer"]
+    assert set(best) == {"answer", "score", "start", "end", "no_answer_probability"} and best["answer"]
     assert rckit._reader.cache_info().currsize >= 1
     again = rckit.answer("alpha beta gamma delta.", ["what follows alpha ?", "what follows beta ?"], top_k=2)
     assert len(again) == 2 and {k: again[0][0][k] for k in ("answer", "start", "end")} == {
