@@ -159,3 +159,48 @@ def test_the_page_is_served_with_its_scripts(server):
     assert '<meta name="viewport"' in html and "/static/app.js" in html and "/static/style.css" in html
     info = json.load(urllib.request.urlopen(server + "v1/model", timeout=10))
     assert info["model"] == "qanet"
+
+
+@pytest.fixture(scope="module")
+def abstaining_server(tmp_path_factory):
+    """``rckit serve`` of a tiny QANet that can abstain, its saved threshold set so it always does."""
+    from test_no_answer import _train, _v2_files
+
+    from rckit.saved.checkpoint import load_checkpoint, save_checkpoint
+    from rckit.saved.export import export_run
+
+    root = tmp_path_factory.mktemp("abstaining-page")
+    train, dev = _v2_files(root)
+    assert _train(root, train, dev, "--set", "model.no_answer=true") == 0
+    run = root / "run"
+    for name in ("best.pt", "last.pt"):
+        ckpt = load_checkpoint(run / name)
+        ckpt["decode"]["no_answer_threshold"] = -1e9
+        save_checkpoint({k: v for k, v in ckpt.items() if k != "format"}, run / name)
+    export_run(run, root / "abstaining.safetensors", dtype="fp32")
+    proc, url = start_server([str(root / "abstaining.safetensors")], root / "serve.log")
+    yield url
+    stop_server(proc)
+
+
+@pytest.mark.browser
+def test_the_page_says_when_the_passage_holds_no_answer(abstaining_server, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(abstaining_server)
+    context, question = "alpha beta gamma delta epsilon.", "what follows omega ?"
+    _ask(browser, context, question)
+    status, api = post(abstaining_server, {"context": context, "question": question, "top_k": 5})
+    assert status == 200
+    first = api["answers"][0]
+    assert first["answer"] == "" and first["start"] is None and 0 < first["no_answer_probability"] < 1
+    assert not browser.find_element(By.ID, "error").is_displayed()
+    assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")  # nothing marked
+    assert _text(browser.find_element(By.ID, "answer")) == context
+    items = browser.find_element(By.ID, "topk").find_elements(By.TAG_NAME, "li")
+    assert _text(items[0].find_element(By.CLASS_NAME, "text")) == "No answer in this passage"
+    assert "no-answer" in items[0].get_attribute("class")
+    # The best spans stay after it, and one clicked is marked in the passage.
+    assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items[1:]] == [a["answer"] for a in api["answers"][1:]]
+    items[1].click()
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][1]["answer"]
