@@ -135,7 +135,7 @@ def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end,
         y_start=t(np.asarray(y_start, np.int64)),
         y_end=t(np.asarray(y_end, np.int64)),
         index=t(np.asarray(index, np.int64)),
-        answerable=t(np.ones(B, bool) if answerable is None else np.asarray(answerable, bool)),
+        answerable=None if answerable is None else t(np.asarray(answerable, bool)),
     )
 
 

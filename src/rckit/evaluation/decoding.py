@@ -245,36 +245,6 @@ def best_spans_with_null(
 
 
 @torch.no_grad()
-def spans_and_null(
-    start_logits: torch.Tensor,
-    end_logits: torch.Tensor,
-    mask: torch.Tensor,
-    start_null: torch.Tensor,
-    end_null: torch.Tensor,
-    max_answer_len: int = 30,
-) -> tuple[SpanPrediction, torch.Tensor]:
-    """The best span and the null's score of a model that can abstain (``SpanOutput.start_null``).
-
-    The softmaxes run over ``[null, tokens]``; the span's score is ``log p_start[s] + log
-    p_end[e]`` and the null's ``log p_start[null] + log p_end[null]`` (B,), so ``exp(null)`` is
-    the probability of "no answer" and ``null - span.score`` the margin that
-    ``DecodeConfig.no_answer_threshold`` is compared with. Spans index the context tokens as in
-    :func:`best_spans` (the null is not among them).
-    """
-    B = start_logits.shape[0]
-    with_null = torch.cat([mask.new_ones(B, 1), mask], dim=1)
-    pred, _ = best_spans_with_null(torch.cat([start_null.unsqueeze(1), start_logits], dim=1),
-                                   torch.cat([end_null.unsqueeze(1), end_logits], dim=1),
-                                   with_null, 0, max_answer_len)
-    log_p_start = _masked_log_softmax(torch.cat([start_null.unsqueeze(1), start_logits], dim=1), with_null)
-    log_p_end = _masked_log_softmax(torch.cat([end_null.unsqueeze(1), end_logits], dim=1), with_null)
-    null = log_p_start[:, 0] + log_p_end[:, 0]
-    found = pred.start >= 0
-    span = SpanPrediction(torch.where(found, pred.start - 1, -1), torch.where(found, pred.end - 1, -1), pred.score)
-    return span, null
-
-
-@torch.no_grad()
 def null_scores(
     start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor,
     start_null: torch.Tensor, end_null: torch.Tensor,
@@ -294,6 +264,28 @@ def null_scores(
     # log(1 - p) from log p, accurate near both ends.
     shift = torch.log(-torch.expm1(log_p_start)) + torch.log(-torch.expm1(log_p_end))
     return log_p_start + log_p_end, shift
+
+
+@torch.no_grad()
+def spans_and_null(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    mask: torch.Tensor,
+    start_null: torch.Tensor,
+    end_null: torch.Tensor,
+    max_answer_len: int = 30,
+) -> tuple[SpanPrediction, torch.Tensor]:
+    """The best span and the null's score of a model that can abstain (``SpanOutput.start_null``).
+
+    The span is :func:`best_spans`' (context token indices; the null is never among them), its
+    score moved onto the ``[null, tokens]`` softmaxes by :func:`null_scores`, so ``exp(null)`` is
+    the probability of "no answer" and ``null - span.score`` the margin that
+    ``DecodeConfig.no_answer_threshold`` is compared with.
+    """
+    span = best_spans(start_logits, end_logits, mask, max_answer_len)
+    null, shift = null_scores(start_logits, end_logits, mask, start_null, end_null)
+    span.score = span.score + shift
+    return span, null
 
 
 def _offset_pair(offsets, index: int) -> tuple[int, int]:

@@ -57,8 +57,8 @@ def predict_split(
     Nothing is truncated or dropped: contexts of any length are read whole. Batches are
     formed longest-first so padding stays small. A model that can abstain answers ``""`` where
     its null beats the best span by more than ``decode.no_answer_threshold``; with
-    ``null_margins`` given, each question's margin (null score - best span score) is put there,
-    whatever the model (``-inf`` for one that cannot abstain), for choosing the threshold.
+    ``null_margins`` given, such a model puts each question's margin (null score - best span
+    score) there, for choosing the threshold (a model that cannot abstain puts none).
     """
     decode = decode or DecodeConfig()
     device = torch.device(device)
@@ -72,21 +72,23 @@ def predict_split(
             batch = split.collate(idx[rows]).to(device)
             with autocast(device, amp_dtype):
                 out = model(batch)
+            start, end = out.start_logits.float(), out.end_logits.float()
             if out.start_null is None:
-                spans = best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask,
-                                   decode.max_answer_len)
-                margin = torch.full_like(spans.score, float("-inf"))
+                spans, margin = best_spans(start, end, batch.c_mask, decode.max_answer_len), None
             else:
-                spans, null = spans_and_null(out.start_logits.float(), out.end_logits.float(), batch.c_mask,
-                                             out.start_null.float(), out.end_null.float(), decode.max_answer_len)
-                margin = null - spans.score
-            abstain = (margin > decode.no_answer_threshold).tolist()
+                spans, null = spans_and_null(start, end, batch.c_mask, out.start_null.float(), out.end_null.float(),
+                                             decode.max_answer_len)
+                margin = (null - spans.score).tolist()
             for b, i in enumerate(batch.index.tolist()):
                 context, offsets = split.context_of(i)
                 s, e = int(spans.start[b]), int(spans.end[b])
-                preds[split.qids[i]] = span_to_text(context, offsets, s, e) if s >= 0 and not abstain[b] else ""
-                if null_margins is not None:
-                    null_margins[split.qids[i]] = float(margin[b])
+                qid = split.qids[i]
+                preds[qid] = span_to_text(context, offsets, s, e) if s >= 0 else ""
+                if margin is not None:
+                    if margin[b] > decode.no_answer_threshold:
+                        preds[qid] = ""
+                    if null_margins is not None:
+                        null_margins[qid] = margin[b]
             if progress is not None:
                 progress(len(rows))
     finally:
@@ -116,3 +118,9 @@ def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: 
     finally:
         model.train(was_training)
     return out_pred
+
+
+def abstaining(spans: dict[str, str], margins: dict[str, float], threshold: float) -> dict[str, str]:
+    """``spans`` (every question's best span) with ``""`` where the null's margin passes
+    ``threshold``: the predictions at another threshold, without reading the split again."""
+    return {q: "" if q in margins and margins[q] > threshold else text for q, text in spans.items()}

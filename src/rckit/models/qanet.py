@@ -19,15 +19,9 @@ Layers, with the paper's symbols (context C, question Q, hidden size d):
 5. Output: ``p1 = softmax(W_1 [M0; M1])``, ``p2 = softmax(W_2 [M0; M2])``, returned as
    :class:`~rckit.models.contract.SpanOutput` logits (padding at ``finfo(dtype).min``; no bias,
    it cancels in the softmax). Loss: :func:`rckit.models.losses.span_loss`, the default.
-
-No answer (``no_answer``, SQuAD v2.0; not in the paper): a learned vector ``n`` (d) is put
-before every encoded context, ``C <- [n; C]``, and runs through context-query attention and
-the model encoder like a token, so self-attention lets it read the whole context and question
-before it is scored; its two pointer scores are the null's (``SpanOutput.start_null``), and
-``p(no answer) = p1(null) p2(null)`` (as BiDAF-No-Answer; chosen over a separate answerability
-classifier because the null then competes with every span inside the same softmax, with no
-new loss weight to tune). Inserted after the embedding encoder, so the CPU kernels that share
-a context's encoding between questions are untouched.
+6. No answer (``no_answer``, SQuAD v2.0): a learned null ``C <- [n; C]`` after the embedding encoder,
+   read on like a token, scored by both pointers (``SpanOutput.start_null``); in the spans' softmax
+   (BiDAF-No-Answer) rather than a separate classifier, so there is no second loss to weigh.
 
 Regularisation (Sec. 3.1): dropout 0.1 on word vectors and every sublayer output, 0.05 on char
 vectors, none on attention weights (the paper names none; ``attention_dropout``). Stochastic
@@ -43,14 +37,12 @@ al. 2016, the authors' code) keeps or skips a sublayer for the whole batch, draw
 Readings taken where the paper is loose: model-encoder convs use kernel 5 (Sec. 3.1.1; the model
 section's "same as before" would give 7), the embedding encoder 7; the char CNN has width 5 and
 keeps the char width (200), so the highway runs at 300 + 200 = 500, the paper's "500 -> 128".
-
 Presets (``src/rckit/presets/qanet-*.json``): ``paper`` has the paper's sizes (d 128, 8 heads,
 1 x 4 embedding convs, 7 x 2 model blocks, warm-up 1000, EMA 0.9999); ``cpu-small`` fits 45
 minutes on 2 cores: d 64, 4 heads, char dim 64, 1 x 2 and 3 x 2 blocks, warm-up 500, no
 stochastic depth, no EMA (so slow an average lags the raw weights in so short a run).
-``checkpoint_blocks`` recomputes model-encoder blocks in backward: same gradients, less memory.
-CPU fast paths: :mod:`rckit.kernels` (``RCKIT_KERNELS=none`` turns them off); speeds: BENCHMARKS.md.
-What was measured: RESULTS.md ("QANet on SQuAD v1.1"), docs/investigations/qanet-cpu-small.md.
+``checkpoint_blocks`` recomputes model-encoder blocks in backward (same gradients, less memory).
+CPU fast paths: :mod:`rckit.kernels` (``RCKIT_KERNELS=none`` off). Measured: BENCHMARKS.md, RESULTS.md.
 """
 
 from __future__ import annotations

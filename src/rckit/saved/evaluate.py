@@ -25,7 +25,7 @@ from tqdm import tqdm
 from rckit.data.cloze_data import load_eval_split
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
-from rckit.evaluation.predict import predict, predict_split
+from rckit.evaluation.predict import abstaining, predict, predict_split
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, score_predictions
 from rckit.saved.export import load_exported
 from rckit.saved.runs import decode_config_of, load_model
@@ -84,9 +84,9 @@ def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int 
     with tqdm(total=len(rows) if rows else len(split), unit="q", file=sys.stderr,
               disable=None if progress else True) as bar:
         spans = predict_split(model, split, rows, batch_size, always, device, None, bar.update, margins)
-    preds = {q: "" if margins[q] > decode.no_answer_threshold else text for q, text in spans.items()}
+    preds = abstaining(spans, margins, decode.no_answer_threshold)
     result = score_predictions(raw, preds, ds.report.version)
-    if ds.report.version.startswith("2") and any(math.isfinite(m) for m in margins.values()):
+    if ds.report.version.startswith("2") and margins:
         # The official script's figures with --na-prob-file: the best threshold on this very file
         # (an upper bound, not a result: the run's own threshold was chosen on other data).
         result.update(best_thresholds(raw, spans, margins), no_answer_threshold=decode.no_answer_threshold)

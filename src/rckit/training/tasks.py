@@ -32,7 +32,7 @@ import torch
 from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
 from rckit.evaluation.decoding import DecodeConfig, best_spans
-from rckit.evaluation.predict import predict, predict_split
+from rckit.evaluation.predict import abstaining, predict, predict_split
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, per_question_scores
 from rckit.models.losses import cloze_loss
 from rckit.saved.checkpoint import CheckpointError
@@ -59,6 +59,12 @@ def training_indices(split, cfg) -> np.ndarray:
     else:
         raise ValueError(f"long_contexts must be truncate or drop, got {cfg.long_contexts!r}")
     return np.flatnonzero(ok | ~a["answerable"])
+
+
+def dev_metrics(scores: list[tuple[float, float]]) -> dict:
+    """``dev_em``/``dev_f1`` (percent) and ``dev_questions`` of per-question (EM, F1) pairs."""
+    return {"dev_em": 100.0 * sum(e for e, _ in scores) / len(scores),
+            "dev_f1": 100.0 * sum(f for _, f in scores) / len(scores), "dev_questions": len(scores)}
 
 
 class SpanTask:
@@ -132,9 +138,7 @@ class SpanTask:
             return self.evaluate_with_threshold(model, rows, device, dtype, decode)
         preds = predict(model, self.dev_split, rows, 32, device, dtype, decode)
         per_q = per_question_scores(self._dev_raw, preds, self.dev_version)
-        chosen = [per_q[self.dev_split.qids[i]] for i in rows]
-        return {"dev_em": 100.0 * sum(e for e, _ in chosen) / len(chosen),
-                "dev_f1": 100.0 * sum(f for _, f in chosen) / len(chosen), "dev_questions": len(chosen)}
+        return dev_metrics([per_q[self.dev_split.qids[i]] for i in rows])
 
     def evaluate_with_threshold(self, model, rows, device, dtype, decode: DecodeConfig) -> dict:
         margins: dict[str, float] = {}
@@ -142,11 +146,8 @@ class SpanTask:
                               device, dtype, None, margins)
         raw = only_questions(self._dev_raw, set(spans))
         threshold = best_thresholds(raw, spans, margins)["best_f1_thresh"]
-        preds = {q: "" if margins[q] > threshold else t for q, t in spans.items()}
-        scores = list(per_question_scores(raw, preds, "2.0").values())
-        return {"dev_em": 100.0 * sum(e for e, _ in scores) / len(scores),
-                "dev_f1": 100.0 * sum(f for _, f in scores) / len(scores), "dev_questions": len(scores),
-                "no_answer_threshold": threshold}
+        per_q = per_question_scores(raw, abstaining(spans, margins, threshold), "2.0")
+        return {**dev_metrics(list(per_q.values())), "no_answer_threshold": threshold}
 
     def checkpoint_fields(self) -> dict:
         return {"task": self.kind, "vocab": self.prepared.vocabs.to_json(),
