@@ -483,6 +483,47 @@ def test_init_from_starts_dcn_plus_mixed_objective_from_a_cross_entropy_run(prep
     assert config["init_from"]["initialised"] == ["log_sigma2_raw"] and config["init_from"]["model"] == "dcn_plus"
 
 
+def test_init_from_an_exported_file_takes_word_and_char_rows_by_word(tmp_path, tiny_glove, capsys):
+    """A model that learns to abstain, started from an exported v1.1 model over another vocabulary:
+    every row of a word or character both have is that word's row there, new ones keep their start,
+    and every other weight is the export's (the null is named as kept at its initialisation)."""
+    from rckit.saved.export import export_run, load_exported
+
+    def prepare(name, paras):  # every training word gets a trained row: word rows to take by word
+        return prepare_squad(write_json(tmp_path / f"{name}-train.json", squad_json(paras)),
+                             {"dev": write_json(tmp_path / f"{name}-dev.json", squad_json(paras[:1]))},
+                             tmp_path / f"prep-{name}", PrepareConfig(embeddings=str(tiny_glove), trainable_min_count=1))
+
+    _train(prepare("a", _paragraphs()), tmp_path / "a", 3)
+    export_run(tmp_path / "a", tmp_path / "a.safetensors", dtype="fp32")
+    src, src_vocabs, _ = load_exported(tmp_path / "a.safetensors")
+    # Fewer contexts (other word counts, so another order), new words and a new character.
+    other = prepare("b", [(ctx.replace("alpha", "omega") + " Zürich.", qas) for ctx, qas in _paragraphs(3)])
+    words, chars = other.vocabs.words.itos, other.vocabs.chars.itos
+    assert words != src_vocabs.words.itos and chars != src_vocabs.chars.itos
+    cfg = TrainConfig(**{**TINY_TRAIN, "lr": 0.0})
+    train("qanet", QANet, QANetConfig(**TINY_MODEL, no_answer=True), cfg, other, tmp_path / "b", max_steps=1,
+          progress=False, init_from=tmp_path / "a.safetensors")
+    b = load_checkpoint(tmp_path / "b" / "last.pt")["model"]
+    torch.manual_seed(cfg.seed)  # as the run does before it builds the model
+    fresh = QANet(QANetConfig(**TINY_MODEL, no_answer=True), other.embedding_info()).state_dict()
+    theirs = src.state_dict()
+    table = lambda st, key: torch.cat([st[f"{key}.trainable"], st[f"{key}.frozen"]])  # noqa: E731
+    for vocab, src_itos, key, rows in ((words, src_vocabs.words.itos, "embed.word", table),
+                                       (chars, src_vocabs.chars.itos, "embed.char.embed", lambda st, k: st[f"{k}.weight"])):
+        row = {w: i for i, w in enumerate(src_itos)}
+        mine, there, start = rows(b, key), rows(theirs, key), rows(fresh, key)
+        assert any(w not in row for w in vocab)
+        for i, w in enumerate(vocab):
+            assert torch.equal(mine[i], there[row[w]] if w in row else start[i]), (key, w)
+    for k, t in theirs.items():
+        if not k.startswith("embed.word") and k != "embed.char.embed.weight":
+            assert torch.equal(b[k], t), k
+    assert "null" in b and "kept at their initialisation: null" in capsys.readouterr().err
+    config = json.loads((tmp_path / "b" / "config.json").read_text())["init_from"]
+    assert config["initialised"] == ["null"] and config["rows_taken"]["embed.word"]["rows"] == len(words)
+
+
 def test_resume_reads_a_setting_added_since_the_checkpoint_as_its_default(prepared, tmp_path):
     """A run written before a model setting existed resumes when the setting is at its default, not otherwise."""
     from rckit.saved.checkpoint import save_checkpoint

@@ -131,9 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cloze-data", help="cloze models: a directory from `rckit prepare squad-cloze`, Chen et al.'s "
                    "train/dev.txt, or DeepMind Q&A training/ validation/ .question folders")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
-    p.add_argument("--init-from", metavar="CHECKPOINT", help="start a new run from the model weights of another run's "
-                   "last.pt or best.pt (same data vocabulary; weights the checkpoint lacks keep their initialisation, "
-                   "e.g. DCN+'s mixed-objective weights after a cross-entropy run); the optimiser and step count start afresh")
+    p.add_argument("--init-from", metavar="WEIGHTS", help="start a new run from the model weights of another run's "
+                   "last.pt or best.pt, or of an exported .safetensors file (the bundled model: 'bundled'); word and "
+                   "character rows are taken by word where the vocabularies differ, weights the source lacks keep "
+                   "their initialisation (DCN+'s mixed-objective weights after a cross-entropy run, the null of a "
+                   "model that learns to abstain); the optimiser and step count start afresh")
     p.add_argument("--checkpoint-every", type=int, metavar="N", help="write last.pt every N steps")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -544,6 +546,15 @@ def task_data(args, mcfg, tcfg):
     return cloze_data(args, tcfg.seed) if task_of(args.model, mcfg) == "cloze" else prepare_from_args(args)
 
 
+def init_source(name: str | None) -> str | None:
+    """``--init-from``: a checkpoint or exported file; ``bundled`` is the model installed with rckit."""
+    if name != "bundled":
+        return name
+    from rckit.saved.reader import BUNDLED
+
+    return str(BUNDLED)
+
+
 def cmd_train(args) -> int:
     from rckit.training import memory
 
@@ -572,7 +583,7 @@ def cmd_train(args) -> int:
             data = prepare_from_args(args)
     summary = train(args.model, MODELS[args.model][1], mcfg, tcfg, data, args.out, max_steps=args.max_steps,
                     time_budget=parse_duration(args.time_budget), resume=args.resume, device=device,
-                    progress=not args.no_progress, decode=decode, init_from=args.init_from)
+                    progress=not args.no_progress, decode=decode, init_from=init_source(args.init_from))
     if dist.is_main:
         print(json.dumps(summary))
     return 0

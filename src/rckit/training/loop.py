@@ -47,6 +47,7 @@ from rckit.device import autocast
 from rckit.evaluation.decoding import DecodeConfig
 from rckit.models.contract import ReadingModel
 from rckit.saved.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
+from rckit.saved.export import load_exported
 from rckit.training.distributed import DistInfo, barrier, init_distributed, largest
 from rckit.training.ema import EMA
 from rckit.training.tasks import ClozeTask, SpanTask
@@ -423,32 +424,52 @@ def resume_from(run: Run, parts: Parts) -> RunState:
 
 
 def init_weights(run: Run, parts: Parts, path: str | Path) -> dict:
-    """Load the model weights of the checkpoint at ``path`` into a new run; return what it was.
+    """Load the model weights at ``path`` into a new run; return what they were.
 
-    The data's vocabulary must be the checkpoint's (embedding rows mean words). Every tensor in
-    the checkpoint must fit a parameter of this model with the same shape; parameters the
-    checkpoint lacks keep their initialisation and are named on stderr (e.g. DCN+'s mixed
-    objective weights, started from a model trained on cross-entropy alone). The EMA starts from
-    the loaded weights.
+    ``path`` is a checkpoint (``last.pt``/``best.pt``, its raw weights) or an exported
+    ``.safetensors`` file (its averaged weights), such as the bundled model. Where the data's
+    vocabulary differs from theirs, rows of word and character tables are taken by the word or
+    character they stand for (:meth:`SpanTask.weights_from`; cloze data must have the same
+    vocabulary). Every other tensor must fit a parameter of this model with the same shape;
+    parameters the source lacks keep their initialisation and are named on stderr (e.g. DCN+'s
+    mixed objective weights, started from a model trained on cross-entropy alone, or the null
+    of a model that learns to abstain, started from one trained on SQuAD v1.1). The EMA starts
+    from the loaded weights.
     """
-    ckpt = load_checkpoint(path)
-    run.task.check_resume(ckpt, path)
+    source = weights_at(path)
     own = parts.model.state_dict()
-    extra = sorted(set(ckpt["model"]) - set(own))
+    state, taken = run.task.weights_from(source["model"], source["vocab"], parts.model, path)
+    extra = sorted(set(state) - set(own))
     if extra:
         raise CheckpointError(f"{path}: --init-from holds weights this {run.model_name} model has no place for: "
                               f"{', '.join(extra[:8])}{' ...' if len(extra) > 8 else ''}")
-    for name, t in ckpt["model"].items():
+    for name, t in state.items():
         if t.shape != own[name].shape:
             raise CheckpointError(f"{path}: --init-from: {name} is {tuple(t.shape)} there and {tuple(own[name].shape)} "
-                                  f"in this model (model config: {differences(ckpt['model_config'], asdict(run.model_cfg))})")
-    missing = sorted(set(own) - set(ckpt["model"]))
-    parts.model.load_state_dict(ckpt["model"], strict=False)
+                                  f"in this model (model config: "
+                                  f"{differences(source['model_config'], asdict(run.model_cfg))})")
+    missing = sorted(set(own) - set(state))
+    parts.model.load_state_dict(state, strict=False)
     parts.ema = EMA(parts.model, run.cfg.ema_decay)
     if run.dist.is_main:
-        print(f"starting from the weights of {path} ({ckpt['model_name']}, step {ckpt['step']})"
+        mapped = "; ".join(f"{name}: {t['taken']:,} of {t['rows']:,} rows taken by word or character"
+                           for name, t in taken.items())
+        print(f"starting from the weights of {path} ({source['model_name']}, step {source['step']})"
+              + (f"; its vocabulary differs ({mapped})" if taken else "")
               + (f"; kept at their initialisation: {', '.join(missing)}" if missing else ""), file=sys.stderr, flush=True)
-    return {"path": str(path), "model": ckpt["model_name"], "step": ckpt["step"], "initialised": missing}
+    return {"path": str(path), "model": source["model_name"], "step": source["step"], "initialised": missing,
+            **({"rows_taken": taken} if taken else {})}
+
+
+def weights_at(path: str | Path) -> dict:
+    """``model`` (state dict), ``vocab``, ``model_name``, ``model_config`` and ``step`` of a
+    checkpoint or an exported ``.safetensors`` file."""
+    if Path(path).suffix == ".safetensors":
+        model, _, meta = load_exported(path)
+        return {"model": model.state_dict(), "vocab": meta["vocab"], "model_name": meta["model"],
+                "model_config": meta["model_config"], "step": meta.get("step")}
+    ckpt = load_checkpoint(path)
+    return {k: ckpt[k] for k in ("model", "vocab", "model_name", "model_config", "step")}
 
 
 def format_duration(seconds: float) -> str:

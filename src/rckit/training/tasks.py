@@ -34,6 +34,7 @@ from rckit.data.squad import load_json
 from rckit.evaluation.decoding import DecodeConfig, best_spans
 from rckit.evaluation.predict import abstaining, predict, predict_split
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, per_question_scores
+from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.models.losses import cloze_loss
 from rckit.saved.checkpoint import CheckpointError
 from rckit.training.rewards import SpanF1Reward
@@ -159,6 +160,41 @@ class SpanTask:
         if ckpt["vocab"]["words"] != self.prepared.vocabs.words.itos:
             raise CheckpointError(f"{path}: vocabulary differs from the prepared data; refusing to load its weights")
 
+    def weights_from(self, state: dict, vocab: dict, model: torch.nn.Module, path) -> tuple[dict, dict]:
+        """Another run's model weights ``state``, over its vocabularies ``vocab`` (as
+        :meth:`Vocabularies.to_json`), fitted to this data's: each row of a word table
+        (:class:`PartiallyFrozenEmbedding`, trained and fixed rows alike) or character table
+        (:class:`CharCNN`) is taken by the word or character it stands for. Rows of words or
+        characters the other run lacks keep ``model``'s initialisation (for a word with a
+        pretrained vector, that vector). Returns the fitted state and, per table, how many of its
+        rows came from ``state``."""
+        words, chars = self.prepared.vocabs.words.itos, self.prepared.vocabs.chars.itos
+        if vocab["words"] == words and vocab["chars"] == chars:
+            return state, {}
+        state, own, taken = dict(state), model.state_dict(), {}
+        for name, m in model.named_modules():
+            if isinstance(m, PartiallyFrozenEmbedding):
+                keys, theirs, ours = (f"{name}.trainable", f"{name}.frozen"), vocab["words"], words
+            elif isinstance(m, CharCNN):
+                keys, theirs, ours = (f"{name}.embed.weight",), vocab["chars"], chars
+            else:
+                continue
+            if not all(k in state for k in keys):
+                continue
+            src = torch.cat([state[k] for k in keys])  # (their rows, D)
+            dst = torch.cat([own[k] for k in keys]).clone()  # (our rows, D)
+            if src.shape[0] != len(theirs) or src.shape[1] != dst.shape[1]:
+                continue  # another width: the shape check names it
+            row = {w: i for i, w in enumerate(theirs)}
+            pairs = [(i, row[w]) for i, w in enumerate(ours) if w in row]
+            if pairs:
+                to, fro = torch.tensor(pairs).T
+                dst[to] = src[fro].to(dst.dtype)
+            sizes = [own[k].shape[0] for k in keys]
+            state.update(zip(keys, dst.split(sizes)))
+            taken[name] = {"rows": len(ours), "taken": len(pairs)}
+        return state, taken
+
     def describe(self) -> dict:
         return {"prepared": str(self.prepared.root), "key": self.prepared.meta["key"], "dev_file": self.dev_file}
 
@@ -234,6 +270,11 @@ class ClozeTask:
     def check_resume(self, ckpt: dict, path) -> None:
         if ckpt["vocab"] != self.data.vocab_json():
             raise CheckpointError(f"{path}: vocabulary differs from the cloze data; refusing to load its weights")
+
+    def weights_from(self, state: dict, vocab: dict, model: torch.nn.Module, path) -> tuple[dict, dict]:
+        """Another run's weights, refused unless its vocabulary is this data's."""
+        self.check_resume({"vocab": vocab}, path)
+        return state, {}
 
     def describe(self) -> dict:
         return self.data.describe()
