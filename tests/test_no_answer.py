@@ -128,6 +128,9 @@ def test_a_no_answer_model_trains_on_v2_data_and_evaluate_prints_the_official_fi
     abstained = [q for q, t in preds.items() if t == ""]
     # NoAns F1 is the share of unanswerable questions the model abstained on.
     assert result["NoAns_f1"] == pytest.approx(100.0 * sum(q.endswith("na") for q in abstained) / 2)
+    assert main(["evaluate", str(tmp_path / "run"), "--out", str(preds_file), "--always-answer"]) == 0
+    always = json.loads(capsys.readouterr().out)
+    assert always["always_answer"] and always["NoAns_f1"] == 0.0 and "" not in json.loads(preds_file.read_text()).values()
 
 
 def test_training_chooses_the_threshold_on_the_v2_dev_file_and_saves_it(tmp_path):
@@ -228,6 +231,22 @@ def test_predict_says_no_answer_as_text_and_as_json(abstaining_run, tmp_path, ca
     assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["answer"] == "" and got["start"] is None and 0 < got["no_answer_probability"] < 1
+    # --always-answer: the best span all the same, and how likely the text holds none.
+    assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?", "--json",
+                 "--always-answer"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert best["start"] is not None and CONTEXT[best["start"]:best["end"]] == best["answer"] != ""
+    assert best["no_answer_probability"] == pytest.approx(got["no_answer_probability"])
+    assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?",
+                 "--always-answer"]) == 0
+    assert capsys.readouterr().out.strip() == best["answer"]
+    # A file of questions: the abstention as official v2.0 prediction files write it, then the best span.
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": "q1", "context": CONTEXT, "question": "what follows omega ?"}) + "\n")
+    assert main(["predict", str(tmp_path), "--questions", str(questions), "--out", str(tmp_path / "a.jsonl"),
+                 "--top-k", "2"]) == 0
+    (rec,) = [json.loads(ln) for ln in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert rec["id"] == "q1" and rec["answers"][0] == got and rec["answers"][1]["answer"] == best["answer"]
 
 
 def test_an_exported_abstaining_model_keeps_its_null_and_threshold(abstaining_run, tmp_path):

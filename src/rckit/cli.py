@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the checkpoint's EMA weights (default, what training evaluated) or its raw weights")
     p.add_argument("--limit", type=int, help="only the first N questions (scored over those N)")
     p.add_argument("--out", help="write predictions JSON here")
+    p.add_argument("--always-answer", action="store_true", help="a model that can abstain (SQuAD v2.0) is scored "
+                   "on its best span for every question")
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=32)
 
@@ -182,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stride", type=int, metavar="N", help="tokens between the starts of two windows of a long "
                    "context (default: half a window)")
     p.add_argument("--json", action="store_true", help="print JSON: the answer, its score and character span")
+    p.add_argument("--always-answer", action="store_true", help="a model that can say the text holds no answer "
+                   "(SQuAD v2.0) gives its best span all the same (its no_answer_probability still said)")
     p.add_argument("--device", default="auto")
 
     p = sub.add_parser(
@@ -235,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the context limits of /openapi.json follow from it")
     p.add_argument("--request-timeout", type=float, default=60.0,
                    help="seconds a request may take before it is dropped with 503")
+    p.add_argument("--always-answer", action="store_true", help="a model that can say the text holds no answer "
+                   "gives its best span all the same")
     p.add_argument("--threads", type=int, help="torch threads for the model (default: every core this process may use but one, "
                    "left to the HTTP side)")
 
@@ -594,7 +600,8 @@ def cmd_evaluate(args) -> int:
     from rckit.saved.evaluate import evaluate_run
 
     result = evaluate_run(args.run, pick_device(args.device), data=args.data, split=args.split,
-                          weights=args.weights, limit=args.limit, batch_size=args.batch_size, out=args.out)
+                          weights=args.weights, limit=args.limit, batch_size=args.batch_size, out=args.out,
+                          always_answer=args.always_answer)
     print(json.dumps(result))
     return 0
 
@@ -615,7 +622,7 @@ def cmd_predict(args) -> int:
             raise ValueError("--out is for --questions FILE; one answer goes to stdout")
         check_text("context", args.context)
         check_text("question", args.question)
-    reader = Reader.load(args.run, pick_device(args.device))
+    reader = Reader.load(args.run, pick_device(args.device), always_answer=args.always_answer)
     if args.questions:
         n = answer_questions_file(reader, records, args.out, args.top_k, args.max_answer_len, args.stride)
         if args.out:
@@ -691,7 +698,8 @@ def _model_line(path: Path, read_metadata) -> str:
 def cmd_serve(args) -> int:
     from rckit.serve.app import serve
 
-    serve(args.run, host=args.host, port=args.port, threads=args.threads, max_batch=args.max_batch,
+    serve(args.run, host=args.host, port=args.port, threads=args.threads, always_answer=args.always_answer,
+          max_batch=args.max_batch,
           max_tokens=args.max_tokens, batch_window_ms=args.batch_window_ms, policy=args.policy,
           max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
           max_question_chars=args.max_question_chars, max_context_chars=args.max_context_chars,

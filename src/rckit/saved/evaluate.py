@@ -33,12 +33,13 @@ from rckit.saved.runs import decode_config_of, load_model
 
 def evaluate_run(run: str | Path, device: torch.device, data: str | None = None, split: str | None = None,
                  weights: str = "ema", limit: int | None = None, batch_size: int = 32, out: str | None = None,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, always_answer: bool = False) -> dict:
     """Score a run on every example of ``data`` (default: what it was evaluated on in training).
 
     ``weights``: ``ema`` (what training evaluated) or ``raw``. ``limit``: only the first N
     examples, scored over those N. ``split``: which split of a cloze directory (default: the
-    run's). ``out``: where to write the predictions as JSON (``{id: answer}``).
+    run's). ``out``: where to write the predictions as JSON (``{id: answer}``). ``always_answer``:
+    a model that can abstain is scored on its best span for every question.
     """
     if Path(run).suffix == ".safetensors":
         model, vocabs, ckpt = load_export_for_evaluation(run, device, data, weights)
@@ -47,7 +48,8 @@ def evaluate_run(run: str | Path, device: torch.device, data: str | None = None,
     if ckpt.get("task") == "cloze":
         result, preds = evaluate_cloze(model, ckpt, data, split, limit, batch_size, device)
     else:
-        result, preds = evaluate_squad(run, model, vocabs, ckpt, data, limit, batch_size, device, progress)
+        result, preds = evaluate_squad(run, model, vocabs, ckpt, data, limit, batch_size, device, progress,
+                                       always_answer)
     if out:
         Path(out).write_text(json.dumps(preds, ensure_ascii=False))
     return result
@@ -68,7 +70,7 @@ def load_export_for_evaluation(path: str | Path, device, data: str | None, weigh
 
 
 def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int | None, batch_size: int, device,
-                   progress: bool = True) -> tuple[dict, dict]:
+                   progress: bool = True, always_answer: bool = False) -> tuple[dict, dict]:
     """(official EM/F1 of the SQuAD file ``data``, ``{question id: answer text}``)."""
     path = data or ckpt["data"]["dev_file"]
     if not data and not Path(path).is_file():
@@ -84,12 +86,14 @@ def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int 
     with tqdm(total=len(rows) if rows else len(split), unit="q", file=sys.stderr,
               disable=None if progress else True) as bar:
         spans = predict_split(model, split, rows, batch_size, always, device, None, bar.update, margins)
-    preds = abstaining(spans, margins, decode.no_answer_threshold)
+    preds = abstaining(spans, margins, math.inf if always_answer else decode.no_answer_threshold)
     result = score_predictions(raw, preds, ds.report.version)
     if ds.report.version.startswith("2") and margins:
         # The official script's figures with --na-prob-file: the best threshold on this very file
         # (an upper bound, not a result: the run's own threshold was chosen on other data).
         result.update(best_thresholds(raw, spans, margins), no_answer_threshold=decode.no_answer_threshold)
+    if always_answer:
+        result["always_answer"] = True
     return result, preds
 
 

@@ -8,7 +8,8 @@ span's probability ``p_start[s] * p_end[e]`` in the window it was read in, ``sta
 half-open character offsets into the context as given, so ``context[start:end] == answer``. A
 model that can abstain (SQuAD v2.0, ``no_answer``) scores the null beside the spans; where the
 text holds no answer (the null beats the best span by more than ``decode.no_answer_threshold``)
-the first answer is ``""`` with ``start``/``end`` None, the best spans after it. A long context's
+the first answer is ``""`` with ``start``/``end`` None, the best spans after it (``always_answer``:
+the best span first all the same). A long context's
 null is its lowest over the windows: the document answers if any window does. ``answer_batch`` does
 the same for many (context, question) pairs in batched forwards; ``rckit predict`` and
 ``rckit serve`` both go through it.
@@ -104,7 +105,7 @@ class Reader:
 
     def __init__(self, model: torch.nn.Module, vocabs: Vocabularies, decode: DecodeConfig | None = None,
                  window: int = DEFAULT_WINDOW, info: dict | None = None, device: str | torch.device = "cpu",
-                 batch_size: int = 32):
+                 batch_size: int = 32, always_answer: bool = False):
         if window < 1:
             raise ValueError(f"window must be >= 1 token, got {window}")
         self.device = torch.device(device)
@@ -114,18 +115,25 @@ class Reader:
         self.window = int(window)
         self.batch_size = batch_size
         self.info = info if info is not None else {}
+        self.always_answer = always_answer
 
     # ------------------------------------------------------------------------------ loading
 
     @classmethod
-    def load(cls, source: str | Path | None = None, device: str | torch.device = "cpu") -> "Reader":
-        """A run directory or checkpoint (``.pt``), an exported file, or None: the default model."""
+    def load(cls, source: str | Path | None = None, device: str | torch.device = "cpu",
+             always_answer: bool = False) -> "Reader":
+        """A run directory or checkpoint (``.pt``), an exported file, or None: the default model.
+        ``always_answer``: a model that can abstain still answers with its best span first (its
+        ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does."""
         path = Path(source) if source is not None else default_model_path()
         if path.is_dir() or path.suffix == ".pt":
-            return cls._from_run(path, device)
-        if not path.exists():
+            reader = cls._from_run(path, device)
+        elif not path.exists():
             raise FileNotFoundError(f"{path}: no such run directory or model file")
-        return cls._from_export(path, device)
+        else:
+            reader = cls._from_export(path, device)
+        reader.always_answer = reader.info["always_answer"] = always_answer
+        return reader
 
     @classmethod
     def _from_run(cls, path: Path, device) -> "Reader":
@@ -218,7 +226,8 @@ class Reader:
             order = sorted(by_context, key=lambda c: -int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]))
             groups = [[(i, c, lo, hi) for i in by_context[c]]
                       for c in order for lo, hi in windows(int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]), self.window, stride)]
-            jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, self.decode.no_answer_threshold))
+            threshold = math.inf if self.always_answer else self.decode.no_answer_threshold
+            jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, threshold))
             first += len(pairs)
         return jobs
 

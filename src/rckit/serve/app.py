@@ -423,9 +423,9 @@ class SignalledServer(uvicorn.Server):
 
 
 def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, threads: int | None = None,
-          **options) -> None:
+          always_answer: bool = False, **options) -> None:
     """Load the model from ``source`` (a run, an exported file, None: the default model) and serve it
-    until Ctrl-C or SIGTERM; ``options`` are :func:`create_app`'s (batching, limits, policy).
+    until Ctrl-C or SIGTERM (``always_answer``: :meth:`Reader.load`'s); ``options`` are :func:`create_app`'s (batching, limits, policy).
 
     The model runs in one worker thread using ``threads`` cores (default: :func:`model_threads`,
     all this process may use but one);
@@ -438,7 +438,7 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
         raise ValueError(f"threads must be at least 1, not {threads}")
     check_options(options)
     torch.set_num_threads(threads or model_threads())
-    reader = Reader.load(source)
+    reader = Reader.load(source, always_answer=always_answer)
     app = create_app(reader, **options)
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
