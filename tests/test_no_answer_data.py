@@ -95,6 +95,20 @@ def test_build_splits_v2_dev_by_article_position(tmp_path):
     assert json.loads((out / "report.json").read_text())["pairs"]["made"] == 4
 
 
+def test_repeat_writes_the_v2_training_quarter_again_with_unique_ids(tmp_path):
+    train, dev = _write(tmp_path / "train.json.gz", V11), _write(tmp_path / "dev.json.gz", _v2_dev(8))
+    once = build_no_answer_data(train, dev, tmp_path / "once", rate=1.0, seed=0)
+    thrice = build_no_answer_data(train, dev, tmp_path / "thrice", rate=1.0, seed=0, repeat=3)
+    ids = _ids(tmp_path / "thrice" / TRAIN_FILE)
+    quarter = {i for i in _ids(tmp_path / "once" / TRAIN_FILE) if i.startswith("dev")}
+    assert {i for i in ids if i.startswith("dev")} == quarter | {f"{i}-copy{k}" for i in quarter for k in (1, 2)}
+    assert thrice["train"]["unanswerable"] == 4 + 3 * 2 and thrice["repeat"] == 3 and once["repeat"] == 1
+    assert read_squad(tmp_path / "thrice" / TRAIN_FILE).report.questions == len(ids)  # every id read, none a duplicate
+    assert _ids(tmp_path / "thrice" / EVAL_FILE) == _ids(tmp_path / "once" / EVAL_FILE)
+    with pytest.raises(ValueError, match="at least 1"):
+        build_no_answer_data(train, dev, tmp_path / "none", repeat=0)
+
+
 def test_build_refuses_a_v1_file_as_the_v2_dev(tmp_path):
     train = _write(tmp_path / "train.json.gz", V11)
     with pytest.raises(SquadFormatError, match="not a SQuAD v2.0 file"):

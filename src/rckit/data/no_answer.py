@@ -16,7 +16,9 @@ one seeded, counted rule that anyone can rerun:
   threshold, a checkpoint or a setting; the even positions 0, 4, 8, ... join the training file
   and the even positions 2, 6, 10, ... are the **tuning slice** on which the no-answer threshold
   and the best checkpoint are chosen (real, human-written unanswerable questions, unlike the
-  made pairs).
+  made pairs). ``repeat`` writes the training quarter that many times (question ids of the
+  copies end in ``-copy1``, ``-copy2``, ...), so that its few real unanswerable questions weigh
+  more beside the many made pairs.
 
 Written to ``out``: ``train-v2.0.no-answer.json.gz`` (v1.1 train, its unanswerable pairs and
 the training quarter of v2.0 dev), ``tune-v2.0.json.gz``, ``eval-v2.0.json.gz`` and
@@ -96,6 +98,12 @@ def _count(articles: list[dict]) -> dict:
             "questions": len(qas), "unanswerable": impossible, "answerable": len(qas) - impossible}
 
 
+def _copies(articles: list[dict], suffix: str) -> list[dict]:
+    """``articles`` again, each question id ending in ``suffix`` (ids stay unique in a file)."""
+    return [{**a, "paragraphs": [{**p, "qas": [{**qa, "id": f"{qa['id']}{suffix}"} for qa in p["qas"]]}
+                                 for p in a["paragraphs"]]} for a in articles]
+
+
 def _write(path: Path, articles: list[dict]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with gzip.open(tmp, "wt", encoding="utf-8") as fh:
@@ -104,7 +112,7 @@ def _write(path: Path, articles: list[dict]) -> None:
 
 
 def build_no_answer_data(v11_train: str | Path, v2_dev: str | Path, out: str | Path,
-                         rate: float = 0.5, seed: int = 0) -> dict:
+                         rate: float = 0.5, seed: int = 0, repeat: int = 1) -> dict:
     """Write the three files described in the module docstring to ``out``; return the report."""
     train_raw, dev_raw = load_json(v11_train), load_json(v2_dev)
     for path, raw in ((v11_train, train_raw), (v2_dev, dev_raw)):
@@ -113,15 +121,18 @@ def build_no_answer_data(v11_train: str | Path, v2_dev: str | Path, out: str | P
     if not str(dev_raw.get("version", "")).lstrip("v").startswith("2"):
         raise SquadFormatError(f"{v2_dev}: not a SQuAD v2.0 file (version {dev_raw.get('version')!r}); "
                                "the evaluation half must come from v2.0 dev")
+    if repeat < 1:
+        raise ValueError(f"repeat is how many times the v2.0 training quarter is written, at least 1; got {repeat}")
     made, pair_counts = unanswerable_pairs(train_raw["data"], rate, seed)
     dev_train, tune, held_out = split_v2_dev(dev_raw)
+    dev_train = dev_train + [copy for k in range(1, repeat) for copy in _copies(dev_train, f"-copy{k}")]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     train = made + dev_train
     files = {"train": (TRAIN_FILE, train), "tune": (TUNE_FILE, tune), "eval": (EVAL_FILE, held_out)}
     report = {
         "inputs": {"v1.1_train": str(v11_train), "v2.0_dev": str(v2_dev)},
-        "rate": rate, "seed": seed,
+        "rate": rate, "seed": seed, "repeat": repeat,
         "pairs": pair_counts,
         "v2.0_dev_positions": {"train": "0, 4, 8, ...", "tune": "2, 6, 10, ...", "eval": "1, 3, 5, ... (never trained or tuned on)"},
     }
