@@ -263,3 +263,94 @@ def test_an_exported_abstaining_model_keeps_its_null_and_threshold(abstaining_ru
     b = from_file.answer(CONTEXT, "what follows omega ?", top_k=2)
     assert [x["answer"] for x in a] == [x["answer"] for x in b]
     assert b[0]["no_answer_probability"] == pytest.approx(a[0]["no_answer_probability"], rel=1e-4)
+
+
+SPAN_MODELS = {  # every span model, small enough to train in a unit test
+    "qanet": TINY_QANET,
+    "dcn": {"hidden": 8, "pool": 2, "iterations": 2, "dropout": 0.0},
+    "dcn_plus": {"hidden": 8, "pool": 2, "iterations": 2, "n_experts": 2, "dropout": 0.0, "word_dropout": 0.0},
+    "deep_lstm_reader": {"head": "span", "hidden": 16, "depth": 2, "skip_dim": 8, "dropout": 0.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPAN_MODELS))
+def test_every_span_model_scores_a_null_and_keeps_its_v1_weights(name):
+    from rckit.models import MODELS
+    from test_contract import emb_info, span_batch
+
+    cfg_cls, model_cls = MODELS[name]
+    batch, info = span_batch(), emb_info()
+    batch.answerable = torch.tensor([True, True, False])
+    torch.manual_seed(0)
+    plain = model_cls(cfg_cls(**SPAN_MODELS[name]), info).eval()
+    torch.manual_seed(0)
+    abstaining = model_cls(cfg_cls(**SPAN_MODELS[name], no_answer=True), info).eval()
+    assert not plain.no_answer and abstaining.no_answer
+    out, out_na = plain(batch), abstaining(batch)
+    assert out.start_null is None and out.end_null is None
+    assert out_na.start_logits.shape == out_na.end_logits.shape == batch.c_mask.shape
+    assert out_na.start_null.shape == out_na.end_null.shape == (3,)
+    assert torch.isfinite(out_na.start_null).all() and torch.isfinite(out_na.end_null).all()
+    assert (out_na.start_logits[~batch.c_mask] < -1e30).all() and (out_na.end_logits[~batch.c_mask] < -1e30).all()
+    # The same initialisation apart from the null: a v1.1 model's weights, checkpoints and files still fit.
+    own = abstaining.state_dict()
+    assert set(own) - set(plain.state_dict()) == {"null"}
+    assert all(torch.equal(v, own[k]) for k, v in plain.state_dict().items())
+    abstaining.train()
+    loss = abstaining.loss(abstaining(batch), batch, reward_fn=(lambda i, s, e: torch.full(s.shape, 0.5))
+                           if abstaining.uses_reward else None)
+    loss.backward()
+    assert torch.isfinite(loss) and abstaining.null.grad is not None and abstaining.null.grad.abs().sum() > 0
+
+
+def _follows_batch(n: int, seed: int):
+    """"what follows X ?" over contexts of 8 distinct words; every third X is not in its context."""
+    from rckit.data.batching import Batch
+
+    g = torch.Generator().manual_seed(seed)
+    T, W = 8, 3
+    c_words = torch.stack([10 + torch.randperm(16, generator=g)[:T] for _ in range(n)])  # words 10..25
+    q_words = torch.zeros(n, 2, dtype=torch.long)
+    q_words[:, 0] = 5  # "what follows"
+    answerable = torch.arange(n) % 3 != 2
+    y = torch.randint(0, T - 1, (n,), generator=g)  # X is at y, the answer at y + 1
+    q_words[:, 1] = torch.where(answerable, c_words[torch.arange(n), y], 26 + torch.randint(0, 14, (n,), generator=g))
+    chars = lambda w: torch.stack([w % 11 + 1, w // 11 + 1, torch.ones_like(w)], -1)[..., :W]  # noqa: E731
+    return Batch(c_words=c_words, c_chars=chars(c_words), c_mask=torch.ones(n, T, dtype=torch.bool),
+                 q_words=q_words, q_chars=chars(q_words), q_mask=torch.ones(n, 2, dtype=torch.bool),
+                 y_start=torch.where(answerable, y + 1, -1), y_end=torch.where(answerable, y + 1, -1),
+                 index=torch.arange(n), answerable=answerable)
+
+
+@pytest.mark.parametrize("name", sorted(SPAN_MODELS))
+def test_a_tiny_model_learns_to_abstain_where_the_question_names_a_word_the_context_lacks(name):
+    """Trained on a generated set, every span model answers the questions it can and abstains on
+    the others: the null beats the best span exactly on the unanswerable ones."""
+    from rckit.models import MODELS
+    from test_contract import emb_info
+
+    cfg_cls, model_cls = MODELS[name]
+    torch.manual_seed(0)
+    over = {"mixed_objective": False} if name == "dcn_plus" else {}
+    model = model_cls(cfg_cls(**SPAN_MODELS[name], **over, no_answer=True), emb_info())
+    batch = _follows_batch(12, seed=0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(600):
+        model.train()
+        loss = model.loss(model(batch), batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 20 == 19:
+            model.eval()
+            with torch.no_grad():
+                out = model(batch)
+            spans, null = spans_and_null(out.start_logits, out.end_logits, batch.c_mask, out.start_null,
+                                         out.end_null, 3)
+            abstains = null > spans.score
+            if torch.equal(abstains, ~batch.answerable) and torch.equal(
+                    spans.start[batch.answerable], batch.y_start[batch.answerable]):
+                break
+    assert torch.equal(abstains, ~batch.answerable), (name, step)
+    assert torch.equal(spans.start[batch.answerable], batch.y_start[batch.answerable])
+    assert torch.equal(spans.end[batch.answerable], batch.y_end[batch.answerable])

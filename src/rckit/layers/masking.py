@@ -35,3 +35,12 @@ def zero_padding(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     out as -0.0).
     """
     return x * mask.unsqueeze(-1).to(x.dtype)
+
+
+def with_null(null: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One learned vector ``null`` (d,) before every sequence of ``x`` (B, T, d), as a real
+    position: (B, 1 + T, d) and its mask (B, 1 + T). Span models that can say "no answer" point
+    at it (SQuAD v2.0, :class:`rckit.models.contract.SpanOutput`)."""
+    B = x.shape[0]
+    return torch.cat([null.to(x.dtype).expand(B, 1, -1), x], dim=1), torch.cat([mask.new_ones(B, 1), mask], dim=1)
+

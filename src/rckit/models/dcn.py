@@ -38,6 +38,13 @@ the surrogate S's. Per pointer, R_s weighs the start draws' log p, R_e the end d
 ``(1 - F1(s^, e)) + (1 - F1(s, e^))``. ``log sigma^2`` has a soft floor ``log_sigma2_floor``;
 ``train.reward_from`` keeps the loss at L_ce alone before that step.
 
+No answer (``no_answer``, SQuAD v2.0): a learned null ``u_0`` before U, ``U <- [u_0; U]`` (B, 1 + m, 2l),
+which both HMNs score like a token at every iteration; the decoder starts there (s_0 = e_0 = 0
+is the null) and an unanswerable question's targets are the null at every iteration, so
+``p(no answer)`` shares the final iteration's softmaxes with the spans (as in QANet, after
+BiDAF-No-Answer). DCN+'s self-critical reward is the F1 of the sampled span's text, 0 for the
+null; it counts answerable questions only, unanswerable ones learn from the cross-entropy.
+
 Presets: ``paper`` l 200, pool 16, 4 iterations, 8 experts, dropout 0.3, contexts cut at 600.
 ``cpu-small`` (45 minutes, 2 cores): l 96 (DCN) / 64 (DCN+), pool 8, 2 iterations, 4 experts,
 dropout 0.1, contexts 300, no EMA, to see more examples in about one epoch. What was measured:
@@ -60,11 +67,11 @@ from rckit.kernels import cpu
 from rckit.layers.coattention import Coattention
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM
-from rckit.layers.masking import mask_logits, zero_padding
+from rckit.layers.masking import mask_logits, with_null, zero_padding
 from rckit.layers.maxout import Maxout, MixtureOfMaxouts
 from rckit.models.contract import ReadingModel, SpanOutput
-from rckit.models.losses import (REWARD_CREDITS, iteration_log_probs, iterative_span_loss, self_critical_loss,
-                                 uncertainty_weighted)
+from rckit.models.losses import (REWARD_CREDITS, iteration_log_probs, iterative_span_loss, null_targets,
+                                 self_critical_loss, uncertainty_weighted)
 
 
 @dataclass
@@ -78,6 +85,7 @@ class DCNConfig:
     char_conv_width: int = 5
     extra_dim: int = 0  # width of contextual vectors (CoVe) passed to TokenInput; 0 = none
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
+    no_answer: bool = False  # a learned null position before U (SQuAD v2.0; see docstring)
 
 
 @dataclass
@@ -253,6 +261,30 @@ class DynamicDecoder(nn.Module):
         }
 
 
+def decode_with_null(model: nn.Module, U: torch.Tensor, batch: Batch, sample: bool = False) -> dict:
+    """``model.decoder`` over U, or over ``[null; U]`` for a model that can abstain."""
+    if model.null is None:
+        return model.decoder(U, batch.c_mask, sample)
+    U, mask = with_null(model.null, U, batch.c_mask)  # (B, 1 + m, 2l), (B, 1 + m)
+    return model.decoder(U, mask, sample)
+
+
+def span_output(run: dict, no_answer: bool, sample: SampledRollout | None = None) -> DCNOutput:
+    """The final iteration's logits as the span output; the null's apart for a model that can abstain."""
+    start, end = run["start_iters"][-1], run["end_iters"][-1]  # (B, m) or (B, 1 + m)
+    if not no_answer:
+        return DCNOutput(start_logits=start, end_logits=end, sample=sample, **run)
+    return DCNOutput(start_logits=start[:, 1:], end_logits=end[:, 1:], start_null=start[:, 0], end_null=end[:, 0],
+                     sample=sample, **run)
+
+
+def decoder_targets(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gold (start, end) in the decoder's positions: shifted past the null where there is one."""
+    if model.null is None:
+        return batch.y_start, batch.y_end
+    return null_targets(batch.y_start, batch.y_end, batch.answerable)
+
+
 class DCN(ReadingModel):
     def __init__(self, config: DCNConfig, emb: EmbeddingInfo):
         super().__init__(config)
@@ -264,6 +296,8 @@ class DCN(ReadingModel):
         self.fusion = PeepholeLSTM(3 * l, l, bidirectional=True, peephole=None)
         self.decoder = DynamicDecoder(l, c.pool, c.iterations)
         self.dropout = nn.Dropout(c.dropout)
+        self.no_answer = c.no_answer
+        self.null = nn.Parameter(torch.randn(2 * l) * 0.1) if c.no_answer else None  # u_0, after the others
 
     def encode(self, batch: Batch) -> torch.Tensor:
         """U (B, m, 2l), zero at padding."""
@@ -275,13 +309,12 @@ class DCN(ReadingModel):
         return zero_padding(self.dropout(U), c_mask)
 
     def forward(self, batch: Batch) -> DCNOutput:
-        run = self.decoder(self.encode(batch), batch.c_mask)
-        return DCNOutput(start_logits=run["start_iters"][-1], end_logits=run["end_iters"][-1], **run)
+        return span_output(decode_with_null(self, self.encode(batch), batch), self.no_answer)
 
     def loss(self, out: DCNOutput, batch: Batch, reward_fn=None) -> torch.Tensor:
         """Cross-entropy summed over decoder iterations; ``reward_fn`` is not used."""
         self.loss_terms = {}
-        return iterative_span_loss(out, batch.y_start, batch.y_end)
+        return iterative_span_loss(out, *decoder_targets(self, batch))
 
 
 class DCNPlus(ReadingModel):
@@ -309,6 +342,8 @@ class DCNPlus(ReadingModel):
             # raw parameters of log sigma^2 for (ce, rl), set so that log sigma^2 starts at 0
             raw = math.log(math.expm1(-c.log_sigma2_floor)) if c.log_sigma2_floor < 0 else 0.0
             self.log_sigma2_raw = nn.Parameter(torch.full((2,), raw))
+        self.no_answer = c.no_answer
+        self.null = nn.Parameter(torch.randn(2 * l) * 0.1) if c.no_answer else None  # u_0, after the others
 
     def encode(self, batch: Batch) -> torch.Tensor:
         """U (B, m, 2l), zero at padding."""
@@ -325,15 +360,15 @@ class DCNPlus(ReadingModel):
 
     def forward(self, batch: Batch) -> DCNOutput:
         U = self.encode(batch)
-        run = self.decoder(U, batch.c_mask)
+        run = decode_with_null(self, U, batch)
         sample = None
         if self.training and self.config.mixed_objective and self.reward_on:
-            rl = self.decoder(U, batch.c_mask, sample=True)
+            rl = decode_with_null(self, U, batch, sample=True)
             lp_s, lp_e = (torch.where(rl["active"], iteration_log_probs(rl[f"{k}_iters"], rl[f"{k}s"]), 0.0).sum(0)
                           for k in ("start", "end"))  # (B,) each
             sample = SampledRollout(start=rl["starts"][-1], end=rl["ends"][-1], log_prob=lp_s + lp_e,
                                     start_log_prob=lp_s, end_log_prob=lp_e)
-        return DCNOutput(start_logits=run["start_iters"][-1], end_logits=run["end_iters"][-1], sample=sample, **run)
+        return span_output(run, self.no_answer, sample)
 
     def log_sigma2(self) -> torch.Tensor:
         """(log sigma_ce^2, log sigma_rl^2), softly kept above ``log_sigma2_floor``."""
@@ -346,15 +381,23 @@ class DCNPlus(ReadingModel):
         Without a sampled rollout (evaluation mode) the loss is the cross-entropy alone.
         """
         c = self.config
-        ce = iterative_span_loss(out, batch.y_start, batch.y_end)
+        ce = iterative_span_loss(out, *decoder_targets(self, batch))
         loss = ce
         self.loss_terms = {}
         if out.sample is not None:
             if reward_fn is None:
                 raise ValueError("DCN+ with mixed_objective needs reward_fn in training")
+            if self.no_answer:  # decoder positions are one past token positions; the null (-1) has no text
+                reward_fn = shifted_reward(reward_fn)
             rl = self_critical_loss(out, batch, reward_fn, c.reward_credit)
             loss, w = uncertainty_weighted(ce, rl, self.log_sigma2())
             self.loss_terms = {"ce": ce.detach(), "rl": rl.detach(), "w_ce": w[0].detach(), "w_rl": w[1].detach()}
         if out.balance is not None:
             loss = loss + c.moe_balance * out.balance.float()
         return loss.float()
+
+
+def shifted_reward(reward_fn):
+    """``reward_fn`` of token spans, called with decoder positions over ``[null, tokens]``."""
+    return lambda index, starts, ends: reward_fn(index, starts - 1, ends - 1)
+

@@ -28,6 +28,8 @@ document's ``y`` backwards with one more LSTM, ``z_t = [y_t; LSTM_back(y)_t]``, 
 Bilinear scores compare each position with what the reader concluded after the whole
 sequence. In ``cqa`` the document is read before the question, so only ``g`` knows the
 question: ``qca`` is the form for spans (the default). Loss: :func:`~rckit.models.losses.span_loss`.
+With ``no_answer`` (SQuAD v2.0) a learned ``z_0`` goes before the document's ``z`` and both
+pointers score it like a token, so ``p(no answer) = p_start(0) p_end(0)`` shares their softmaxes.
 
 Readings taken where the paper is loose: the scores run over the candidate entities only (the
 paper's softmax is over the whole output vocabulary; only entities can be answers); ``g`` is
@@ -55,7 +57,7 @@ from rckit.data.cloze import ENTITY_OFFSET
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM, chrono_init_
-from rckit.layers.masking import mask_logits
+from rckit.layers.masking import mask_logits, with_null
 from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput
 
 HEADS = ("cloze", "span")
@@ -73,6 +75,7 @@ class DeepLSTMReaderConfig:
     peephole: str | None = "diagonal"  # "diagonal", "full" or None
     freeze_pretrained_words: bool = False  # the paper trains every embedding
     tied_output: bool = True  # cloze: W(a) = e(a)^T M through the markers' embeddings; False: a free row per number
+    no_answer: bool = False  # span head: a learned null position before the document (SQuAD v2.0)
     chrono: float = 0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
 
 
@@ -125,6 +128,8 @@ class DeepLSTMReader(ReadingModel):
             raise ValueError(f"form must be one of {FORMS}, got {config.form!r}")
         if config.chrono and config.chrono <= 2:
             raise ValueError(f"chrono must be 0 (forget bias 1) or a memory length > 2 steps, got {config.chrono!r}")
+        if config.no_answer and config.head != "span":
+            raise ValueError("no_answer is for the span head (SQuAD v2.0); a cloze answer is always an entity")
         if config.head == "cloze" and emb.n_entities < 1:
             raise ValueError("the cloze head needs data with entity markers (EmbeddingInfo.n_entities >= 1)")
         V, E = emb.word_vectors.shape
@@ -151,6 +156,8 @@ class DeepLSTMReader(ReadingModel):
             Z = G + S
             self.w_start = nn.Linear(G, Z, bias=False)  # W_s g
             self.w_end = nn.Linear(G + Z, Z, bias=False)  # W_e [g; c_s]
+        self.no_answer = config.no_answer
+        self.null = nn.Parameter(torch.randn(G + S) * 0.1) if config.no_answer else None  # z_0
 
     def read(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The deep LSTM with skip connections: ``x`` (B, T, E) -> ``y`` (B, T, K * S)."""
@@ -186,12 +193,18 @@ class DeepLSTMReader(ReadingModel):
         y_doc = y.gather(1, pos.unsqueeze(-1).expand(B, Td, y.shape[-1])) * d_mask.unsqueeze(-1).to(y.dtype)
         back = self._backward(y_doc, d_mask, d_len)  # (B, Td, S)
         z = self.dropout(torch.cat([y_doc, back], dim=-1))  # (B, Td, Z)
-        start = torch.einsum("btz,bz->bt", z, self.w_start(g))  # (B, Td)
-        start = mask_logits(start, d_mask)
-        p_start = torch.softmax(start.float(), dim=-1).to(z.dtype)  # (B, Td)
+        z_mask = d_mask
+        if self.no_answer:
+            z, z_mask = with_null(self.null, z, d_mask)  # (B, 1 + Td, Z), (B, 1 + Td)
+        start = torch.einsum("btz,bz->bt", z, self.w_start(g))  # (B, Td) or (B, 1 + Td)
+        start = mask_logits(start, z_mask)
+        p_start = torch.softmax(start.float(), dim=-1).to(z.dtype)
         c_s = torch.einsum("bt,btz->bz", p_start, z)  # (B, Z)
-        end = torch.einsum("btz,bz->bt", z, self.w_end(torch.cat([g, c_s], dim=-1)))  # (B, Td)
-        return SpanOutput(start_logits=start, end_logits=mask_logits(end, d_mask))
+        end = mask_logits(torch.einsum("btz,bz->bt", z, self.w_end(torch.cat([g, c_s], dim=-1))), z_mask)
+        if self.no_answer:
+            return SpanOutput(start_logits=start[:, 1:], end_logits=end[:, 1:], start_null=start[:, 0],
+                              end_null=end[:, 0])
+        return SpanOutput(start_logits=start, end_logits=end)
 
     def _backward(self, y_doc: torch.Tensor, d_mask: torch.Tensor, d_len: torch.Tensor) -> torch.Tensor:
         """Run ``self.back`` over each document from its last real token to its first."""

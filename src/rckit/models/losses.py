@@ -42,9 +42,7 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
     if start_null is not None:
         start_logits = torch.cat([start_null.unsqueeze(1), start_logits], dim=1)  # (B, 1 + T)
         end_logits = torch.cat([end_null.unsqueeze(1), end_logits], dim=1)
-        unanswerable = ~answerable if answerable is not None else torch.zeros_like(y_start, dtype=torch.bool)
-        y_start = torch.where(unanswerable, 0, torch.where(y_start >= 0, y_start + 1, -1))
-        y_end = torch.where(unanswerable, 0, torch.where(y_end >= 0, y_end + 1, -1))
+        y_start, y_end = null_targets(y_start, y_end, answerable)
     valid = (y_start >= 0) & (y_end >= 0)  # (B,)
     # Ignored rows are scored against position 0 and then dropped by the where(), with no
     # data-dependent branch (no host sync on GPU). Multiplying by 0 instead could hit inf * 0.
@@ -52,6 +50,15 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
     ce_end = F.cross_entropy(end_logits.float(), y_end.clamp(min=0), reduction="none")  # (B,)
     ce = torch.where(valid, ce_start + ce_end, torch.zeros_like(ce_start))  # (B,)
     return ce.sum() / valid.sum().clamp(min=1)
+
+
+def null_targets(y_start: torch.Tensor, y_end: torch.Tensor,
+                 answerable: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Targets over ``[null, tokens]``: an answerable example's move one place right (a -1, a
+    span cut from its context, stays -1: left out), an unanswerable one's are the null, 0."""
+    unanswerable = ~answerable if answerable is not None else torch.zeros_like(y_start, dtype=torch.bool)
+    return (torch.where(unanswerable, 0, torch.where(y_start >= 0, y_start + 1, -1)),
+            torch.where(unanswerable, 0, torch.where(y_end >= 0, y_end + 1, -1)))
 
 
 def cloze_loss(logits: torch.Tensor, answer: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:

@@ -63,7 +63,7 @@ from rckit.kernels import cpu
 from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.embedding import InputEmbedding
-from rckit.layers.masking import mask_logits, zero_padding
+from rckit.layers.masking import mask_logits, with_null, zero_padding
 from rckit.models.contract import ReadingModel, SpanOutput
 
 LAYER_DROPOUT = ("example", "batch")
@@ -278,9 +278,7 @@ class QANet(ReadingModel):
         c_pad, q_pad = padding_mask(c_mask), padding_mask(q_mask)
         C, Q = self.encode(batch, c_pad, q_pad)  # (B, Tc, d), (B, Tq, d)
         if self.no_answer:  # the null position: one learned vector before every context
-            B, _, d = C.shape
-            C = torch.cat([self.null.to(C.dtype).expand(B, 1, d), C], dim=1)  # (B, 1 + Tc, d)
-            c_mask = torch.cat([c_mask.new_ones(B, 1), c_mask], dim=1)
+            C, c_mask = with_null(self.null, C, c_mask)  # (B, 1 + Tc, d), (B, 1 + Tc)
             c_pad = padding_mask(c_mask)
         x = self.cq_att(C, Q, c_mask, q_mask)  # (B, Tc, 4d)
         x = self.dropout(self.cq_proj(x))  # (B, Tc, d)
