@@ -13,7 +13,6 @@ import torch
 from rckit.evaluation.decoding import (
     SpanPrediction,
     best_spans,
-    best_spans_with_null,
     char_span,
     span_to_text,
     topk_spans,
@@ -211,58 +210,6 @@ def test_dtypes_devices_and_no_grad(device, dtype):
     with torch.no_grad():
         top = topk_spans(start_logits, end_logits, mask, 5)
     assert top.start.device.type == device
-
-
-def test_null_wins_loses_and_threshold():
-    mask = torch.ones(2, 5, dtype=torch.bool)
-    start_logits = torch.tensor([[6.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 6.0, 0.0, 0.0]])
-    end_logits = torch.tensor([[6.0, 0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 6.0, 0.0]])
-    pred, is_null = best_spans_with_null(start_logits, end_logits, mask)
-    assert is_null.tolist() == [True, False]
-    # The span is the best non-null one in both rows; it never contains the null token.
-    assert pred.start.tolist() == [2, 2] and pred.end.tolist() == [3, 3]
-
-    lp_s, lp_e = start_logits.log_softmax(-1), end_logits.log_softmax(-1)
-    null0 = (lp_s[0, 0] + lp_e[0, 0]).item()
-    span0 = (lp_s[0, 2] + lp_e[0, 3]).item()
-    assert pred.score[0].item() == pytest.approx(span0, abs=1e-5)
-    gap = null0 - span0  # 10.0 here
-    _, below = best_spans_with_null(start_logits, end_logits, mask, threshold=gap - 0.1)
-    _, above = best_spans_with_null(start_logits, end_logits, mask, threshold=gap + 0.1)
-    assert below[0].item() and not above[0].item()
-    # A very negative threshold makes every example null.
-    assert best_spans_with_null(start_logits, end_logits, mask, threshold=-1e9)[1].all()
-
-
-def test_null_position_is_excluded_from_spans():
-    # Without the null rule the best span would be (0, 2), starting on the null token.
-    start_logits = torch.tensor([[9.0, 0.0, 0.0, 0.0]])
-    end_logits = torch.tensor([[-9.0, 0.0, 9.0, 0.0]])
-    mask = torch.ones(1, 4, dtype=torch.bool)
-    assert best_spans(start_logits, end_logits, mask).start.item() == 0
-    pred, is_null = best_spans_with_null(start_logits, end_logits, mask)
-    assert pred.start.item() == 1 and pred.end.item() == 2 and not is_null.item()
-    # A null position in the middle splits the context: no span may cross it.
-    start_logits = torch.tensor([[5.0, 0.0, 0.0, 0.0, 0.0]])
-    end_logits = torch.tensor([[0.0, 0.0, 0.0, 0.0, 6.0]])
-    mask = torch.ones(1, 5, dtype=torch.bool)
-    plain = best_spans(start_logits, end_logits, mask)
-    assert (plain.start.item(), plain.end.item()) == (0, 4)
-    pred, _ = best_spans_with_null(start_logits, end_logits, mask, null_index=2)
-    # (3, 4) and (4, 4) tie; ties go to the smaller start.
-    assert (pred.start.item(), pred.end.item()) == (3, 4)
-
-
-def test_null_only_row_and_bad_null_index():
-    start_logits, end_logits = torch.randn(2, 4), torch.randn(2, 4)
-    mask = torch.tensor([[True, False, False, False], [True, True, True, False]])
-    pred, is_null = best_spans_with_null(start_logits, end_logits, mask)
-    assert is_null[0].item() and pred.start[0].item() == -1 and pred.score[0].item() == -math.inf
-    assert 1 <= pred.start[1].item() <= pred.end[1].item() <= 2
-    with pytest.raises(ValueError):
-        best_spans_with_null(start_logits, end_logits, mask, null_index=3)
-    with pytest.raises(ValueError):
-        best_spans_with_null(start_logits, end_logits, mask, null_index=4)
 
 
 def test_bad_arguments():

@@ -27,8 +27,7 @@ before the masked log-softmax, and all scores are float32. Softmax masking fills
 ``torch.finfo(torch.float32).min``. Logits of real tokens are assumed finite; logits at
 padded positions may be anything (huge, inf, nan): they are overwritten before use.
 
-Rows with no valid span (an all-padding mask, or only the null position in
-:func:`best_spans_with_null`) decode to ``start = end = -1`` and ``score = -inf``.
+Rows with no valid span (an all-padding mask) decode to ``start = end = -1`` and ``score = -inf``.
 
 Memory is O(B * T * max_answer_len): scores are only formed on the band
 ``s <= e < s + max_answer_len``, never on the full (T, T) matrix.
@@ -197,51 +196,6 @@ def topk_spans(
     out.end[:, :n] = torch.where(found, end, -1)
     out.score[:, :n] = score
     return out
-
-
-@torch.no_grad()
-def best_spans_with_null(
-    start_logits: torch.Tensor,
-    end_logits: torch.Tensor,
-    mask: torch.Tensor,
-    null_index: int = 0,
-    max_answer_len: int = 30,
-    threshold: float = 0.0,
-) -> tuple[SpanPrediction, torch.Tensor]:
-    """Best span plus a no-answer decision, for SQuAD v2.0 models with a null position.
-
-    The model scores "no answer" at token ``null_index`` (a real token, e.g. a prepended
-    no-answer token). ``p_start`` and ``p_end`` are softmaxes over all real tokens,
-    the null position included, so null and non-null spans compete for the same mass.
-
-    The null score is ``log p_start[null] + log p_end[null]``. The returned span is the best
-    *non-null* span: it never contains ``null_index`` (spans are decoded as if that token
-    were padding). ``is_null`` (B,) bool is True where
-
-        null_score - best_non_null_score > threshold
-
-    which is also True when no non-null span exists (its score is ``-inf``, its span -1).
-    The span is returned even where ``is_null`` is True; the caller chooses the empty answer.
-
-    Raises:
-        ValueError: if ``null_index`` is out of range or not a real token in every row.
-    """
-    _check_inputs(start_logits, end_logits, mask, max_answer_len)
-    B, T = start_logits.shape
-    if not 0 <= null_index < T:
-        raise ValueError(f"null_index {null_index} is out of range for T = {T}")
-    if not bool(mask[:, null_index].all()):
-        raise ValueError(f"mask must be True at null_index {null_index} in every row")
-
-    log_p_start = _masked_log_softmax(start_logits, mask)
-    log_p_end = _masked_log_softmax(end_logits, mask)
-    null_score = log_p_start[:, null_index] + log_p_end[:, null_index]  # (B,)
-
-    span_mask = mask.clone()
-    span_mask[:, null_index] = False
-    pred = _decode_best(_band_scores(log_p_start, log_p_end, span_mask, max_answer_len))
-    is_null = (null_score - pred.score) > threshold
-    return pred, is_null
 
 
 @torch.no_grad()
