@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import DEV_PARAS, squad_json, write_json
 from rckit.cli import main
@@ -210,6 +211,31 @@ def test_models_lists_the_default_and_a_directory(tiny_export, tmp_path, capsys,
     code, out, _ = _run(["models"], capsys)
     assert code == 0 and out.startswith("default model: none (no default model is installed")
     assert _run(["models", tmp_path / "nowhere"], capsys)[0] == 2
+
+
+def test_evaluate_record_keeps_every_questions_figures_in_an_exported_file(tiny_run, tiny_export, tmp_path, capsys):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from rckit.saved.export import read_metadata
+
+    model = tmp_path / "m.safetensors"
+    shutil.copy(tiny_export, model)
+    dev = tiny_run.parent / "dev.json"
+    code, out, err = _run(["evaluate", model, "--data", dev, "--record"], capsys)
+    assert code == 0 and f"recorded in {model}" in err
+    result = json.loads(out)
+    (entry,) = read_metadata(model)["scores"]
+    assert entry["data"] == "dev.json" and entry["f1"] == result["f1"] and entry["total"] == result["total"]
+    before, after = load_file(tiny_export), load_file(model)
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    line = next(ln for ln in _run(["models", tmp_path], capsys)[1].splitlines() if "m.safetensors" in ln)
+    assert f"F1 {result['f1']:.2f} on dev.json ({result['total']:,} questions)" in line and "dev_f1" not in line
+    assert _run(["evaluate", model, "--data", dev, "--record"], capsys)[0] == 0  # again: replaced, not added
+    assert len(read_metadata(model)["scores"]) == 1
+    code, _, err = _run(["evaluate", model, "--data", dev, "--record", "--limit", 2], capsys)
+    assert code == 2 and "without --limit" in err
 
 
 def test_serve_parses_and_delegates(monkeypatch, capsys):

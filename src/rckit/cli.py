@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write predictions JSON here")
     p.add_argument("--always-answer", action="store_true", help="a model that can abstain (SQuAD v2.0) is scored "
                    "on its best span for every question")
+    p.add_argument("--record", action="store_true", help="an exported file: keep the figures in it, so that "
+                   "`rckit models` and GET /v1/model show them (with --data, every question, no --limit)")
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=32)
 
@@ -602,10 +604,18 @@ def cmd_evaluate(args) -> int:
     from rckit.device import pick_device
     from rckit.saved.evaluate import evaluate_run
 
+    if args.record and (Path(args.run).suffix != ".safetensors" or not args.data or args.limit):
+        raise ValueError("--record keeps the figures of every question of --data in an exported .safetensors file; "
+                         "give the file and --data, without --limit")
     result = evaluate_run(args.run, pick_device(args.device), data=args.data, split=args.split,
                           weights=args.weights, limit=args.limit, batch_size=args.batch_size, out=args.out,
                           always_answer=args.always_answer)
     print(json.dumps(result))
+    if args.record:
+        from rckit.saved.export import record_score
+
+        record_score(args.run, args.data, result)
+        print(f"recorded in {args.run}", file=sys.stderr)
     return 0
 
 
@@ -691,11 +701,15 @@ def _model_line(path: Path, read_metadata) -> str:
         meta = read_metadata(path)
     except CheckpointError as e:
         return f"{path.name}  {size}  unreadable: {one_line(e)}"
-    dev = meta.get("dev_score") or {}
-    score = ", ".join(f"{k} {v:.2f}" for k, v in dev.items() if isinstance(v, (int, float)) and k != "questions")
-    if score and dev.get("questions") not in (None, "all"):
-        score += f" (on {dev['questions']} dev questions)"
-    return f"{path.name}  {meta['model']}  {size}  {meta.get('dtype', '?')}  {score or 'no dev score'}"
+    scores = [f"EM {e['exact_match']:.2f} F1 {e['f1']:.2f} on {e['data']} ({e['total']:,} questions"
+              + (", always answering)" if e.get("always_answer") else ")") for e in meta.get("scores", [])]
+    if not scores:  # what training watched: its best dev score, perhaps on a subset
+        dev = meta.get("dev_score") or {}
+        score = ", ".join(f"{k} {v:.2f}" for k, v in dev.items() if isinstance(v, (int, float)) and k != "questions")
+        if score and dev.get("questions") not in (None, "all"):
+            score += f" (on {dev['questions']} dev questions, during training)"
+        scores = [score or "no dev score"]
+    return f"{path.name}  {meta['model']}  {size}  {meta.get('dtype', '?')}  {'; '.join(scores)}"
 
 
 def cmd_serve(args) -> int:

@@ -15,7 +15,8 @@ Metadata: ``__metadata__["rckit"]`` is one JSON string: ``format`` (``rckit-expo
 settings, as :meth:`Vocabularies.to_json`), ``embedding`` (table shapes), ``frozen_rows`` (per
 buffer: rows, dim, digest, whether stored or rebuilt, the package version), ``dev_score`` (the
 run's best dev score and how many questions it was measured on, or null), ``step``,
-``dtype`` and ``extra_state`` (non-tensor state, such as QANet's per-batch layer-drop seed).
+``dtype``, ``extra_state`` (non-tensor state, such as QANet's per-batch layer-drop seed) and,
+once ``rckit evaluate FILE --data DATA --record`` has run, ``scores`` (:func:`record_score`).
 No pickle anywhere: safetensors holds raw tensor bytes and a JSON header.
 
 A file that is truncated, not safetensors, or another program's is refused with one line
@@ -147,17 +148,43 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
     }
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_file.name}.", suffix=".tmp", dir=out_file.parent)
-    os.close(fd)
-    try:
-        save_file(out, tmp, metadata={"rckit": json.dumps(meta, ensure_ascii=False)})
-        os.replace(tmp, out_file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write(out, meta, out_file)
     return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file), "dtype": dtype,
             "model": ckpt["model_name"], "dev_score": dev,
             "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()}}
+
+
+SCORE_KEYS = ("exact_match", "f1", "total", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1",
+              "best_f1", "best_f1_thresh", "no_answer_threshold", "always_answer")
+
+
+def record_score(path: str | Path, data: str | Path, result: dict) -> dict:
+    """Keep ``rckit evaluate``'s figures of the exported file at ``path`` on the SQuAD file ``data``
+    in the file's metadata (``scores``, one entry per data file name and always-answer setting,
+    replacing an earlier one), so that ``rckit models`` and ``GET /v1/model`` show what the
+    model scores on every question, not on the dev subset training watched. The tensors are
+    written back unchanged; returns the entry."""
+    path = Path(path)
+    meta = read_metadata(path)
+    tensors = load_file(path)
+    entry = {"data": Path(data).name, "data_sha256": file_digest(Path(data)),
+             **{k: result[k] for k in SCORE_KEYS if k in result}}
+    same = lambda e: (e.get("data"), bool(e.get("always_answer"))) == (entry["data"], bool(entry.get("always_answer")))  # noqa: E731
+    meta["scores"] = [e for e in meta.get("scores", []) if not same(e)] + [entry]
+    _write(tensors, meta, path)
+    return entry
+
+
+def _write(tensors: dict[str, torch.Tensor], meta: dict, path: Path) -> None:
+    """``tensors`` and the rckit metadata to ``path``, whole or not at all (a temporary file, renamed)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"rckit": json.dumps(meta, ensure_ascii=False)})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_metadata(path: str | Path) -> dict:

@@ -156,6 +156,7 @@ class Reader:
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
         info = describe(meta["model"], str(path.resolve()), meta["format"], meta["model_config"], decode, window,
                         meta.get("dev_score"), model, step=meta.get("step"))
+        info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
         return cls(model, vocabs, decode, window, info, device)
 
     # ------------------------------------------------------------------------------ answering
