@@ -133,6 +133,27 @@ def test_a_no_answer_model_trains_on_v2_data_and_evaluate_prints_the_official_fi
     assert always["always_answer"] and always["NoAns_f1"] == 0.0 and "" not in json.loads(preds_file.read_text()).values()
 
 
+@pytest.mark.parametrize("name", ["dcn_plus", "deep_lstm_reader"])
+def test_dcn_plus_and_the_deep_lstm_reader_train_on_v2_data_and_abstain_through_the_reader(name, tmp_path, capsys):
+    """The other span models take the same path as QANet: train with a null (DCN+ with its
+    self-critical reward), threshold from the v2.0 dev file, evaluate, answer or abstain."""
+    from rckit.saved.reader import Reader
+
+    train, dev = _v2_files(tmp_path)
+    (tmp_path / "tiny.json").write_text(json.dumps({"model": SPAN_MODELS[name], "train": TINY_QANET_TRAIN}))
+    assert main(["train", name, "--preset", str(tmp_path / "tiny.json"), "--out", str(tmp_path / "run"),
+                 "--max-steps", "3", "--train", str(train), "--dev", str(dev), "--embeddings",
+                 str(tmp_path / "glove.txt"), "--cache-dir", str(tmp_path / "cache"), "--no-progress",
+                 "--set", "model.no_answer=true"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "run")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["NoAns_total"] == 2 and math.isfinite(result["no_answer_threshold"])
+    answers = _reader_with_threshold(tmp_path / "run", -1e9).answer(CONTEXT, "what follows omega ?", top_k=1)
+    assert answers[0]["answer"] == "" and 0 < answers[0]["no_answer_probability"] < 1
+    assert Reader.load(tmp_path / "run", always_answer=True).answer(CONTEXT, "what follows omega ?")[0]["start"] is not None
+
+
 def test_training_chooses_the_threshold_on_the_v2_dev_file_and_saves_it(tmp_path):
     from rckit.saved.checkpoint import load_checkpoint
 
