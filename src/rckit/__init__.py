@@ -1,7 +1,8 @@
 """rckit: neural machine reading comprehension (SQuAD, cloze) in PyTorch.
 
 ``rckit.answer(context, question)`` answers with the default model; ``rckit.Reader.load(RUN)``
-with a trained run or an exported file (:mod:`rckit.saved.reader`). Importing ``rckit`` imports no
+with a trained run or an exported file (:mod:`rckit.saved.reader`); ``rckit.Index.open(PATH)`` asks a
+collection of documents (:mod:`rckit.saved.collection`). Importing ``rckit`` imports no
 torch: ``Reader`` is loaded on first use, so ``rckit score`` stays light.
 """
 
@@ -11,7 +12,7 @@ import functools
 import os
 
 __version__ = "0.1.0"
-__all__ = ["Reader", "answer"]
+__all__ = ["Index", "Reader", "answer"]
 
 
 def __getattr__(name: str):
@@ -19,6 +20,10 @@ def __getattr__(name: str):
         from rckit.saved.reader import Reader
 
         return Reader
+    if name == "Index":  # retrieve, then read: a folder of documents asked as one (rckit.saved.collection)
+        from rckit.saved.collection import Index
+
+        return Index
     raise AttributeError(f"module 'rckit' has no attribute {name!r}")
 
 

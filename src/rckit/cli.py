@@ -28,6 +28,8 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
   rckit predict [RUN] --questions Q.jsonl --out A.jsonl   answer a file of questions
   rckit export RUN --out MODEL.safetensors   one file with the model, for answering and serving
   rckit models [DIR]                      the default model, and the exported models in DIR
+  rckit index PATH... --out INDEX         index a folder of documents for asking (SQLite, BM25)
+  rckit ask INDEX "question"              retrieve passages from the index, then read them
   rckit serve [RUN]                       answer questions over HTTP
   rckit score DATA.json PREDS.json        official EM/F1 of a predictions file
   rckit bench MODEL                       training/inference speed and memory
@@ -213,6 +215,37 @@ def build_parser() -> argparse.ArgumentParser:
         "dev score.",
     )
     p.add_argument("dir", nargs="?", help="a directory of exported models")
+
+    p = sub.add_parser(
+        "index",
+        help="index documents for `rckit ask`",
+        description="Cut documents into passages and keep them in one SQLite file with a BM25 full-text index. "
+        "Reads plain UTF-8 text (any name), Markdown, JSON Lines ({\"id\", \"title\", \"text\"} a line) and SQuAD "
+        "JSON (its paragraphs); folders recursively. Indexing again updates the index: new files added, changed "
+        "ones re-read, removed ones dropped; an interrupted run leaves the index as it was.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    p.add_argument("--out", required=True, metavar="INDEX", help="the index file (created if missing)")
+    p.add_argument("--max-words", type=int, default=200, help="passage size in words, for a new index (default 200)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser(
+        "ask",
+        help="ask a question of an indexed collection",
+        description="Retrieve the best passages for a question from an index (`rckit index`), read them with a "
+        "model in one batch, and print the best answer with its document and offsets.",
+    )
+    p.add_argument("index", metavar="INDEX", help="an index file from `rckit index`")
+    p.add_argument("question", nargs="?", help="the question")
+    p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"question\"}")
+    p.add_argument("--out", help="with --questions: where the answers go (.json or .jsonl; default: stdout)")
+    p.add_argument("--model", metavar="RUN|FILE", help="the reader (default: $RCKIT_MODEL, else the installed model)")
+    p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
+    p.add_argument("--passages", type=int, default=20, metavar="N", help="passages retrieved and read (default 20)")
+    p.add_argument("--retriever-weight", type=float, metavar="W",
+                   help="how much the retriever's BM25 score counts beside the reader's (default: the measured best)")
+    p.add_argument("--json", action="store_true", help="print JSON: answers with their document and offsets")
+    p.add_argument("--device", default="auto")
 
     p = sub.add_parser(
         "serve",
@@ -767,6 +800,52 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_index(args) -> int:
+    from rckit.retrieval.store import PassageIndex
+
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"{out.parent}: no such directory for the index")
+    t0 = time.perf_counter()
+    with PassageIndex(out, max_words=args.max_words) as index:
+        report = index.add(args.paths, progress=not args.no_progress)
+        stats = index.stats()
+    print(f"{out}: {stats['documents']:,} documents, {stats['passages']:,} passages, "
+          f"{stats['bytes'] / 2**20:.1f} MiB ({time.perf_counter() - t0:.1f}s: {report['added']} files added, "
+          f"{report['updated']} updated, {report['unchanged']} unchanged, {report['removed']} removed, "
+          f"{len(report['skipped'])} skipped)")
+    return 0
+
+
+def cmd_ask(args) -> int:
+    from rckit.device import pick_device
+    from rckit.saved.collection import DEFAULT_RETRIEVER_WEIGHT, Index
+    from rckit.saved.questions import read_records, write_records
+    from rckit.saved.reader import Reader
+
+    if (args.question is None) == (args.questions is None):
+        raise ValueError("give a question, or --questions FILE")
+    if not Path(args.index).is_file():
+        raise FileNotFoundError(f"{args.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
+    records = read_records(args.questions, ("question",)) if args.questions else None
+    weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
+    with Index.open(args.index, Reader.load(args.model, pick_device(args.device)), weight) as index:
+        if records is not None:
+            got = index.ask_many([r["question"] for r in records], args.top_k, args.passages)
+            write_records([{"id": r["id"], "answers": a} for r, a in zip(records, got)], args.out)
+            return 0
+        answers = index.ask(args.question, args.top_k, args.passages)
+    if args.json:
+        print(json.dumps(answers[0] if args.top_k == 1 else answers, ensure_ascii=False))
+        return 0
+    for a in answers:
+        where = "(no answer in these documents)" if a["start"] is None else (
+            f"{a['answer']}\t{a['score']:.4f}\t{a['title']}\t{a['source']}" + (f" [{a['key']}]" if a["key"] else "")
+            + f" chars {a['start']}-{a['end']}")
+        print(where)
+    return 0
+
+
 COMMANDS = {
     "prepare": cmd_prepare,
     "score": cmd_score,
@@ -775,6 +854,8 @@ COMMANDS = {
     "predict": cmd_predict,
     "export": cmd_export,
     "models": cmd_models,
+    "index": cmd_index,
+    "ask": cmd_ask,
     "serve": cmd_serve,
     "bench": cmd_bench,
     "sweep": cmd_sweep,

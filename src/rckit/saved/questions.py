@@ -21,7 +21,14 @@ def read_questions(path: str | Path) -> list[dict]:
     ``id`` is optional (a record's place in the file stands in for it). A record that cannot be
     answered is refused with its line (JSON lines) or index (JSON list), before any is answered.
     """
+    return read_records(path, ("context", "question"))
+
+
+def read_records(path: str | Path, fields: tuple[str, ...]) -> list[dict]:
+    """Records with the text ``fields`` (and an optional ``id``), as :func:`read_questions`
+    reads them: ``("question",)`` for questions asked of an index (``rckit ask --questions``)."""
     path = Path(path)
+    shape = "{" + ", ".join(f'"{f}"' for f in ("id", *fields)) + "}"
     if path.suffix == ".jsonl":
         try:
             text = path.read_bytes().decode("utf-8")
@@ -38,15 +45,14 @@ def read_questions(path: str | Path) -> list[dict]:
     else:
         data = load_json(path)
         if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a list of {{\"id\", \"context\", \"question\"}} records, "
+            raise ValueError(f"{path}: expected a list of {shape} records, "
                              f"got a JSON {type(data).__name__} (or use .jsonl, one record a line)")
         records = [(f"record [{i}]", r) for i, r in enumerate(data)]
     out = []
     for n, (where, rec) in enumerate(records):
         if not isinstance(rec, dict):
-            raise ValueError(f"{path}: {where}: expected an object with \"context\" and \"question\", "
-                             f"got {type(rec).__name__}")
-        for field in ("context", "question"):
+            raise ValueError(f"{path}: {where}: expected an object {shape}, got {type(rec).__name__}")
+        for field in fields:
             if field not in rec:
                 raise ValueError(f"{path}: {where}: missing field '{field}'")
             try:
@@ -56,7 +62,7 @@ def read_questions(path: str | Path) -> list[dict]:
         qid = rec.get("id", n)
         if not isinstance(qid, (str, int)) or isinstance(qid, bool):
             raise ValueError(f"{path}: {where}: field 'id' should be a string or an integer, got {type(qid).__name__}")
-        out.append({"id": qid, "context": rec["context"], "question": rec["question"]})
+        out.append({"id": qid, **{f: rec[f] for f in fields}})
     return out
 
 
@@ -71,6 +77,12 @@ def answer_questions_file(reader: Reader, records: list[dict], out: str | Path |
         part = records[lo: lo + chunk]
         got = reader.answer_batch([(r["context"], r["question"]) for r in part], top_k, max_answer_len, stride)
         results.extend({"id": r["id"], "answers": answers} for r, answers in zip(part, got))
+    write_records(results, out)
+    return len(results)
+
+
+def write_records(results: list[dict], out: str | Path | None) -> None:
+    """``results`` to ``out``: ``.jsonl`` one a line, else a JSON list; None: JSON lines on stdout."""
     if out is None:
         for rec in results:
             sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -78,4 +90,4 @@ def answer_questions_file(reader: Reader, records: list[dict], out: str | Path |
         Path(out).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
     else:
         Path(out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    return len(results)
+
