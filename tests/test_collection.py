@@ -100,7 +100,7 @@ def test_rank_combines_reader_and_retriever_and_says_no_answer_where_every_passa
     assert rank(read, 1, 0.0)[0]["source"] == "/d/2.txt"  # the reader alone: the surer span
     top = rank(read, 2, 0.5)  # 0.9 * exp(0.5 * (4 - 10)) = 0.045 < 0.5
     assert [a["source"] for a in top] == ["/d/1.txt", "/d/2.txt"]
-    assert top[0]["start"] == 103 and top[0]["passage"] == {"id": 1, "start": 100, "end": 150}
+    assert top[0]["start"] == 103 and top[0]["passage"] == {"id": 1, "start": 100, "end": 150, "text": "x" * 50}
     assert top[1]["score"] == pytest.approx(0.9 * 2.718281828 ** -3)
     abstain = {"answer": "", "score": 0.7, "start": None, "end": None, "no_answer_probability": 0.7}
     nothing = rank([(hit(1, 3.0), [abstain, span(0.1)]), (hit(2, 2.0), [dict(abstain, no_answer_probability=0.6)])],
@@ -125,3 +125,65 @@ def test_index_class_opens_adds_and_asks(folder, tmp_path, tiny_run):
             assert text[a["start"]:a["end"]] == a["answer"]
             assert a["passage"]["start"] <= a["start"] <= a["end"] <= a["passage"]["end"]
     assert isinstance(index, Index)
+
+
+def _call(url: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+@pytest.fixture(scope="module")
+def index_server(tmp_path_factory):
+    """``rckit serve --index`` of a folder, with the installed model, on 127.0.0.1; (URL, folder)."""
+    from test_serve import start_server, stop_server
+
+    root = tmp_path_factory.mktemp("collection")
+    for name, text in DOCS.items():
+        (root / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "docs" / name).write_text(text, encoding="utf-8")
+    assert main(["index", str(root / "docs"), "--out", str(root / "docs.sqlite"), "--no-progress"]) == 0
+    proc, url = start_server(["--index", str(root / "docs.sqlite")], root / "serve.log")
+    yield url, root / "docs"
+    stop_server(proc)
+
+
+def test_a_real_server_asks_its_index_over_http(index_server):
+    url, folder = index_server
+    status, body = _call(url, "v1/ask", {"question": "When was the Eiffel Tower completed?", "top_k": 2})
+    assert status == 200, body
+    best = body["answers"][0]
+    assert "1889" in best["answer"] and best["source"].endswith("eiffel.txt")
+    assert (folder / "eiffel.txt").read_text()[best["start"]:best["end"]] == best["answer"]
+    p = best["passage"]
+    assert p["text"][best["start"] - p["start"]:best["end"] - p["start"]] == best["answer"]
+    status, stats = _call(url, "v1/index")
+    assert status == 200 and stats["documents"] == 4 and stats["passages"] >= 4
+    for bad, field in (({"question": ""}, "question"), ({"question": "x?", "passages": 0}, "passages"),
+                       ({"question": "x?", "context": "y"}, "context"), ({}, "question")):
+        status, err = _call(url, "v1/ask", bad)
+        assert status == 422 and field in err["error"], (bad, err)
+    schema = _call(url, "openapi.json")[1]
+    ask = schema["paths"]["/v1/ask"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert ask["properties"]["passages"]["maximum"] == 50 and ask["required"] == ["question"]
+
+
+def test_a_server_without_an_index_says_so(tiny_export, tmp_path):
+    from test_serve import start_server, stop_server
+
+    proc, url = start_server([str(tiny_export)], tmp_path / "serve.log")
+    try:
+        status, err = _call(url, "v1/ask", {"question": "When?"})
+        assert status == 404 and "--index" in err["error"]
+        assert _call(url, "v1/index")[0] == 404
+    finally:
+        stop_server(proc)
+    code = main(["serve", str(tiny_export), "--index", str(tmp_path / "none.sqlite")])
+    assert code == 2

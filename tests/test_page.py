@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import CHROMEDRIVER, chromium
 
+from test_collection import index_server  # noqa: F401  (a fixture: rckit serve --index)
 from test_serve import post, start_server, stop_server
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -204,3 +205,36 @@ def test_the_page_says_when_the_passage_holds_no_answer(abstaining_server, brows
     assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items[1:]] == [a["answer"] for a in api["answers"][1:]]
     items[1].click()
     assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][1]["answer"]
+
+
+@pytest.mark.browser
+def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, browser):
+    """Served with an index, the page gets a second tab; an answer is shown marked in its passage,
+    with its document's name, as the API gives it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from test_collection import _call
+
+    url, _ = index_server
+    browser.get(url)
+    tab = _wait(browser, lambda d: d.find_element(By.ID, "tab-collection").is_displayed()
+                and d.find_element(By.ID, "tab-collection"))
+    tab.click()
+    assert browser.find_element(By.ID, "collection-view").is_displayed()
+    assert not browser.find_element(By.ID, "passage-view").is_displayed()
+    assert "4 documents" in _text(browser.find_element(By.ID, "collection-hint"))
+    question = "Who was the first person to walk on the Moon?"
+    browser.execute_script("document.body.dataset.state = ''")
+    browser.find_element(By.ID, "collection-question").send_keys(question, Keys.ENTER)
+    _wait(browser, lambda d: d.execute_script("return document.body.dataset.state") in ("answered", "error"))
+    status, api = _call(url, "v1/ask", {"question": question, "top_k": 3})
+    assert status == 200
+    items = browser.find_element(By.ID, "found").find_elements(By.TAG_NAME, "li")
+    assert len(items) == len(api["answers"])
+    best = api["answers"][0]
+    assert _text(items[0].find_element(By.CSS_SELECTOR, ".passage mark")) == best["answer"]
+    assert "Neil Armstrong" in best["answer"]
+    assert _text(items[0].find_element(By.CLASS_NAME, "doc")) == "Apollo · records.jsonl [moon]"
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "page-collection.png"))

@@ -278,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request may take before it is dropped with 503")
     p.add_argument("--always-answer", action="store_true", help="a model that can say the text holds no answer "
                    "gives its best span all the same")
+    p.add_argument("--index", metavar="INDEX", help="an index of documents (`rckit index`): adds POST /v1/ask and "
+                   "the page's tab to ask the whole collection")
+    p.add_argument("--retriever-weight", type=float, help="with --index: how much the retriever's BM25 score counts "
+                   "beside the reader's (default: the measured best)")
     p.add_argument("--threads", type=int, help="torch threads for the model (default: every core this process may use but one, "
                    "left to the HTTP side)")
 
@@ -753,7 +757,8 @@ def cmd_serve(args) -> int:
           max_tokens=args.max_tokens, batch_window_ms=args.batch_window_ms, policy=args.policy,
           max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
           max_question_chars=args.max_question_chars, max_context_chars=args.max_context_chars,
-          max_work=args.max_work, request_timeout_s=args.request_timeout)
+          max_work=args.max_work, request_timeout_s=args.request_timeout, index=args.index,
+          **({} if args.retriever_weight is None else {"retriever_weight": args.retriever_weight}))
     return 0
 
 

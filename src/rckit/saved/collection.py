@@ -113,7 +113,8 @@ def rank(read: list[tuple[Hit, list[dict]]], top_k: int, retriever_weight: float
             if where not in found or score > found[where]["score"]:
                 found[where] = {"answer": a["answer"], "score": score, "start": where[2], "end": where[3],
                                 "source": hit.source, "key": hit.key, "title": hit.title,
-                                "passage": {"id": hit.passage_id, "start": hit.start, "end": hit.end},
+                                "passage": {"id": hit.passage_id, "start": hit.start, "end": hit.end,
+                                            "text": hit.text},
                                 "reader_score": a["score"], "retriever_score": hit.score,
                                 "no_answer_probability": a["no_answer_probability"]}
     if not found:

@@ -3,7 +3,9 @@
 ``POST /v1/answer`` takes ``{"context": ..., "question": ...}`` (or ``"questions": [...]``, with
 optional ``"top_k"`` and ``"max_answer_len"``) and returns ``{"answers": ..., "model": ...,
 "ms": ...}``; ``GET /v1/model`` describes the model, ``GET /health`` says the server is up,
-``/docs`` is FastAPI's OpenAPI page and ``/`` a page to ask questions from a browser.
+``/docs`` is FastAPI's OpenAPI page and ``/`` a page to ask questions from a browser. Started with
+an index of documents (``rckit serve --index INDEX``), ``POST /v1/ask`` takes ``{"question": ...}``
+(optional ``"top_k"``, ``"passages"``) and answers from every document (retrieve, then read).
 
 Every mistake in a request gets one JSON line ``{"error": "what is wrong, naming the field"}``
 and a 4xx status, and the server goes on serving: 400 for a body that is not JSON, 413 for a
@@ -34,12 +36,15 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rckit.retrieval.store import PassageIndex
+from rckit.saved.collection import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, rank
 from rckit.saved.reader import Reader, text_problem
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 
 STATIC = Path(__file__).resolve().parent / "static"
 TOP_K = (1, 20)
 MAX_ANSWER_LEN = (1, 200)  # tokens; the decoder's cost grows with it
+PASSAGES = (1, 50)  # passages the retriever gives the reader for one question of POST /v1/ask
 HAS_WORD = r"[^\W_]"  # a letter or digit (Python's re: str.isalnum), what text_problem asks of every text
 
 
@@ -77,6 +82,19 @@ class Limits:
 
         one, many = chars_for(max_work), chars_for(max_work // max_questions)
         return cls(max_body_bytes, max_questions, max_question_chars, one, many, max_work, timeout_s)
+
+    def ask_schema(self) -> dict:
+        """The JSON schema of ``POST /v1/ask``'s body: every rule :func:`parse_ask` enforces."""
+        return {"type": "object", "additionalProperties": False, "required": ["question"], "properties": {
+            "question": {"type": "string", "minLength": 1, "maxLength": self.question_chars, "pattern": HAS_WORD,
+                         "description": f"the question: at least one letter or digit, at most "
+                                        f"{self.question_chars:,} characters"},
+            "top_k": {"type": "integer", "minimum": TOP_K[0], "maximum": TOP_K[1], "default": 1,
+                      "description": "how many answers, best first"},
+            "passages": {"type": "integer", "minimum": PASSAGES[0], "maximum": PASSAGES[1],
+                         "default": DEFAULT_PASSAGES,
+                         "description": "how many passages the retriever gives the reader"}},
+            "description": f"One question; the whole body at most {self.body_bytes:,} bytes (413 above)"}
 
     def request_schema(self) -> dict:
         """The JSON schema of ``POST /v1/answer``'s body: every rule :func:`parse_request` enforces."""
@@ -147,6 +165,43 @@ class AnswerResponse(BaseModel):
     ms: float = Field(description="time spent in the server, milliseconds")
 
 
+class AskRequest(BaseModel):
+    """The body of ``POST /v1/ask``: one question, asked of every document of the server's index."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    question: str = Field(description="the question")
+    top_k: Integer = Field(1, ge=TOP_K[0], le=TOP_K[1], description="how many answers, best first")
+    passages: Integer = Field(DEFAULT_PASSAGES, ge=PASSAGES[0], le=PASSAGES[1],
+                              description="how many passages the retriever gives the reader")
+
+
+class Passage(BaseModel):
+    id: int
+    start: int = Field(description="character offset of the passage in its document")
+    end: int
+    text: str
+
+
+class FoundAnswer(Answer):
+    source: str | None = Field(description="the file the answer is in; null for no answer")
+    key: str | None = Field(description="the record (JSON lines) or paragraph (SQuAD JSON, article/paragraph) of "
+                            "that file; null for a text file")
+    title: str | None
+    passage: Passage | None = Field(description="the passage the answer was read in")
+    reader_score: float | None
+    retriever_score: float | None = Field(description="the passage's BM25 score")
+    start: int | None = Field(description="character offset of the answer in its document (a text file: the file)")
+    end: int | None
+
+
+class AskResponse(BaseModel):
+    answers: list[FoundAnswer] = Field(description="best first; the answer \"\" where the reader found no answer "
+                                       "in any passage it read")
+    model: str
+    ms: float
+
+
 class ErrorResponse(BaseModel):
     error: str
 
@@ -177,31 +232,42 @@ def check_options(options: dict) -> None:
             raise ValueError(f"{name} must be at least {least}, not {options[name]}")
     if options.get("request_timeout_s") is not None and options["request_timeout_s"] <= 0:
         raise ValueError(f"request_timeout_s must be above 0, not {options['request_timeout_s']}")
+    if options.get("index") is not None and not Path(options["index"]).is_file():
+        raise FileNotFoundError(f"{options['index']}: no such index (make one with `rckit index PATH... --out INDEX`)")
 
 
 def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body_bytes: int = 4_000_000,
                max_questions: int = 64, max_question_chars: int = 1_000, max_context_chars: int = 200_000,
                max_work: int = 2_048, max_tokens: int = 4_096, request_timeout_s: float | None = 60.0,
-               policy: str = "fair") -> FastAPI:
+               policy: str = "fair", index: str | Path | None = None,
+               retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT) -> FastAPI:
     """A FastAPI app answering with ``reader`` (a :class:`~rckit.saved.reader.Reader`, or anything
     with its ``plan``, ``read``, ``window`` and ``info``); the limits are :class:`Limits`', the
-    scheduling :class:`~rckit.serve.batcher.Batcher`'s."""
+    scheduling :class:`~rckit.serve.batcher.Batcher`'s. With ``index`` (a file of ``rckit index``)
+    ``POST /v1/ask`` asks its documents (:mod:`rckit.saved.collection`), their passages read by
+    the same batcher as ``/v1/answer``'s requests."""
     check_options(dict(max_batch=max_batch, batch_window_ms=batch_window_ms, max_body_bytes=max_body_bytes,
                        max_questions=max_questions, max_question_chars=max_question_chars,
                        max_context_chars=max_context_chars, max_work=max_work, max_tokens=max_tokens,
-                       request_timeout_s=request_timeout_s))
+                       request_timeout_s=request_timeout_s, index=index))
     limits = Limits.derive(reader.window, max_body_bytes, max_questions, max_question_chars, max_context_chars,
                            max_work, request_timeout_s)
     batcher = Batcher(reader, max_batch=max_batch, window_ms=batch_window_ms, max_tokens=max_tokens,
                       max_work=max_work, timeout_s=request_timeout_s, policy=policy)
     info = reader.info
     name = model_name(info)
+    index_file = index  # (the name `index` goes to the page's route below)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # Opened here, in the event loop's thread, where /v1/ask searches it (SQLite keeps a
+        # connection to the thread that made it).
+        app.state.index = PassageIndex(index_file) if index_file is not None else None
         batcher.start()
         yield
         await batcher.stop()
+        if app.state.index is not None:
+            app.state.index.close()
 
     app = FastAPI(title="rckit", summary="Answers questions about a passage with a reading-comprehension model.",
                   lifespan=lifespan)
@@ -255,6 +321,38 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers[0] if one else answers, "model": name, "ms": round(ms, 2)})
 
+    @app.post("/v1/ask", response_model=AskResponse, responses={**errors, 404: {
+        "model": ErrorResponse, "description": "the server has no index (rckit serve --index INDEX)"}},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": limits.ask_schema(),
+            "example": {"question": "When was the Eiffel Tower completed?", "top_k": 3}}}}})
+    async def ask(request: Request):
+        """Ask `question` of every document of the server's index: the retriever's `passages` best
+        passages, read by the model, the best answers over all of them with their documents."""
+        t0 = time.perf_counter()
+        if app.state.index is None:
+            return error(404, "this server has no index of documents: start it with rckit serve --index INDEX")
+        req = parse_ask(await read_body(request, limits.body_bytes), limits)
+        hits = app.state.index.search(req.question, req.passages)
+        try:
+            read = await batcher.submit([(h.text, req.question) for h in hits], req.top_k, None) if hits else []
+        except TooMuchWork as e:
+            return error(413, str(e))
+        except RequestTimeout as e:
+            return error(503, str(e))
+        except Exception as e:  # noqa: BLE001 - the model's failure is this request's 500
+            return error(500, f"the model failed on this request: {type(e).__name__}: {e}")
+        answers = rank(list(zip(hits, read)), req.top_k, retriever_weight)
+        ms = (time.perf_counter() - t0) * 1000
+        return JSONResponse({"answers": answers, "model": name, "ms": round(ms, 2)})
+
+    @app.get("/v1/index")
+    async def index_stats() -> dict[str, Any]:
+        """The server's index of documents (404 without one): how many documents and passages."""
+        if app.state.index is None:
+            raise ApiError(404, "this server has no index of documents: start it with rckit serve --index INDEX")
+        return {**app.state.index.stats(), "path": str(Path(index_file).resolve()), "retriever_weight": retriever_weight}
+
     @app.get("/v1/model")
     async def model() -> dict[str, Any]:
         """What the model is: name, where it was loaded from, its configuration, its dev score if known."""
@@ -291,11 +389,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def parse_request(body: bytes, limits: Limits) -> AnswerRequest:
-    """The checked request, or an :class:`ApiError` naming what is wrong (the rules of
-    :meth:`Limits.request_schema`)."""
+def json_object(body: bytes, like: str) -> dict:
+    """The body as a JSON object, or an :class:`ApiError` (``like``: an example shown in the message)."""
     if not body.strip():
-        raise ApiError(400, 'the body is empty: send JSON like {"context": "...", "question": "..."}')
+        raise ApiError(400, f"the body is empty: send JSON like {like}")
     try:
         data = json.loads(body)
     except UnicodeDecodeError:
@@ -305,8 +402,24 @@ def parse_request(body: bytes, limits: Limits) -> AnswerRequest:
     except RecursionError:
         raise ApiError(400, "the body is JSON nested too deeply to read") from None
     if not isinstance(data, dict):
-        raise ApiError(422, f'the body must be a JSON object like {{"context": "...", "question": "..."}}, '
-                            f"not {json_type(data)}")
+        raise ApiError(422, f"the body must be a JSON object like {like}, not {json_type(data)}")
+    return data
+
+
+def parse_ask(body: bytes, limits: Limits) -> AskRequest:
+    """The checked ``POST /v1/ask`` request (the rules of :meth:`Limits.ask_schema`)."""
+    try:
+        req = AskRequest.model_validate(json_object(body, '{"question": "..."}'))
+    except ValidationError as e:
+        raise ApiError(422, explain(e.errors())) from None
+    check_text("question", req.question, limits.question_chars)
+    return req
+
+
+def parse_request(body: bytes, limits: Limits) -> AnswerRequest:
+    """The checked request, or an :class:`ApiError` naming what is wrong (the rules of
+    :meth:`Limits.request_schema`)."""
+    data = json_object(body, '{"context": "...", "question": "..."}')
     try:
         req = AnswerRequest.model_validate(data)
     except ValidationError as e:

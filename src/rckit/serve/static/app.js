@@ -112,6 +112,103 @@ async function ask(event) {
   }
 }
 
+// The second tab: ask every document of the server's index (POST /v1/ask).
+function showTab(name) {
+  const collection = name === "collection";
+  $("passage-view").hidden = collection;
+  $("collection-view").hidden = !collection;
+  $("tab-passage").setAttribute("aria-selected", String(!collection));
+  $("tab-collection").setAttribute("aria-selected", String(collection));
+  $("title").textContent = collection ? "Ask your documents" : "Ask a passage";
+}
+
+function foundItem(a) {
+  const item = document.createElement("li");
+  const line = document.createElement("div");
+  line.className = "answer-line";
+  if (a.start === null) {
+    item.classList.add("no-answer");
+    line.textContent = "No answer in these documents";
+    item.append(line);
+    return item;
+  }
+  line.textContent = a.answer;
+  const score = document.createElement("span");
+  score.className = "score";
+  score.textContent = `${(Math.max(0, Math.min(1, a.score)) * 100).toFixed(1)}%`;
+  line.append(score);
+  const doc = document.createElement("div");
+  doc.className = "doc";
+  const name = a.source.split(/[\\/]/).pop();
+  doc.textContent = a.title && a.title !== name ? `${a.title} · ${name}` : name;
+  if (a.key) doc.textContent += ` [${a.key}]`;
+  doc.title = a.source;
+  // The passage, the answer marked: offsets are code points of the document, the passage's own start first.
+  const points = Array.from(a.passage.text);
+  const s = a.start - a.passage.start, e = a.end - a.passage.start;
+  const passage = document.createElement("div");
+  passage.className = "passage";
+  const mark = document.createElement("mark");
+  mark.textContent = codePointSlice(points, s, e);
+  passage.append(document.createTextNode(codePointSlice(points, 0, s)), mark,
+                 document.createTextNode(codePointSlice(points, e, points.length)));
+  item.append(line, doc, passage);
+  return item;
+}
+
+async function askCollection(event) {
+  if (event) event.preventDefault();
+  const question = $("collection-question").value;
+  const box = $("collection-error");
+  box.hidden = true;
+  if (!question.trim()) {
+    box.textContent = "Write a question first.";
+    box.hidden = false;
+    setState("error");
+    return;
+  }
+  setState("asking");
+  const button = $("collection-ask");
+  button.disabled = true;
+  const t0 = performance.now();
+  try {
+    const response = await fetch("/v1/ask", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ question, top_k: 3 }),
+    });
+    let body;
+    try {
+      body = await response.json();
+    } catch {
+      throw new Error(`the server answered ${response.status} ${response.statusText}, not JSON`);
+    }
+    if (!response.ok) throw new Error(body.error || `the server answered ${response.status}`);
+    $("found").replaceChildren(...body.answers.map(foundItem));
+    $("collection-took").textContent = `Answered in ${Math.round(performance.now() - t0)} ms by ${body.model}.`;
+    $("collection-result").hidden = false;
+    setState("answered");
+  } catch (e) {
+    box.textContent = `Could not answer: ${e.message}`;
+    box.hidden = false;
+    setState("error");
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function showIndex() {
+  try {
+    const response = await fetch("/v1/index");
+    if (!response.ok) return;  // no index: the page keeps its one tab
+    const index = await response.json();
+    $("tabs").hidden = false;
+    $("collection-hint").textContent = `Ask a question of the ${index.documents.toLocaleString("en")} documents in the server's index: the best passages are found, then read.`;
+  } catch {
+    // Without the index the passage tab still works.
+  }
+}
+
 async function showModel() {
   try {
     const response = await fetch("/v1/model");
@@ -129,5 +226,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("context").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) ask(e);
   });
+  $("collection-form").addEventListener("submit", askCollection);
+  $("tab-passage").addEventListener("click", () => showTab("passage"));
+  $("tab-collection").addEventListener("click", () => showTab("collection"));
   showModel();
+  showIndex();
 });
