@@ -303,9 +303,9 @@ class PassageIndex:
         folders = []
         own = {self.path.resolve(), Path(f"{self.path.resolve()}-journal")}  # never index the index
         for given in paths:
-            if not Path(given).exists():
+            if not Path(given).expanduser().exists():
                 raise FileNotFoundError(f"{given}: no such file or folder")
-            root = Path(given).resolve()
+            root = Path(given).expanduser().resolve()  # "~/notes" from Python, as a shell would have it
             if root.is_dir():
                 folders.append(root)
                 for f in _walk(root, report["skipped"]):
