@@ -79,6 +79,26 @@ def test_pairs_are_seeded_and_follow_the_rate():
         unanswerable_pairs(V11["data"], rate=1.5, seed=0)
 
 
+def test_overlap_pairing_takes_the_paragraph_sharing_most_words_with_the_question():
+    paragraphs = [
+        {"context": "The castle was built in 1200 by the duke.", "qas": [
+            {"id": "q", "question": "Who built the castle on the hill by the river?", "answers": [
+                {"text": "the duke", "answer_start": 33}]}]},
+        {"context": "Sheep graze in the fields.", "qas": []},
+        {"context": "The castle on the hill overlooks the river and the old bridge.", "qas": []},
+        {"context": "Rain falls in spring.", "qas": []},
+    ]
+    articles = [{"title": "Castle", "paragraphs": paragraphs}]
+    made, counts = unanswerable_pairs(articles, rate=1.0, seed=0, pairing="overlap")
+    assert counts["made"] == 1
+    assert [qa["id"] for qa in made[0]["paragraphs"][2]["qas"]] == ["q" + PAIR_SUFFIX]
+    for seed in range(5):  # whatever the seed: the draw is among the paragraphs sharing the most words
+        got = unanswerable_pairs(articles, rate=1.0, seed=seed, pairing="overlap")[0]
+        assert got[0]["paragraphs"][2]["qas"]
+    with pytest.raises(ValueError, match="pairing"):
+        unanswerable_pairs(articles, rate=1.0, seed=0, pairing="nearest")
+
+
 def test_build_splits_v2_dev_by_article_position(tmp_path):
     train, dev = _write(tmp_path / "train.json.gz", V11), _write(tmp_path / "dev.json.gz", _v2_dev(8))
     report = build_no_answer_data(train, dev, tmp_path / "out", rate=1.0, seed=0)

@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "cloze-synthetic: seed of the generator")
     p.add_argument("--rate", type=float, default=0.5, help="squad-no-answer: share of v1.1 train questions "
                    "paired with a paragraph of their article that lacks their answer (default 0.5)")
+    p.add_argument("--pairing", choices=["random", "overlap"], default="random", help="squad-no-answer: pair a "
+                   "question with any paragraph of its article that lacks its answer, or with one sharing the most "
+                   "words with it (default random)")
     p.add_argument("--repeat", type=int, default=1, metavar="K", help="squad-no-answer: write the v2.0 training "
                    "quarter K times (its real unanswerable questions weigh more beside the made pairs; default 1)")
     p.add_argument("--examples", type=int, nargs=2, default=(5000, 500), metavar=("TRAIN", "DEV"),
@@ -455,7 +458,7 @@ def prepare_no_answer(args) -> int:
             raise FileNotFoundError(f"{label} file not found: {f}")
     t0 = time.perf_counter()
     report = build_no_answer_data(Path(train).resolve(), Path(dev).resolve(), args.out, rate=args.rate, seed=args.seed,
-                                  repeat=args.repeat)
+                                  repeat=args.repeat, pairing=args.pairing)
     if args.json:
         print(json.dumps(report))
         return 0

@@ -53,21 +53,31 @@ def _answers_in(paragraph: str, answers: list[str]) -> bool:
     return any(a and (" " + a + " ") in text for a in answers)
 
 
-def unanswerable_pairs(articles: list[dict], rate: float, seed: int) -> tuple[list[dict], dict]:
+PAIRINGS = ("random", "overlap")
+
+
+def unanswerable_pairs(articles: list[dict], rate: float, seed: int,
+                       pairing: str = "random") -> tuple[list[dict], dict]:
     """Copies of ``articles`` with made unanswerable questions added to their paragraphs.
 
     For each question, with probability ``rate`` (one seeded draw per question, in file
     order), a paragraph of the same article that contains none of its answers is drawn and the
-    question is added to it as ``is_impossible``. Returns the new articles and the counts.
+    question is added to it as ``is_impossible``: any such paragraph (``pairing="random"``), or
+    one of those sharing the most words with the question (``"overlap"``: the paragraph a
+    reader is most tempted to answer from, nearer SQuAD 2.0's written questions, which sit
+    beside the paragraph they seem to ask about). Returns the new articles and the counts.
     """
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"rate must be within [0, 1], got {rate}")
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
     rng = random.Random(seed)
     counts = {"questions": 0, "drawn": 0, "made": 0, "no_paragraph_without_answer": 0}
     out = []
     for article in articles:
         paragraphs = [dict(p, qas=list(p["qas"])) for p in article["paragraphs"]]
         normalised = [normalize_answer(p["context"]) for p in paragraphs]
+        words = [set(n.split()) for n in normalised]
         added: list[list[dict]] = [[] for _ in paragraphs]
         for i, para in enumerate(paragraphs):
             for qa in para["qas"]:
@@ -81,6 +91,10 @@ def unanswerable_pairs(articles: list[dict], rate: float, seed: int) -> tuple[li
                 if not others:
                     counts["no_paragraph_without_answer"] += 1
                     continue
+                if pairing == "overlap":
+                    asked = set(normalize_answer(qa["question"]).split())
+                    shared = {j: len(asked & words[j]) for j in others}
+                    others = [j for j in others if shared[j] == max(shared.values())]
                 j = rng.choice(others)
                 added[j].append({"id": qa["id"] + PAIR_SUFFIX, "question": qa["question"],
                                  "answers": [], "is_impossible": True})
@@ -112,7 +126,7 @@ def _write(path: Path, articles: list[dict]) -> None:
 
 
 def build_no_answer_data(v11_train: str | Path, v2_dev: str | Path, out: str | Path,
-                         rate: float = 0.5, seed: int = 0, repeat: int = 1) -> dict:
+                         rate: float = 0.5, seed: int = 0, repeat: int = 1, pairing: str = "random") -> dict:
     """Write the three files described in the module docstring to ``out``; return the report."""
     train_raw, dev_raw = load_json(v11_train), load_json(v2_dev)
     for path, raw in ((v11_train, train_raw), (v2_dev, dev_raw)):
@@ -123,7 +137,7 @@ def build_no_answer_data(v11_train: str | Path, v2_dev: str | Path, out: str | P
                                "the evaluation half must come from v2.0 dev")
     if repeat < 1:
         raise ValueError(f"repeat is how many times the v2.0 training quarter is written, at least 1; got {repeat}")
-    made, pair_counts = unanswerable_pairs(train_raw["data"], rate, seed)
+    made, pair_counts = unanswerable_pairs(train_raw["data"], rate, seed, pairing)
     dev_train, tune, held_out = split_v2_dev(dev_raw)
     dev_train = dev_train + [copy for k in range(1, repeat) for copy in _copies(dev_train, f"-copy{k}")]
     out = Path(out)
@@ -132,7 +146,7 @@ def build_no_answer_data(v11_train: str | Path, v2_dev: str | Path, out: str | P
     files = {"train": (TRAIN_FILE, train), "tune": (TUNE_FILE, tune), "eval": (EVAL_FILE, held_out)}
     report = {
         "inputs": {"v1.1_train": str(v11_train), "v2.0_dev": str(v2_dev)},
-        "rate": rate, "seed": seed, "repeat": repeat,
+        "rate": rate, "seed": seed, "repeat": repeat, "pairing": pairing,
         "pairs": pair_counts,
         "v2.0_dev_positions": {"train": "0, 4, 8, ...", "tune": "2, 6, 10, ...", "eval": "1, 3, 5, ... (never trained or tuned on)"},
     }
