@@ -1,9 +1,11 @@
 """Time rckit.Reader on one long document (20,000 words by default), read in overlapping windows.
 
     python benchmarks/long_document.py [RUN|FILE] [--words 20000] [--top-k 1] [--stride N] [--repeat 3]
+        [--question "Who was the mayor of the town?"]
 
 The document is filler paragraphs with one fact sentence at ``--fact-at`` (a fraction of the
-way in); the question asks for it. With a trained model the answer should be the fact's name;
+way in); the question asks for it (``--question``: another one, e.g. about something the document
+does not hold, to see a model that can abstain say so). With a trained model the answer should be the fact's name;
 without one (no RUN/FILE, no $RCKIT_MODEL, no bundled model) an untrained QANet of the
 cpu-small sizes stands in, so the time is still what such a model costs but the answer is
 arbitrary. Prints tokens, windows, batches and the median seconds over ``--repeat`` runs;
@@ -77,6 +79,7 @@ def main() -> None:
     p.add_argument("--stride", type=int)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", type=int, help="torch threads")
+    p.add_argument("--question", default=QUESTION, help="what to ask (default: the fact's question)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -95,7 +98,7 @@ def main() -> None:
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        answers = reader.answer(context, QUESTION, top_k=args.top_k, stride=stride)
+        answers = reader.answer(context, args.question, top_k=args.top_k, stride=stride)
         times.append(time.perf_counter() - t0)
     best = answers[0]
     print(f"model            {reader.info.get('model')} ({reader.info.get('source', 'in memory')})")
@@ -105,7 +108,9 @@ def main() -> None:
     print(f"torch threads    {torch.get_num_threads()}")
     print(f"seconds          median {statistics.median(times):.2f} over {args.repeat} "
           f"({', '.join(f'{t:.2f}' for t in times)}); {1000 * statistics.median(times) / n_windows:.1f} ms a window")
+    print(f"question         {args.question}")
     print(f"answer           {best['answer']!r} (score {best['score']:.3f}, characters {best['start']}-{best['end']}; "
+          f"no-answer probability {best['no_answer_probability']}; "
           f"the fact is at {context.index(FACT)}-{context.index(FACT) + len(FACT)})")
 
 
