@@ -267,6 +267,22 @@ def test_train_evaluate_predict_via_cli(cli_data, tmp_path, capsys):
     assert ctx[ans["start"] : ans["end"]] == ans["answer"] and ans["answer"]
 
 
+def test_resume_without_the_preset_continues_with_the_runs_own_settings(cli_data, tmp_path, capsys):
+    """A person resuming gives the data and --resume; the model and training settings come from
+    the run's config.json (a --set still overrides, and is then checked against the checkpoint)."""
+    common, _ = cli_data
+    run = tmp_path / "run"
+    assert main(["train", "qanet", "--out", str(run), "--max-steps", "2", *common, "--set", "train.lr=0.002"]) == 0
+    data = [a for a in common if a != "--preset" and not a.endswith("tiny.json")]
+    assert main(["train", "qanet", "--out", str(run), "--max-steps", "3", "--resume", *data]) == 0
+    ckpt = load_checkpoint(run / "last.pt")
+    assert ckpt["step"] == 3 and ckpt["train_config"]["lr"] == 0.002
+    assert ckpt["model_config"]["d_model"] == TINY_MODEL["d_model"]
+    capsys.readouterr()
+    assert main(["train", "dcn", "--out", str(run), "--max-steps", "4", "--resume", *data]) == 2
+    assert "this run trains 'qanet', not 'dcn'" in capsys.readouterr().err
+
+
 def test_sigterm_checkpoints_and_kill9_resumes(cli_data, tmp_path):
     common, _ = cli_data
     run = tmp_path / "run"

@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "train.decay_share places the learning rate's linear decay to 0 on its last share")
     p.add_argument("--cloze-data", help="cloze models: a directory from `rckit prepare squad-cloze`, Chen et al.'s "
                    "train/dev.txt, or DeepMind Q&A training/ validation/ .question folders")
-    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint, with the settings "
+                   "it was started with (its config.json) unless --preset or --set are given")
     p.add_argument("--init-from", metavar="WEIGHTS", help="start a new run from the model weights of another run's "
                    "last.pt or best.pt, or of an exported .safetensors file (the bundled model: 'bundled'); word and "
                    "character rows are taken by word where the vocabularies differ, weights the source lacks keep "
@@ -597,6 +598,24 @@ def task_data(args, mcfg, tcfg):
     return cloze_data(args, tcfg.seed) if task_of(args.model, mcfg) == "cloze" else prepare_from_args(args)
 
 
+def saved_configs(model: str, path: Path):
+    """(model, train, decode configs) a run was started with, from its ``config.json``: what
+    ``--resume`` without ``--preset``/``--set`` continues with."""
+    from rckit.config import from_dict
+    from rckit.evaluation.decoding import DecodeConfig
+    from rckit.models import MODELS
+    from rckit.training.loop import TrainConfig
+
+    saved = json.loads(path.read_text())
+    if saved.get("model") != model:
+        raise ValueError(f"{path}: this run trains {saved.get('model')!r}, not {model!r}")
+    if model not in MODELS:
+        raise ValueError(f"no model named {model!r}; available: {', '.join(sorted(MODELS))}")
+    # A setting added since the run was written is absent from its file: the run had its default.
+    return (from_dict(MODELS[model][0], saved["model_config"]), from_dict(TrainConfig, saved["train_config"]),
+            from_dict(DecodeConfig, saved.get("decode") or {}))
+
+
 def init_source(name: str | None) -> str | None:
     """``--init-from``: a checkpoint or exported file; ``bundled`` is the model installed with rckit."""
     if name != "bundled":
@@ -620,7 +639,10 @@ def cmd_train(args) -> int:
     from rckit.training.loop import train
     from rckit.training.tasks import ClozeTask
 
-    mcfg, tcfg, decode = run_configs(args.model, args.preset, args.set)
+    if args.resume and args.preset is None and not args.set and (Path(args.out) / "config.json").is_file():
+        mcfg, tcfg, decode = saved_configs(args.model, Path(args.out) / "config.json")
+    else:
+        mcfg, tcfg, decode = run_configs(args.model, args.preset, args.set)
     if args.checkpoint_every:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
     device = pick_device(args.device)
