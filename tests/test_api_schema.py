@@ -1,7 +1,7 @@
 """The HTTP API keeps the contract it publishes: schemathesis, every check, against a real server.
 
-schemathesis reads ``/openapi.json`` from a real ``rckit serve`` (conftest's tiny exported QANet)
-on 127.0.0.1 and sends what the schema allows and what it forbids: every response must be
+schemathesis reads ``/openapi.json`` from a real ``rckit serve`` (conftest's tiny exported QANet,
+with an index of one small file) on 127.0.0.1 and sends what the schema allows and what it forbids: every response must be
 documented, match its schema and content type, no request may get a 5xx, what the schema allows
 must be accepted and what it forbids refused, and a method a path does not take must get 405.
 """
@@ -23,7 +23,12 @@ def schemathesis_cli() -> str:
 
 
 def test_the_api_keeps_its_published_schema(tiny_export, tmp_path):
-    proc, url = start_server([str(tiny_export)], tmp_path / "serve.log")
+    from rckit.cli import main
+
+    (tmp_path / "docs").mkdir()  # an index, so that POST /v1/ask and GET /v1/index are tried too
+    (tmp_path / "docs" / "a.txt").write_text("alpha beta gamma delta.\n\nepsilon zeta eta theta.\n")
+    assert main(["index", str(tmp_path / "docs"), "--out", str(tmp_path / "docs.sqlite"), "--no-progress"]) == 0
+    proc, url = start_server([str(tiny_export), "--index", str(tmp_path / "docs.sqlite")], tmp_path / "serve.log")
     try:
         run = subprocess.run([schemathesis_cli(), "run", f"{url}openapi.json", "--checks", "all",
                               "--max-examples", "60", "--seed", "1", "--request-timeout", "60", "--no-color"],

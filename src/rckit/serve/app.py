@@ -184,6 +184,9 @@ class Passage(BaseModel):
 
 
 class FoundAnswer(Answer):
+    score: float | None = Field(description="the ranking score: the reader's probability of the span in its "
+                                "passage, weighed by the passage's BM25 rank; for \"\", the probability of no "
+                                "answer, null where no passage matched the question or the model cannot abstain")
     source: str | None = Field(description="the file the answer is in; null for no answer")
     key: str | None = Field(description="the record (JSON lines) or paragraph (SQuAD JSON, article/paragraph) of "
                             "that file; null for a text file")
@@ -346,7 +349,8 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers, "model": name, "ms": round(ms, 2)})
 
-    @app.get("/v1/index")
+    @app.get("/v1/index", responses={404: {"model": ErrorResponse,
+                                          "description": "the server has no index (rckit serve --index INDEX)"}})
     async def index_stats() -> dict[str, Any]:
         """The server's index of documents (404 without one): how many documents and passages."""
         if app.state.index is None:
