@@ -22,6 +22,23 @@ function setState(state) {
   document.body.dataset.state = state;
 }
 
+// POST a JSON body; the parsed answer, or an Error saying what the server said.
+async function postJSON(path, payload) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(payload),
+  });
+  let body;
+  try {
+    body = await response.json();
+  } catch {
+    throw new Error(`the server answered ${response.status} ${response.statusText}, not JSON`);
+  }
+  if (!response.ok) throw new Error(body.error || `the server answered ${response.status}`);
+  return body;
+}
+
 function markPassage(context, span) {
   const box = $("answer");
   box.replaceChildren();
@@ -83,18 +100,7 @@ async function ask(event) {
   button.textContent = "Asking…";
   const t0 = performance.now();
   try {
-    const response = await fetch("/v1/answer", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ context, question, top_k: TOP_K }),
-    });
-    let body;
-    try {
-      body = await response.json();
-    } catch {
-      throw new Error(`the server answered ${response.status} ${response.statusText}, not JSON`);
-    }
-    if (!response.ok) throw new Error(body.error || `the server answered ${response.status}`);
+    const body = await postJSON("/v1/answer", { context, question, top_k: TOP_K });
     const answers = body.answers;
     if (!answers.length) throw new Error("the model gave no answer");
     markPassage(context, answers[0]);
@@ -172,18 +178,7 @@ async function askCollection(event) {
   button.disabled = true;
   const t0 = performance.now();
   try {
-    const response = await fetch("/v1/ask", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ question, top_k: 3 }),
-    });
-    let body;
-    try {
-      body = await response.json();
-    } catch {
-      throw new Error(`the server answered ${response.status} ${response.statusText}, not JSON`);
-    }
-    if (!response.ok) throw new Error(body.error || `the server answered ${response.status}`);
+    const body = await postJSON("/v1/ask", { question, top_k: 3 });
     $("found").replaceChildren(...body.answers.map(foundItem));
     $("collection-took").textContent = `Answered in ${Math.round(performance.now() - t0)} ms by ${body.model}.`;
     $("collection-result").hidden = false;
