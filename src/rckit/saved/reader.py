@@ -114,7 +114,7 @@ class Reader:
         self.decode = decode or DecodeConfig()
         self.window = int(window)
         self.batch_size = batch_size
-        self.info = info if info is not None else {}
+        self.info = {**(info or {}), "always_answer": always_answer}
         self.always_answer = always_answer
 
     # ------------------------------------------------------------------------------ loading
@@ -127,16 +127,13 @@ class Reader:
         ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does."""
         path = Path(source) if source is not None else default_model_path()
         if path.is_dir() or path.suffix == ".pt":
-            reader = cls._from_run(path, device)
-        elif not path.exists():
+            return cls._from_run(path, device, always_answer)
+        if not path.exists():
             raise FileNotFoundError(f"{path}: no such run directory or model file")
-        else:
-            reader = cls._from_export(path, device)
-        reader.always_answer = reader.info["always_answer"] = always_answer
-        return reader
+        return cls._from_export(path, device, always_answer)
 
     @classmethod
-    def _from_run(cls, path: Path, device) -> "Reader":
+    def _from_run(cls, path: Path, device, always_answer: bool = False) -> "Reader":
         model, vocabs, ckpt = load_model(path, device)
         if ckpt.get("task") == "cloze":
             raise ValueError(f"{path} is a cloze model: it picks an @entity marker, not a span of a context; "
@@ -147,17 +144,17 @@ class Reader:
         window = int(train_cfg.get("max_c_len") or DEFAULT_WINDOW)
         info = describe(ckpt["model_name"], str(file.resolve()), "run", ckpt["model_config"], decode, window,
                         dev_score_of(ckpt, file), model, step=ckpt.get("step"))
-        return cls(model, vocabs, decode, window, info, device)
+        return cls(model, vocabs, decode, window, info, device, always_answer=always_answer)
 
     @classmethod
-    def _from_export(cls, path: Path, device) -> "Reader":
+    def _from_export(cls, path: Path, device, always_answer: bool = False) -> "Reader":
         model, vocabs, meta = load_exported(path, device)
         decode = decode_config_of(meta)
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
         info = describe(meta["model"], str(path.resolve()), meta["format"], meta["model_config"], decode, window,
                         meta.get("dev_score"), model, step=meta.get("step"))
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
-        return cls(model, vocabs, decode, window, info, device)
+        return cls(model, vocabs, decode, window, info, device, always_answer=always_answer)
 
     # ------------------------------------------------------------------------------ answering
 

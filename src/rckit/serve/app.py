@@ -313,14 +313,7 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
         req = parse_request(body, limits)
         one = req.question is not None
         questions = [req.question] if one else req.questions
-        try:
-            answers = await batcher.submit([(req.context, q) for q in questions], req.top_k, req.max_answer_len)
-        except TooMuchWork as e:
-            return error(413, str(e))
-        except RequestTimeout as e:
-            return error(503, str(e))
-        except Exception as e:  # noqa: BLE001 - the model's failure is this request's 500, not the server's end
-            return error(500, f"the model failed on this request: {type(e).__name__}: {e}")
+        answers = await read(batcher, [(req.context, q) for q in questions], req.top_k, req.max_answer_len)
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers[0] if one else answers, "model": name, "ms": round(ms, 2)})
 
@@ -337,15 +330,8 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
             return error(404, "this server has no index of documents: start it with rckit serve --index INDEX")
         req = parse_ask(await read_body(request, limits.body_bytes), limits)
         hits = app.state.index.search(req.question, req.passages)
-        try:
-            read = await batcher.submit([(h.text, req.question) for h in hits], req.top_k, None) if hits else []
-        except TooMuchWork as e:
-            return error(413, str(e))
-        except RequestTimeout as e:
-            return error(503, str(e))
-        except Exception as e:  # noqa: BLE001 - the model's failure is this request's 500
-            return error(500, f"the model failed on this request: {type(e).__name__}: {e}")
-        answers = rank(list(zip(hits, read)), req.top_k, retriever_weight)
+        found = await read(batcher, [(h.text, req.question) for h in hits], req.top_k, None) if hits else []
+        answers = rank(list(zip(hits, found)), req.top_k, retriever_weight)
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers, "model": name, "ms": round(ms, 2)})
 
@@ -374,6 +360,19 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+async def read(batcher: Batcher, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> list:
+    """The batcher's answers to ``pairs``, or the :class:`ApiError` of this request: 413 for too
+    much work, 503 past the time limit, 500 where the model failed (the server goes on)."""
+    try:
+        return await batcher.submit(pairs, top_k, max_answer_len)
+    except TooMuchWork as e:
+        raise ApiError(413, str(e)) from None
+    except RequestTimeout as e:
+        raise ApiError(503, str(e)) from None
+    except Exception as e:  # noqa: BLE001 - the model's failure is this request's 500, not the server's end
+        raise ApiError(500, f"the model failed on this request: {type(e).__name__}: {e}") from None
 
 
 async def read_body(request: Request, limit: int) -> bytes:
