@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -32,10 +33,10 @@ def test_span_loss_targets_the_null_for_unanswerable_questions():
 
 
 def test_spans_and_null_decodes_the_best_span_and_the_null_margin():
-    start = torch.tensor([[0.0, 3.0, 0.0], [0.0, 3.0, 0.0]])
-    end = torch.tensor([[0.0, 0.0, 3.0], [0.0, 0.0, 3.0]])
-    mask = torch.ones(2, 3, dtype=torch.bool)
-    null = torch.tensor([-5.0, 8.0])
+    start = np.array([[0.0, 3.0, 0.0], [0.0, 3.0, 0.0]], np.float32)
+    end = np.array([[0.0, 0.0, 3.0], [0.0, 0.0, 3.0]], np.float32)
+    mask = np.ones((2, 3), bool)
+    null = np.array([-5.0, 8.0], np.float32)
     spans, null_score = spans_and_null(start, end, mask, null, null, max_answer_len=30)
     assert spans.start.tolist() == [1, 1] and spans.end.tolist() == [2, 2]  # context token indices
     margin = null_score - spans.score
@@ -43,7 +44,7 @@ def test_spans_and_null_decodes_the_best_span_and_the_null_margin():
     # The null's score is a log-probability over [null, tokens]: exp is p(no answer).
     p_start = torch.softmax(torch.tensor([8.0, 0.0, 3.0, 0.0]), 0)[0]
     p_end = torch.softmax(torch.tensor([8.0, 0.0, 0.0, 3.0]), 0)[0]
-    assert null_score[1].exp().item() == pytest.approx((p_start * p_end).item(), rel=1e-5)
+    assert math.exp(null_score[1]) == pytest.approx((p_start * p_end).item(), rel=1e-5)
     plain = best_spans(start, end, mask, 30)
     assert plain.start.tolist() == spans.start.tolist()
 
@@ -174,11 +175,19 @@ def test_null_scores_shift_token_only_spans_onto_the_null_softmax():
     mask = torch.ones(3, 6, dtype=torch.bool)
     mask[2, 4:] = False
     s_null, e_null = torch.randn(3, generator=g), torch.randn(3, generator=g)
+    start, end, mask, s_null, e_null = (t.numpy() for t in (start, end, mask, s_null, e_null))
     null, shift = null_scores(start, end, mask, s_null, e_null)
     spans, null_again = spans_and_null(start, end, mask, s_null, e_null, 30)
-    assert torch.allclose(null, null_again)
+    assert np.allclose(null, null_again)
     top = topk_spans(start, end, mask, 1, 30)
-    assert torch.allclose(top.score[:, 0] + shift, spans.score, atol=1e-5)
+    assert np.allclose(top.score[:, 0] + shift, spans.score, atol=1e-5)
+    # Against the softmax over [null, tokens] written out.
+    for b in range(3):
+        both = torch.cat([torch.tensor(s_null[b:b + 1]), torch.tensor(start[b][mask[b]])]).log_softmax(0)
+        both_end = torch.cat([torch.tensor(e_null[b:b + 1]), torch.tensor(end[b][mask[b]])]).log_softmax(0)
+        assert null[b] == pytest.approx(float(both[0] + both_end[0]), abs=1e-5)
+        s, e = int(spans.start[b]), int(spans.end[b])
+        assert spans.score[b] == pytest.approx(float(both[1 + s] + both_end[1 + e]), abs=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -366,9 +375,11 @@ def test_a_tiny_model_learns_to_abstain_where_the_question_names_a_word_the_cont
             model.eval()
             with torch.no_grad():
                 out = model(batch)
-            spans, null = spans_and_null(out.start_logits, out.end_logits, batch.c_mask, out.start_null,
-                                         out.end_null, 3)
-            abstains = null > spans.score
+            spans, null = spans_and_null(*(t.float().numpy() for t in (out.start_logits, out.end_logits)),
+                                         batch.c_mask.numpy(), out.start_null.float().numpy(),
+                                         out.end_null.float().numpy(), 3)
+            abstains = torch.from_numpy(null > spans.score)
+            spans.start, spans.end = torch.from_numpy(spans.start), torch.from_numpy(spans.end)
             if torch.equal(abstains, ~batch.answerable) and torch.equal(
                     spans.start[batch.answerable], batch.y_start[batch.answerable]):
                 break

@@ -18,8 +18,9 @@ from rckit import kernels
 from rckit.data.prepare import Vocabularies
 from rckit.data.vocab import SPECIALS, Vocab
 from rckit.layers.masking import mask_logits
-from rckit.models.contract import SpanOutput
+from rckit.models.contract import ReadingModel, SpanOutput
 from rckit.saved.reader import Reader, windows
+from rckit.saved.torch_model import TorchModel
 
 FILLER = "the river runs past old mills and quiet farms before it reaches a grey sea".split()
 
@@ -30,11 +31,11 @@ def marker_vocabs() -> Vocabularies:
     return Vocabularies(Vocab(words, len(words)), Vocab(chars, len(chars)), lowercase=True, max_word_len=16)
 
 
-class MarkerModel(torch.nn.Module):
+class MarkerModel(ReadingModel):
     """Start logit 20 on ``start_word``, end logit 20 on ``end_word``, 0 on every other token."""
 
     def __init__(self, vocabs: Vocabularies, start_word: str = "zebra", end_word: str = "crossing"):
-        super().__init__()
+        super().__init__(None)
         self.start_id, self.end_id = vocabs.words.get(start_word), vocabs.words.get(end_word)
         self.batches = []  # (B, Tc) of every forward
 
@@ -47,7 +48,7 @@ class MarkerModel(torch.nn.Module):
 
 def marker_reader(window: int = 40) -> Reader:
     vocabs = marker_vocabs()
-    return Reader(MarkerModel(vocabs), vocabs, window=window)
+    return Reader(TorchModel(MarkerModel(vocabs)), vocabs, window=window)
 
 
 def document(n_words: int, fact_at: int) -> str:
@@ -139,7 +140,7 @@ def test_an_answer_in_the_last_window_of_a_long_document_is_found():
     assert best["answer"] == "zebra crossing" and context[best["start"]:best["end"]] == "zebra crossing"
     assert best["start"] == context.rindex("zebra")
     n_windows = len(windows(1000, 40, 20))
-    assert sum(b for b, _ in reader.model.batches) == n_windows and all(t <= 40 for _, t in reader.model.batches)
+    assert sum(b for b, _ in reader.model.model.batches) == n_windows and all(t <= 40 for _, t in reader.model.model.batches)
 
 
 def test_a_span_found_in_several_windows_counts_once_with_its_best_score():
@@ -181,7 +182,7 @@ def test_info_describes_the_model_as_json(reader, tiny_run):
     info = json.loads(json.dumps(reader.info))
     assert info["model"] == "qanet" and info["source"] == str((tiny_run / "best.pt").resolve())
     assert info["window"] == reader.window == 400 and info["decode"] == {"max_answer_len": 30, "no_answer_threshold": 0.0}
-    assert info["parameters"] == sum(p.numel() for p in reader.model.parameters()) > 0
+    assert info["parameters"] == sum(p.numel() for p in reader.model.model.parameters()) > 0
     assert info["config"]["d_model"] == 16 and "dev_f1" in info["dev_score"]
 
 
@@ -199,32 +200,35 @@ def test_many_questions_per_context_give_the_answers_of_one_at_a_time(reader, mo
 
 def test_each_context_is_tokenized_once_and_encoded_once_per_batch(reader, monkeypatch):
     import rckit.data.prepare as prepare
-    from rckit.kernels import cpu
 
-    tokenized, encoded = [], []
-    tokenize, encode = prepare.tokenize, cpu.encode_shared_contexts
+    model = reader.model.model
+    tokenized, embedded, encoded = [], [], []
+    tokenize = prepare.tokenize
     monkeypatch.setattr(prepare, "tokenize", lambda text: tokenized.append(text) or tokenize(text))
-
-    def counting_encode(embed, encoder, c_words, c_chars, *rest):
-        encoded.append((c_words.shape[0], len(cpu.unique_texts(c_words, c_chars)[0])))
-        return encode(embed, encoder, c_words, c_chars, *rest)
-
-    monkeypatch.setattr(cpu, "encode_shared_contexts", counting_encode)
-    with kernels.use("all"):
-        reader.answer_batch([(CONTEXTS[i % 2], q) for i, q in enumerate(QUESTIONS * 2)])
+    embed, encode = model.embed.forward, model.emb_enc.forward
+    monkeypatch.setattr(model.embed, "forward", lambda w, c: embedded.append(tuple(w.shape)) or embed(w, c))
+    monkeypatch.setattr(model.emb_enc, "forward", lambda x, *a: encoded.append(x.shape[0]) or encode(x, *a))
+    pairs = [(CONTEXTS[i % 2], q) for i, q in enumerate(QUESTIONS * 2)]
+    reader.answer_batch(pairs)
     assert tokenized.count(CONTEXTS[0]) == tokenized.count(CONTEXTS[1]) == 1
-    assert encoded == [(8, 2)]  # one forward, two distinct contexts encoded
+    assert encoded == [2, 8]  # one forward: two distinct contexts encoded, then the eight questions
+    words = {w.lower() for c, q in pairs for w in tokenize(c)[0] + tokenize(q)[0]}
+    assert len(embedded) == 1 and embedded[0][0] == 1 and embedded[0][1] <= 1 + len(words)  # each token once
 
 
 def test_a_small_batch_size_keeps_a_contexts_questions_together(reader, monkeypatch):
     monkeypatch.setattr(reader, "batch_size", 4)
     seen = []
-    forward = reader.model.forward
-    monkeypatch.setattr(reader.model, "forward", lambda batch: seen.append(batch.c_words.tolist()) or forward(batch))
+    answer = reader.model.model.answer_pass
+
+    def counting(words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context):
+        seen.append((len(q_context), len(c_tokens)))
+        return answer(words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context)
+
+    monkeypatch.setattr(reader.model.model, "answer_pass", counting)
     pairs = [(CONTEXTS[0], q) for q in QUESTIONS[:3]] + [(CONTEXTS[1], q) for q in QUESTIONS[:3]]
     reader.answer_batch(pairs)
-    assert [len(b) for b in seen] == [3, 3]  # not 4 + 2: a context's questions do not straddle batches
-    assert all(len({tuple(row) for row in b}) == 1 for b in seen)
+    assert seen == [(3, 1), (3, 1)]  # not 4 + 2: a context's questions do not straddle batches
 
 
 def test_chinese_and_messy_text_is_answered_inside_the_text(reader):

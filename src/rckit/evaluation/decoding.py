@@ -22,9 +22,11 @@ padding, or a hole in the mask. With the usual right padding this is simply
 Conventions, as everywhere in rckit: ``mask`` is bool with True = real token, token spans are
 inclusive ``(start, end)``, character spans are half-open ``[start, end)``.
 
-Numerics: whatever the input dtype (float32, bfloat16, float16), logits are cast to float32
-before the masked log-softmax, and all scores are float32. Softmax masking fills with
-``torch.finfo(torch.float32).min``. Logits of real tokens are assumed finite; logits at
+Inputs are NumPy arrays, so that answering without PyTorch (an ONNX model on onnxruntime,
+:mod:`rckit.saved.onnx_model`) decodes with this same code: a PyTorch caller hands over
+``logits.float().cpu().numpy()``. Whatever the float dtype, logits are cast to float32 before
+the masked log-softmax, and all scores are float32. Softmax masking fills with the float32
+minimum. Logits of real tokens are assumed finite; logits at
 padded positions may be anything (huge, inf, nan): they are overwritten before use.
 
 Rows with no valid span (an all-padding mask) decode to ``start = end = -1`` and ``score = -inf``.
@@ -38,9 +40,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+import numpy as np
 
+_MIN = np.finfo(np.float32).min
 
 
 @dataclass
@@ -60,36 +62,35 @@ class DecodeConfig:
 class SpanPrediction:
     """Decoded spans. Shapes are (B,) from :func:`best_spans`, (B, k) from :func:`topk_spans`."""
 
-    start: torch.Tensor  # long, inclusive token index, -1 where there is no valid span
-    end: torch.Tensor  # long, inclusive token index, -1 where there is no valid span
-    score: torch.Tensor  # float32, log p_start[start] + log p_end[end], -inf where no span
+    start: np.ndarray  # int64, inclusive token index, -1 where there is no valid span
+    end: np.ndarray  # int64, inclusive token index, -1 where there is no valid span
+    score: np.ndarray  # float32, log p_start[start] + log p_end[end], -inf where no span
 
 
-def _check_inputs(
-    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_answer_len: int
-) -> None:
-    if start_logits.dim() != 2 or start_logits.shape != end_logits.shape or start_logits.shape != mask.shape:
+def _check_inputs(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, max_answer_len: int) -> None:
+    if start_logits.ndim != 2 or start_logits.shape != end_logits.shape or start_logits.shape != mask.shape:
         raise ValueError(
             "start_logits, end_logits and mask must all be (B, T); got "
             f"{tuple(start_logits.shape)}, {tuple(end_logits.shape)}, {tuple(mask.shape)}"
         )
-    if mask.dtype != torch.bool:
+    if mask.dtype != np.bool_:
         raise ValueError(f"mask must be bool (True = real token), got {mask.dtype}")
-    if not start_logits.is_floating_point() or not end_logits.is_floating_point():
+    if not np.issubdtype(start_logits.dtype, np.floating) or not np.issubdtype(end_logits.dtype, np.floating):
         raise ValueError("start_logits and end_logits must be floating point")
     if max_answer_len < 1:
         raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
 
 
-def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """log-softmax over the real tokens of each row, in float32. Padded entries are meaningless."""
-    logits = logits.float().masked_fill(~mask, torch.finfo(torch.float32).min)
-    return logits.log_softmax(dim=-1)  # (B, T)
+    x = np.where(mask, logits.astype(np.float32, copy=False), _MIN)
+    x = x - x.max(axis=-1, keepdims=True)
+    with np.errstate(under="ignore"):
+        return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))  # (B, T)
 
 
-def _band_scores(
-    log_p_start: torch.Tensor, log_p_end: torch.Tensor, span_mask: torch.Tensor, max_answer_len: int
-) -> torch.Tensor:
+def _band_scores(log_p_start: np.ndarray, log_p_end: np.ndarray, span_mask: np.ndarray,
+                 max_answer_len: int) -> np.ndarray:
     """Scores of all spans on the band, ``-inf`` where the span is not valid.
 
     Entry ``[b, s, d]`` is the span ``(s, s + d)``, so ``d = end - start`` in ``[0, L)`` with
@@ -97,112 +98,80 @@ def _band_scores(
     """
     B, T = log_p_start.shape
     L = min(max_answer_len, T)
-    d = torch.arange(L, device=log_p_start.device)  # (L,)
-
-    # unfold gives a strided view: band[b, s, d] = padded[b, s + d], no copy until the add below.
-    end_band = F.pad(log_p_end, (0, L - 1), value=torch.finfo(torch.float32).min).unfold(1, L, 1)  # (B, T, L)
-    scores = log_p_start.unsqueeze(2) + end_band  # (B, T, L)
+    # A strided view: band[b, s, d] = padded[b, s + d], no copy until the add below.
+    padded = np.pad(log_p_end, ((0, 0), (0, L - 1)), constant_values=_MIN)
+    end_band = np.lib.stride_tricks.sliding_window_view(padded, L, axis=1)  # (B, T, L)
+    with np.errstate(over="ignore"):  # padding + padding overflows to -inf: invalid spans either way
+        scores = log_p_start[:, :, None] + end_band  # (B, T, L)
 
     # A span is valid iff all of its d + 1 tokens are real. Rather than checking only the two
     # ends, measure the run of real tokens starting at each s, so holes in the mask count too.
-    position = torch.arange(T, device=span_mask.device)  # (T,)
-    pad_position = torch.where(span_mask, T, position)  # (B, T), T on real tokens
-    next_pad = pad_position.flip(1).cummin(1).values.flip(1)  # (B, T), first pad at or after s
+    position = np.arange(T)
+    pad_position = np.where(span_mask, T, position)  # (B, T), T on real tokens
+    next_pad = np.minimum.accumulate(pad_position[:, ::-1], axis=1)[:, ::-1]  # (B, T), first pad at or after s
     run = next_pad - position  # (B, T), 0 where s itself is padding; never runs past T
-    invalid = d >= run.unsqueeze(2)  # (B, T, L)
-    return scores.masked_fill_(invalid, float("-inf"))
+    scores[np.arange(L) >= run[:, :, None]] = -np.inf
+    return scores
 
 
-def _empty(shape: tuple[int, ...], device: torch.device) -> SpanPrediction:
-    return SpanPrediction(
-        start=torch.full(shape, -1, dtype=torch.long, device=device),
-        end=torch.full(shape, -1, dtype=torch.long, device=device),
-        score=torch.full(shape, float("-inf"), dtype=torch.float32, device=device),
-    )
+def _empty(shape: tuple[int, ...]) -> SpanPrediction:
+    return SpanPrediction(start=np.full(shape, -1, np.int64), end=np.full(shape, -1, np.int64),
+                          score=np.full(shape, -np.inf, np.float32))
 
 
-def _decode_best(scores: torch.Tensor) -> SpanPrediction:
-    """Best span per row of a (B, T, L) band."""
-    B, T, L = scores.shape
-    flat = scores.reshape(B, T * L)  # (B, T * L)
-    # argmax returns the first maximum: ties go to the smallest start, then the shortest span.
-    index = flat.argmax(dim=1)  # (B,)
-    score = flat.gather(1, index.unsqueeze(1)).squeeze(1)  # (B,)
-    start = torch.div(index, L, rounding_mode="floor")
-    end = start + index % L
-    found = score > float("-inf")
-    return SpanPrediction(
-        start=torch.where(found, start, -1),
-        end=torch.where(found, end, -1),
-        score=score,
-    )
-
-
-@torch.no_grad()
-def best_spans(
-    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, max_answer_len: int = 30
-) -> SpanPrediction:
-    """The most likely answer span of every example.
+def topk_spans(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, k: int,
+               max_answer_len: int = 30) -> SpanPrediction:
+    """The ``k`` most likely answer spans of every example, best first.
 
     Args:
-        start_logits, end_logits: (B, T) raw logits, any float dtype, any device.
+        start_logits, end_logits: (B, T) raw logits, any float dtype.
         mask: (B, T) bool, True = real token.
+        k: how many spans per row.
         max_answer_len: longest answer in tokens, both ends included: ``end - start + 1 <= max_answer_len``.
 
     Returns:
-        :class:`SpanPrediction` with (B,) tensors on the input device. ``score`` is float32
-        ``log p_start[start] + log p_end[end]``. Ties go to the smallest start, then the
-        shortest span. A row with no real token gives ``(-1, -1)`` and score ``-inf``.
+        :class:`SpanPrediction` of (B, k) arrays sorted by score, descending; ``score`` is
+        float32 ``log p_start[start] + log p_end[end]``. Equal scores go to the smallest start,
+        then the shortest span. Where an example has fewer than ``k`` valid spans, its last
+        entries are padding: ``start = end = -1`` and ``score = -inf``.
     """
-    _check_inputs(start_logits, end_logits, mask, max_answer_len)
-    B, T = start_logits.shape
-    if T == 0:
-        return _empty((B,), start_logits.device)
-    log_p_start = _masked_log_softmax(start_logits, mask)
-    log_p_end = _masked_log_softmax(end_logits, mask)
-    return _decode_best(_band_scores(log_p_start, log_p_end, mask, max_answer_len))
-
-
-@torch.no_grad()
-def topk_spans(
-    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor, k: int, max_answer_len: int = 30
-) -> SpanPrediction:
-    """The ``k`` most likely answer spans of every example, best first.
-
-    Same inputs and scores as :func:`best_spans`. Returns (B, k) tensors sorted by score,
-    descending; the order among equal scores is unspecified. Where an example has fewer
-    than ``k`` valid spans, its last entries are padding: ``start = end = -1`` and
-    ``score = -inf``.
-    """
+    start_logits, end_logits, mask = np.asarray(start_logits), np.asarray(end_logits), np.asarray(mask)
     _check_inputs(start_logits, end_logits, mask, max_answer_len)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     B, T = start_logits.shape
-    if T == 0:
-        return _empty((B, k), start_logits.device)
-    log_p_start = _masked_log_softmax(start_logits, mask)
-    log_p_end = _masked_log_softmax(end_logits, mask)
-    scores = _band_scores(log_p_start, log_p_end, mask, max_answer_len)  # (B, T, L)
+    out = _empty((B, k))
+    if T == 0 or B == 0:
+        return out
+    scores = _band_scores(_masked_log_softmax(start_logits, mask), _masked_log_softmax(end_logits, mask), mask,
+                          max_answer_len)  # (B, T, L)
     L = scores.shape[2]
-
-    flat = scores.reshape(B, T * L)  # (B, T * L)
+    flat = scores.reshape(B, T * L)
     n = min(k, T * L)
-    score, index = flat.topk(n, dim=1, sorted=True)  # (B, n)
-    start = torch.div(index, L, rounding_mode="floor")
-    end = start + index % L
-    found = score > float("-inf")
-    out = _empty((B, k), start_logits.device)
-    out.start[:, :n] = torch.where(found, start, -1)
-    out.end[:, :n] = torch.where(found, end, -1)
+    if n == 1:
+        index = flat.argmax(axis=1)[:, None]  # the first maximum: smallest start, then shortest span
+    else:
+        index = np.sort(np.argpartition(-flat, n - 1, axis=1)[:, :n], axis=1)  # the n best, in index order
+        # A stable sort by score keeps equal scores in index order.
+        index = np.take_along_axis(index, np.argsort(-np.take_along_axis(flat, index, 1), axis=1, kind="stable"), 1)
+    score = np.take_along_axis(flat, index, 1)  # (B, n)
+    found = score > -np.inf
+    out.start[:, :n] = np.where(found, index // L, -1)
+    out.end[:, :n] = np.where(found, index // L + index % L, -1)
     out.score[:, :n] = score
     return out
 
 
-@torch.no_grad()
-def null_scores(
-    start_logits: torch.Tensor, end_logits: torch.Tensor, mask: torch.Tensor,
-    start_null: torch.Tensor, end_null: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray,
+               max_answer_len: int = 30) -> SpanPrediction:
+    """The most likely answer span of every example: :func:`topk_spans` with ``k = 1``, as (B,)
+    arrays. A row with no real token gives ``(-1, -1)`` and score ``-inf``."""
+    top = topk_spans(start_logits, end_logits, mask, 1, max_answer_len)
+    return SpanPrediction(start=top.start[:, 0], end=top.end[:, 0], score=top.score[:, 0])
+
+
+def null_scores(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray,
+                start_null: np.ndarray, end_null: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(null, shift)`` (B,) of a model that can abstain, for spans decoded over the tokens alone.
 
     ``null = log p_start[null] + log p_end[null]`` with the softmaxes over ``[null, tokens]``,
@@ -211,24 +180,21 @@ def null_scores(
     over ``[null, tokens]``, comparable with ``null``. Exact, since dropping the null from a
     softmax rescales every token's probability by ``1 / (1 - p[null])``.
     """
-    B = start_logits.shape[0]
-    with_null = torch.cat([mask.new_ones(B, 1), mask], dim=1)
-    log_p_start = _masked_log_softmax(torch.cat([start_null.unsqueeze(1), start_logits], dim=1), with_null)[:, 0]
-    log_p_end = _masked_log_softmax(torch.cat([end_null.unsqueeze(1), end_logits], dim=1), with_null)[:, 0]
-    # log(1 - p) from log p, accurate near both ends.
-    shift = torch.log(-torch.expm1(log_p_start)) + torch.log(-torch.expm1(log_p_end))
+    mask = np.asarray(mask)
+    with_null = np.concatenate([np.ones((mask.shape[0], 1), bool), mask], axis=1)
+
+    def log_p_null(null, logits):
+        both = np.concatenate([np.asarray(null, np.float32)[:, None], np.asarray(logits, np.float32)], axis=1)
+        return _masked_log_softmax(both, with_null)[:, 0]
+
+    log_p_start, log_p_end = log_p_null(start_null, start_logits), log_p_null(end_null, end_logits)
+    with np.errstate(divide="ignore"):  # log(1 - p) from log p, accurate near both ends
+        shift = np.log(-np.expm1(log_p_start)) + np.log(-np.expm1(log_p_end))
     return log_p_start + log_p_end, shift
 
 
-@torch.no_grad()
-def spans_and_null(
-    start_logits: torch.Tensor,
-    end_logits: torch.Tensor,
-    mask: torch.Tensor,
-    start_null: torch.Tensor,
-    end_null: torch.Tensor,
-    max_answer_len: int = 30,
-) -> tuple[SpanPrediction, torch.Tensor]:
+def spans_and_null(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, start_null: np.ndarray,
+                   end_null: np.ndarray, max_answer_len: int = 30) -> tuple[SpanPrediction, np.ndarray]:
     """The best span and the null's score of a model that can abstain (``SpanOutput.start_null``).
 
     The span is :func:`best_spans`' (context token indices; the null is never among them), its
@@ -247,11 +213,11 @@ def _offset_pair(offsets, index: int) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
-def char_span(offsets: Sequence[tuple[int, int]] | torch.Tensor, start: int, end: int) -> tuple[int, int]:
+def char_span(offsets: Sequence[tuple[int, int]] | np.ndarray, start: int, end: int) -> tuple[int, int]:
     """Half-open character span ``[first char of token start, end of token end)``.
 
     ``offsets`` holds one half-open ``(char_start, char_end)`` per token: a sequence of pairs
-    or a (T, 2) numpy array / tensor. ``start`` and ``end`` are an inclusive token span;
+    or a (T, 2) array. ``start`` and ``end`` are an inclusive token span;
     -1 (no span) and other out-of-range indices raise ValueError rather than wrapping around.
     """
     start, end = int(start), int(end)
@@ -265,7 +231,7 @@ def char_span(offsets: Sequence[tuple[int, int]] | torch.Tensor, start: int, end
     return char_start, char_end
 
 
-def span_to_text(context: str, offsets: Sequence[tuple[int, int]] | torch.Tensor, start: int, end: int) -> str:
+def span_to_text(context: str, offsets: Sequence[tuple[int, int]] | np.ndarray, start: int, end: int) -> str:
     """The exact substring of ``context`` covered by the inclusive token span ``(start, end)``.
 
     Offsets count Python ``str`` characters (code points), as ``re.Match.span`` gives them,

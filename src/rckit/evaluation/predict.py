@@ -72,12 +72,13 @@ def predict_split(
             batch = split.collate(idx[rows]).to(device)
             with autocast(device, amp_dtype):
                 out = model(batch)
-            start, end = out.start_logits.float(), out.end_logits.float()
+            start, end, mask = (t.float().cpu().numpy() for t in (out.start_logits, out.end_logits, batch.c_mask))
+            mask = mask.astype(bool)
             if out.start_null is None:
-                spans, margin = best_spans(start, end, batch.c_mask, decode.max_answer_len), None
+                spans, margin = best_spans(start, end, mask, decode.max_answer_len), None
             else:
-                spans, null = spans_and_null(start, end, batch.c_mask, out.start_null.float(), out.end_null.float(),
-                                             decode.max_answer_len)
+                spans, null = spans_and_null(start, end, mask, out.start_null.float().cpu().numpy(),
+                                             out.end_null.float().cpu().numpy(), decode.max_answer_len)
                 margin = (null - spans.score).tolist()
             for b, i in enumerate(batch.index.tolist()):
                 context, offsets = split.context_of(i)
@@ -118,9 +119,3 @@ def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: 
     finally:
         model.train(was_training)
     return out_pred
-
-
-def abstaining(spans: dict[str, str], margins: dict[str, float], threshold: float) -> dict[str, str]:
-    """``spans`` (every question's best span) with ``""`` where the null's margin passes
-    ``threshold``: the predictions at another threshold, without reading the split again."""
-    return {q: "" if q in margins and margins[q] > threshold else text for q, text in spans.items()}

@@ -295,3 +295,9 @@ def score_files(dataset_file: str | Path, predictions_file: str | Path, version:
     except ValueError as e:  # predictions are checked above: what is left is about the dataset
         raise ValueError(f"{dataset_file}: {e}") from e
     return result
+
+
+def abstaining(spans: dict[str, str], margins: dict[str, float], threshold: float) -> dict[str, str]:
+    """``spans`` (every question's best span) with ``""`` where the null's margin passes
+    ``threshold``: the predictions at another threshold, without reading the split again."""
+    return {q: "" if q in margins and margins[q] > threshold else text for q, text in spans.items()}

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rckit import kernels
-from rckit.kernels import cpu
+from rckit.kernels import cpu, graph
 from rckit.layers.masking import masked_softmax
 
 
@@ -67,6 +67,8 @@ class MultiHeadSelfAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         if qkv.device.type == "cpu" and qkv.dtype != torch.float32 and kernels.enabled("attention"):
             y = cpu.attention(qkv, self.n_heads, key_mask, dropout_p)  # (B, T, d)
+        elif torch.compiler.is_exporting() and kernels.enabled("graph_attention") and dropout_p == 0.0:
+            y = graph.attention(qkv, self.n_heads, key_mask)  # (B, T, d)
         else:
             y = F.scaled_dot_product_attention(*_heads(qkv, self.n_heads), attn_mask=key_mask,
                                                dropout_p=dropout_p)  # (B, H, T, d_h)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rckit import kernels
-from rckit.kernels import cpu
+from rckit.kernels import cpu, graph
 from rckit.layers.highway import Highway
 
 
@@ -70,6 +70,8 @@ class CharCNN(nn.Module):
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         """``chars`` (B, T, W) long, 0 = <pad>; returns (B, T, out_dim)."""
+        if torch.compiler.is_exporting() and kernels.enabled("graph_char_cnn") and not self.training:
+            return graph.char_cnn(chars, self.embed.weight, self.conv.weight, self.conv.bias)
         if chars.device.type == "cpu" and kernels.enabled("char_cnn"):
             return cpu.char_cnn(chars, lambda ids: self.dropout(self.embed(ids)), self.conv.weight, self.conv.bias,
                                 self.training)

@@ -11,6 +11,9 @@ A model is a :class:`ReadingModel`, built as ``Model(config, EmbeddingInfo)``:
   :class:`SpanOutput` (start/end over context tokens) or a :class:`ClozeOutput` (scores over
   the entity markers); a model may return a subclass that adds what its own loss needs (DCN's
   decoder iterations), and every consumer reads only the fields named here.
+- ``answer_pass(words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context)``: a span model's
+  forward pass as the answering path calls it (rckit.Reader, and the ONNX graph of ``rckit export
+  --format onnx``); the default builds the batch and calls ``forward``.
 - ``loss(out, batch, reward_fn=None)``: a scalar float32 tensor. The default is the task's
   cross-entropy (:func:`~rckit.models.losses.span_loss`,
   :func:`~rckit.models.losses.cloze_loss`); DCN and DCN+ override it.
@@ -89,6 +92,19 @@ class ReadingModel(nn.Module):
     def task_of(cls, config) -> str:
         """``"span"`` or ``"cloze"``: what a model of this class with ``config`` answers."""
         return cls.TASK
+
+    def answer_pass(self, words: torch.Tensor, chars: torch.Tensor, c_tokens: torch.Tensor, c_mask: torch.Tensor,
+               q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor) -> SpanOutput:
+        """A span model's forward pass on the answering inputs (:func:`rckit.data.padding.answer_inputs`:
+        distinct tokens, distinct windows, questions pointing at their window), as
+        ``forward`` on the batch of (question, its window) rows. The default builds that batch; a
+        model may share the work of a token or a window among the questions (QANet)."""
+        from rckit.data.batching import Batch  # data imports no model code; keep it that way
+
+        c_tokens, c_mask = c_tokens[q_context], c_mask[q_context]  # (B, Tc)
+        none = torch.full(q_context.shape, -1, dtype=torch.long, device=q_context.device)
+        return self(Batch(words[c_tokens], chars[c_tokens], c_mask, words[q_tokens], chars[q_tokens], q_mask,
+                          none, none, none))
 
     def loss(self, out: SpanOutput | ClozeOutput, batch, reward_fn=None) -> torch.Tensor:
         """The task's cross-entropy; ``reward_fn`` is for models with ``uses_reward``."""

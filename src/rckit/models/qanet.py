@@ -96,24 +96,33 @@ def positional_encoding(T: int, d: int, device: torch.device, dtype: torch.dtype
     """Sinusoids ``[sin(t / 10000^(2i/d)); cos(t / 10000^(2i/d))]``, i < d/2, as (T, d).
 
     Read-only: rows of a cached table (every block of every forward asks for it), which holds
-    a power of two >= 512 positions.
+    a power of two >= 512 positions. While exporting (ONNX: ``T`` is symbolic) the sinusoids
+    are part of the graph.
     """
+    if torch.compiler.is_exporting():
+        return sinusoids(T, d, device).to(dtype)
     n = max(512, 1 << (T - 1).bit_length())
     return _sinusoids(n, d, torch.device(device), dtype)[:T]  # (T, d)
+
+
+def sinusoids(T: int, d: int, device: torch.device) -> torch.Tensor:
+    """The (T, d) float32 table of :func:`positional_encoding`."""
+    t = torch.arange(T, device=device, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+    inv_freq = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    angles = t * inv_freq  # (T, d/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=1)  # (T, d)
 
 
 @functools.lru_cache(maxsize=16)
 def _sinusoids(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     with torch.inference_mode(False), torch.no_grad():  # a normal tensor even if first asked for in inference mode
-        t = torch.arange(T, device=device, dtype=torch.float32).unsqueeze(1)  # (T, 1)
-        inv_freq = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
-        angles = t * inv_freq  # (T, d/2)
-        return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)  # (T, d)
+        return sinusoids(T, d, device).to(dtype)
 
 
 def padding_mask(mask: torch.Tensor) -> torch.Tensor | None:
-    """``mask`` if any position is padded, else ``None`` (what the encoders take for "no padding")."""
-    return None if bool(mask.all()) else mask
+    """``mask`` if any position is padded, else ``None`` (what the encoders take for "no padding").
+    While exporting (ONNX) always ``mask``: a graph serves inputs padded or not."""
+    return mask if torch.compiler.is_exporting() or not bool(mask.all()) else None
 
 
 class LayerDropDraws(nn.Module):
@@ -274,9 +283,23 @@ class QANet(ReadingModel):
         return C, Q
 
     def forward(self, batch: Batch) -> SpanOutput:
-        c_mask, q_mask = batch.c_mask, batch.q_mask
-        c_pad, q_pad = padding_mask(c_mask), padding_mask(q_mask)
-        C, Q = self.encode(batch, c_pad, q_pad)  # (B, Tc, d), (B, Tq, d)
+        C, Q = self.encode(batch, padding_mask(batch.c_mask), padding_mask(batch.q_mask))  # (B, Tc, d), (B, Tq, d)
+        return self.read(C, Q, batch.c_mask, batch.q_mask)
+
+    def answer_pass(self, words: torch.Tensor, chars: torch.Tensor, c_tokens: torch.Tensor, c_mask: torch.Tensor,
+               q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor) -> SpanOutput:
+        """Each distinct token embedded once, each distinct window encoded once (the embedding and
+        the embedding encoder look no further than their own token or sequence), then read with
+        each question on its window: the same values as ``forward`` on the (question, window) batch."""
+        x = self.embed(words.unsqueeze(0), chars.unsqueeze(0))[0]  # (N, d)
+        C = self.emb_enc(x[c_tokens], padding_mask(c_mask))  # (U, Tc, d)
+        Q = self.emb_enc(x[q_tokens], padding_mask(q_mask))  # (B, Tq, d)
+        return self.read(C[q_context], Q, c_mask[q_context], q_mask)
+
+    def read(self, C: torch.Tensor, Q: torch.Tensor, c_mask: torch.Tensor, q_mask: torch.Tensor) -> SpanOutput:
+        """Context-query attention, the model encoder and the pointers over encoded ``C`` (B, Tc, d)
+        and ``Q`` (B, Tq, d)."""
+        tokens_mask, c_pad = c_mask, padding_mask(c_mask)
         if self.no_answer:  # the null position: one learned vector before every context
             C, c_mask = with_null(self.null, C, c_mask)  # (B, 1 + Tc, d), (B, 1 + Tc)
             c_pad = padding_mask(c_mask)
@@ -288,7 +311,7 @@ class QANet(ReadingModel):
         start = self.w1(torch.cat([M0, M1], dim=-1)).squeeze(-1)  # (B, Tc)
         end = self.w2(torch.cat([M0, M2], dim=-1)).squeeze(-1)  # (B, Tc)
         if self.no_answer:
-            return SpanOutput(start_logits=mask_logits(start[:, 1:], batch.c_mask),
-                              end_logits=mask_logits(end[:, 1:], batch.c_mask),
+            return SpanOutput(start_logits=mask_logits(start[:, 1:], tokens_mask),
+                              end_logits=mask_logits(end[:, 1:], tokens_mask),
                               start_null=start[:, 0], end_null=end[:, 0])
         return SpanOutput(start_logits=mask_logits(start, c_mask), end_logits=mask_logits(end, c_mask))

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 
+from rckit.saved.errors import CheckpointError
+
+__all__ = ["CheckpointError", "load_checkpoint", "remove_stale_temp_files", "save_checkpoint"]
+
 FORMAT = "rckit-checkpoint-1"
 REQUIRED = ("format", "model_name", "model_config", "model", "step", "vocab")
-
-
-class CheckpointError(RuntimeError):
-    pass
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:

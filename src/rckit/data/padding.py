@@ -1,0 +1,108 @@
+"""Input arrays of span examples in NumPy: what a span model reads, before any framework.
+
+:func:`padded_inputs` cuts examples out of a prepared split's flat arrays (form ids looked up
+into word and character ids) and pads them: training and evaluation batches
+(:func:`rckit.data.batching.assemble` wraps them as tensors).
+
+:func:`answer_inputs` is what the answering path reads (:class:`rckit.saved.reader.Reader`, with
+PyTorch or onnxruntime; an ONNX model file takes these arrays by name, :data:`INPUTS`): each
+distinct token of a batch once, each distinct window of context once, and the questions, each
+pointing at its window, so a model embeds a token and encodes a window once however many
+questions share them (:meth:`rckit.models.contract.ReadingModel.answer_pass`):
+
+- ``words`` (N,) and ``chars`` (N, W): the word ids and character ids of the distinct tokens, row 0
+  the padding token (id 0, no characters);
+- ``c_tokens`` (U, Tc) rows of ``words``, ``c_mask`` (U, Tc): the distinct windows;
+- ``q_tokens`` (B, Tq), ``q_mask`` (B, Tq): the questions; ``q_context`` (B,): each one's window.
+
+Masks are True on real tokens; padding is id (or row) 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+INPUTS = ("words", "chars", "c_tokens", "c_mask", "q_tokens", "q_mask", "q_context")  # answer_inputs, in order
+
+
+def padded_inputs(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len) -> dict[str, np.ndarray]:
+    """Example ``b`` = context tokens ``ctx_forms[c_lo[b]:c_lo[b] + c_len[b]]`` and question
+    tokens ``q_forms[q_lo[b]:q_lo[b] + q_len[b]]`` of the arrays ``a``, padded: ``c_words``
+    (B, Tc) int64, ``c_chars`` (B, Tc, W) int64, ``c_mask`` (B, Tc) bool, and the same for ``q``."""
+    c_len, q_len = np.asarray(c_len, np.int64), np.asarray(q_len, np.int64)
+    B, Tc, Tq = len(c_len), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
+    c_forms = np.zeros((B, Tc), np.int64)
+    q_forms = np.zeros((B, Tq), np.int64)
+    c_mask = np.arange(Tc) < c_len[:, None]  # (B, Tc)
+    q_mask = np.arange(Tq) < q_len[:, None]  # (B, Tq)
+    for b in range(B):
+        c_forms[b, : c_len[b]] = a["ctx_forms"][c_lo[b] : c_lo[b] + c_len[b]]
+        q_forms[b, : q_len[b]] = a["q_forms"][q_lo[b] : q_lo[b] + q_len[b]]
+    # Form id 0 stands in for padding; the masks zero the ids there below.
+    return {
+        "c_words": np.where(c_mask, a["form_words"][c_forms], 0).astype(np.int64),
+        "c_chars": (a["form_chars"][c_forms] * c_mask[..., None]).astype(np.int64),  # (B, Tc, W)
+        "c_mask": c_mask,
+        "q_words": np.where(q_mask, a["form_words"][q_forms], 0).astype(np.int64),
+        "q_chars": (a["form_chars"][q_forms] * q_mask[..., None]).astype(np.int64),  # (B, Tq, W)
+        "q_mask": q_mask,
+    }
+
+
+def answer_inputs(a: dict[str, np.ndarray], items: list[tuple[int, int, int, int]]) -> dict[str, np.ndarray]:
+    """The inputs (module docstring) of ``items`` ``(question, context, lo, hi)``: question ``i`` of
+    the arrays ``a`` on tokens ``[lo, hi)`` of their context ``c``."""
+    i, c, lo, hi = (np.array(col, np.int64) for col in zip(*items))
+    window_of: dict[tuple[int, int, int], int] = {}
+    q_context = np.array([window_of.setdefault(w, len(window_of)) for w in zip(c.tolist(), lo.tolist(), hi.tolist())],
+                         np.int64)
+    wc, wlo, whi = (np.array(col, np.int64) for col in zip(*window_of))
+    c_forms, c_mask = _rows(a["ctx_forms"], a["ctx_ptr"][wc] + wlo, whi - wlo)  # (U, Tc)
+    q_forms, q_mask = _rows(a["q_forms"], a["q_ptr"][i], a["q_ptr"][i + 1] - a["q_ptr"][i])  # (B, Tq)
+    forms = np.unique(np.concatenate([c_forms[c_mask], q_forms[q_mask]]))  # (N - 1,) the distinct tokens
+    W = a["form_chars"].shape[1]
+    return {
+        "words": np.concatenate([[0], a["form_words"][forms]]).astype(np.int64),  # row 0: padding
+        "chars": np.concatenate([np.zeros((1, W), np.int64), a["form_chars"][forms]]).astype(np.int64),
+        "c_tokens": np.where(c_mask, 1 + np.searchsorted(forms, c_forms), 0),
+        "c_mask": c_mask,
+        "q_tokens": np.where(q_mask, 1 + np.searchsorted(forms, q_forms), 0),
+        "q_mask": q_mask,
+        "q_context": q_context,
+    }
+
+
+def _rows(flat: np.ndarray, lo: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``flat[lo[b]:lo[b] + n[b]]`` for every b, padded with 0: (B, T) values and mask."""
+    T = max(1, int(n.max(initial=1)))
+    mask = np.arange(T) < n[:, None]
+    return np.where(mask, flat[np.minimum(lo[:, None] + np.arange(T), len(flat) - 1)], 0), mask
+
+
+def merge_answer_inputs(groups: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The inputs of several :func:`answer_inputs` (each of its own arrays: jobs planned apart)
+    as one, rows renumbered and padded to the longest window, question and word: what a server
+    reads in one forward pass when the items come from several requests."""
+    if len(groups) == 1:
+        return groups[0]
+    Tc = max(g["c_tokens"].shape[1] for g in groups)
+    Tq = max(g["q_tokens"].shape[1] for g in groups)
+    W = max(g["chars"].shape[1] for g in groups)
+    out: dict[str, list[np.ndarray]] = {k: [] for k in INPUTS}
+    n_words = n_windows = 0
+    for g in groups:
+        out["words"].append(g["words"])
+        out["chars"].append(_pad(g["chars"], W))
+        out["c_tokens"].append(_pad(np.where(g["c_mask"], g["c_tokens"] + n_words, 0), Tc))
+        out["c_mask"].append(_pad(g["c_mask"], Tc))
+        out["q_tokens"].append(_pad(np.where(g["q_mask"], g["q_tokens"] + n_words, 0), Tq))
+        out["q_mask"].append(_pad(g["q_mask"], Tq))
+        out["q_context"].append(g["q_context"] + n_windows)
+        n_words += len(g["words"])
+        n_windows += len(g["c_tokens"])
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def _pad(x: np.ndarray, width: int) -> np.ndarray:
+    """``x`` (B, T) padded with zeros (padding, False) to (B, width)."""
+    return np.pad(x, ((0, 0), (0, width - x.shape[1])))
