@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rckit.data.batching import Batch, SquadSplit
+from rckit.data.batching import Batch
+from rckit.data.split import SquadSplit
 from rckit.data.embeddings import EmbeddingInfo
 from rckit import kernels
 from rckit.evaluation.decoding import span_to_text

@@ -134,7 +134,9 @@ def test_serve_answers_over_http_on_onnxruntime_without_torch(onnx_file):
         body = json.dumps({"context": LONG, "question": "what follows gamma ?", "top_k": 2}).encode()
         req = urllib.request.Request(url + "v1/answer", body, {"Content-Type": "application/json"})
         answers = json.loads(urllib.request.urlopen(req, timeout=30).read())["answers"]
-        assert answers == pytest.approx(Reader.load(onnx_file).answer(LONG, "what follows gamma ?", top_k=2))
+        want = Reader.load(onnx_file).answer(LONG, "what follows gamma ?", top_k=2)
+        assert [(a["answer"], a["start"], a["end"]) for a in answers] == [(a["answer"], a["start"], a["end"]) for a in want]
+        assert [a["score"] for a in answers] == pytest.approx([a["score"] for a in want])
         model = json.loads(urllib.request.urlopen(url + "v1/model", timeout=30).read())
         assert model["backend"] == "onnxruntime" and model["format"] == "rckit-onnx-1"
     finally:

@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the page's tab to ask the whole collection")
     p.add_argument("--retriever-weight", type=float, help="with --index: how much the retriever's BM25 score counts "
                    "beside the reader's (default: the measured best)")
-    p.add_argument("--threads", type=int, help="torch threads for the model (default: every core this process may use but one, "
+    p.add_argument("--threads", type=int, help="the model's threads, PyTorch's or onnxruntime's (default: every core this process may use but one, "
                    "left to the HTTP side)")
 
     p = sub.add_parser(
@@ -803,7 +803,7 @@ def _model_line(path: Path) -> str:
     if path.suffix == ".onnx":
         from rckit.saved.onnx_model import read_metadata
     else:
-        from rckit.saved.export import read_metadata
+        from rckit.saved.metadata import read_metadata
 
     size = f"{path.stat().st_size / 2**20:.1f} MiB"
     try:

@@ -280,7 +280,7 @@ class Prepared:
     # batching and embeddings import torch (2.3 s on the development machine): they are imported
     # where a split is used, so that `rckit prepare` and `rckit score` run without torch.
     def split(self, name: str):
-        from rckit.data.batching import SquadSplit
+        from rckit.data.split import SquadSplit
 
         return SquadSplit.load(self.root, name)
 
@@ -406,7 +406,7 @@ def prepare_squad(
 
 def featurize(ds: SquadDataset, vocabs: Vocabularies):
     """Index a new dataset with existing vocabularies (evaluation on any SQuAD file)."""
-    from rckit.data.batching import SquadSplit
+    from rckit.data.split import SquadSplit
 
     tok = tokenize_dataset(ds)
     return SquadSplit.from_arrays(index_split(tok, vocabs), tok.qids, tok.contexts), tok.stats

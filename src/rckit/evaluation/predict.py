@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rckit.data.batching import BucketBatchSampler, SquadSplit
+from rckit.data.batching import BucketBatchSampler
+from rckit.data.split import SquadSplit
 from rckit.data.cloze import ClozeSplit
 from rckit.device import autocast
 from rckit.evaluation.decoding import DecodeConfig, best_spans, span_to_text, spans_and_null

