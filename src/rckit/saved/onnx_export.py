@@ -35,7 +35,7 @@ from rckit.data.batching import Batch
 from rckit.data.padding import INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
-from rckit.saved.export import load_span_model
+from rckit.saved.export import as_created, load_span_model
 from rckit.saved.onnx_model import FORMAT, OnnxModel
 from rckit.saved.reader import Reader
 from rckit.saved.torch_model import TorchModel
@@ -138,6 +138,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
                              f"{check['max_abs_logit_diff']:.3g} (more than {TOLERANCE}) on {where}: not written")
         record["check"] = check
         _set_metadata(tmp, record)
+        as_created(tmp)
         os.replace(tmp, out_file)
     finally:
         tmp.unlink(missing_ok=True)
@@ -223,7 +224,7 @@ def _quantize(path: Path) -> None:
 
     done = path.with_suffix(".int8.onnx")
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet(""):  # it advises pre-processing on the root logger
             warnings.simplefilter("ignore")
             quantize_dynamic(str(path), str(done), weight_type=QuantType.QInt8)
         os.replace(done, path)

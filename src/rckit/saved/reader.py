@@ -36,6 +36,7 @@ encodes each distinct window once; each distinct context is tokenized once.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import asdict
@@ -49,25 +50,42 @@ from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import Vocabularies, featurize
 from rckit.data.squad import ReadReport, SquadDataset, SquadExample
 from rckit.evaluation.decoding import DecodeConfig, null_scores, topk_spans
+from rckit.saved.errors import MissingPackage
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
 
-BUNDLED = Path(__file__).resolve().parent.parent / "bundled" / "qanet-squad.safetensors"
+BUNDLED = Path(__file__).resolve().parent.parent / "bundled" / "qanet-squad.safetensors"  # PyTorch
+BUNDLED_ONNX = BUNDLED.with_suffix(".onnx")  # the same model for onnxruntime (`rckit export bundled --format onnx`)
 DEFAULT_WINDOW = 400  # tokens; TrainConfig.max_c_len's default, for runs that do not record one
 
 
-def default_model_path() -> Path:
-    """``$RCKIT_MODEL`` if set (a run directory or an exported file), else the bundled model.
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here, without importing it."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
-    Raises FileNotFoundError, saying how to get a model, when neither is there.
+
+def default_model_path() -> Path:
+    """``$RCKIT_MODEL`` if set (a run directory or an exported file), else the installed model:
+    its ONNX file where onnxruntime is installed (the faster path, BENCHMARKS.md), else its
+    ``.safetensors`` file where PyTorch is.
+
+    Raises FileNotFoundError, saying how to get a model, when there is none, and
+    :class:`MissingPackage` when neither backend is installed.
     """
     env = os.environ.get("RCKIT_MODEL")
     if env:
         if not Path(env).exists():
             raise FileNotFoundError(f"RCKIT_MODEL={env}: no such file or directory")
         return Path(env)
-    if BUNDLED.is_file():
-        return BUNDLED
+    for path, package in ((BUNDLED_ONNX, "onnxruntime"), (BUNDLED, "torch")):
+        if path.is_file() and installed(package):
+            return path
+    if BUNDLED_ONNX.is_file() or BUNDLED.is_file():
+        raise MissingPackage("rckit answers with onnxruntime or PyTorch, and neither is installed: "
+                             "pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)")
     raise FileNotFoundError("no default model is installed: give a trained run or an exported file "
                             "(`rckit predict RUN ...`, `rckit export RUN --out FILE`), or set RCKIT_MODEL=FILE")
 
