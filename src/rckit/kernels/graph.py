@@ -4,10 +4,11 @@ layer is traced for export (``torch.compiler.is_exporting()``) and the fast path
 Each computes what the plain layer does (tested equal, ``tests/test_onnx.py``) in operations that
 onnxruntime runs well; what each gains: BENCHMARKS.md, "Answering without PyTorch".
 
-- ``graph_attention``: self-attention as ``softmax(q k^T / sqrt(d_h) + bias) v`` with an additive
-  0 / ``finfo.min`` key bias. SDPA with a boolean mask exports with a NaN guard for rows without a
-  key (``Where(IsNaN(...))`` on every score), which no row here lacks: each sequence has a real
-  token, and padded queries attend to the real keys.
+- ``graph_attention``: self-attention with its key mask as an additive float bias spelled out to
+  (B, 1, T, T), which the exporter writes as one ONNX ``Attention`` node (opset 23) that
+  onnxruntime runs fused; the plain layer's boolean (B, 1, 1, T) mask is refused by that kernel,
+  so without this form the export falls back to opset 18 and SDPA's decomposition (a NaN guard on
+  every score). On 10 windows of 400 tokens: 170 ms against 255 for the decomposed form.
 - ``graph_char_cnn``: the char CNN as look-ups in per-tap tables of the char table times the conv
   weights (one-hot characters make the conv a sum of rows), folded when the model loads.
 """
@@ -22,13 +23,14 @@ import torch.nn.functional as F
 
 def attention(qkv: torch.Tensor, n_heads: int, key_mask: torch.Tensor | None) -> torch.Tensor:
     """Multi-head attention of ``qkv`` (B, T, 3d) with ``key_mask`` (B, 1, 1, T) True on real keys,
-    or None; (B, T, d)."""
+    or None; (B, T, d). SDPA with an additive float mask spelled out to (B, 1, T, T), the shape
+    ONNX's Attention operator (opset 23) takes: the exporter writes one fused node."""
     B, T, d3 = qkv.shape
     q, k, v = qkv.view(B, T, 3, n_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, d_h) each
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)  # (B, H, T, T)
+    bias = None
     if key_mask is not None:
-        scores = scores + (~key_mask).to(scores.dtype) * torch.finfo(scores.dtype).min
-    y = scores.softmax(-1) @ v  # (B, H, T, d_h)
+        bias = ((~key_mask).to(qkv.dtype) * torch.finfo(qkv.dtype).min).expand(B, 1, T, T)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, T, d_h)
     return y.transpose(1, 2).reshape(B, T, d3 // 3)
 
 
