@@ -18,8 +18,6 @@ import argparse
 import statistics
 import time
 
-import torch
-
 FILLER = [
     "The harbour town grew slowly along the river, its warehouses built from the grey stone of the hills.",
     "Fishing boats left before dawn and came back in the afternoon, when the market opened by the quay.",
@@ -53,6 +51,7 @@ def stand_in_reader(context: str):
     from rckit.data.vocab import SPECIALS, Vocab
     from rckit.models.qanet import QANet
     from rckit.saved.reader import Reader
+    from rckit.saved.torch_model import TorchModel
 
     mcfg, tcfg, decode = run_configs("qanet", "cpu-small", [])
     forms = sorted({t.lower() for t in tokenize(context + " " + QUESTION)[0]})
@@ -60,9 +59,11 @@ def stand_in_reader(context: str):
     char_list = SPECIALS + sorted({c for f in forms for c in f})
     chars = Vocab(char_list, n_trainable=len(char_list))
     vocabs = Vocabularies(words, chars, lowercase=True, max_word_len=16)
+    import torch
+
     torch.manual_seed(0)
     info = EmbeddingInfo(torch.randn(len(words), 50), n_trainable_words=2, n_chars=len(chars))
-    return Reader(QANet(mcfg, info), vocabs, decode, window=tcfg.max_c_len,
+    return Reader(TorchModel(QANet(mcfg, info)), vocabs, decode, window=tcfg.max_c_len,
                   info={"model": "qanet (untrained stand-in, cpu-small)"})
 
 
@@ -78,15 +79,12 @@ def main() -> None:
     p.add_argument("--top-k", type=int, default=1)
     p.add_argument("--stride", type=int)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--threads", type=int, help="torch threads")
+    p.add_argument("--threads", type=int, help="the model's threads (PyTorch's or onnxruntime's)")
     p.add_argument("--question", default=QUESTION, help="what to ask (default: the fact's question)")
     args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
     context = make_document(args.words, args.fact_at)
     try:
-        reader = Reader.load(args.model)
+        reader = Reader.load(args.model, threads=args.threads)
     except FileNotFoundError:
         if args.model:
             raise
@@ -105,7 +103,7 @@ def main() -> None:
     print(f"document         {len(context.split()):,} words, {n_tokens:,} tokens, {len(context):,} characters")
     print(f"windows          {n_windows} of {reader.window} tokens, stride {stride}, "
           f"{-(-n_windows // reader.batch_size)} batches of up to {reader.batch_size}")
-    print(f"torch threads    {torch.get_num_threads()}")
+    print(f"backend          {reader.info['backend']}, threads {args.threads or 'default'}")
     print(f"seconds          median {statistics.median(times):.2f} over {args.repeat} "
           f"({', '.join(f'{t:.2f}' for t in times)}); {1000 * statistics.median(times) / n_windows:.1f} ms a window")
     print(f"question         {args.question}")
