@@ -49,15 +49,21 @@ def read_metadata(path: str | Path) -> dict:
     text = (header.get("__metadata__") or {}).get("rckit")
     if text is None:
         raise CheckpointError(f"{path}: not an rckit model file (a safetensors file without rckit's metadata)")
+    return parse_metadata(text, path, FORMAT, ("model", "model_config", "vocab", "embedding", "frozen_rows"))
+
+
+def parse_metadata(text: str, path: Path, fmt: str, required: tuple[str, ...]) -> dict:
+    """rckit's metadata JSON of a model file (``.safetensors`` or ``.onnx``), checked: JSON, the
+    ``format`` ``fmt``, every key of ``required``; else a one-line :class:`CheckpointError`."""
     try:
         meta = json.loads(text)
     except json.JSONDecodeError:
         raise CheckpointError(f"{path}: damaged rckit metadata (not JSON)") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{path}: rckit model format {found!r}, expected {FORMAT!r} (written by another "
+        raise CheckpointError(f"{path}: rckit model format {found!r}, expected {fmt!r} (written by another "
                               "version of rckit)")
-    missing = [k for k in ("model", "model_config", "vocab", "embedding", "frozen_rows") if k not in meta]
+    missing = [k for k in required if k not in meta]
     if missing:
         raise CheckpointError(f"{path}: rckit metadata is missing {missing}")
     return meta

@@ -16,13 +16,13 @@ PyTorch. This module imports no PyTorch.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from rckit.data.padding import INPUTS
 from rckit.saved.errors import CheckpointError, MissingPackage
+from rckit.saved.metadata import parse_metadata
 
 FORMAT = "rckit-onnx-1"
 REQUIRED = ("model", "model_config", "decode", "vocab", "parameters")
@@ -95,18 +95,7 @@ def metadata(session, path: Path) -> dict:
     text = session.get_modelmeta().custom_metadata_map.get("rckit")
     if text is None:
         raise CheckpointError(f"{path}: an ONNX model without rckit's metadata (not written by `rckit export`)")
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError:
-        raise CheckpointError(f"{path}: damaged rckit metadata (not JSON)") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{path}: rckit model format {found!r}, expected {FORMAT!r} (written by another "
-                              "version of rckit)")
-    missing = [k for k in REQUIRED if k not in meta]
-    if missing:
-        raise CheckpointError(f"{path}: rckit metadata is missing {missing}")
-    return meta
+    return parse_metadata(text, path, FORMAT, REQUIRED)
 
 
 def read_metadata(path: str | Path) -> dict:
