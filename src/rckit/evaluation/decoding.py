@@ -151,14 +151,34 @@ def topk_spans(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarra
     if n == 1:
         index = flat.argmax(axis=1)[:, None]  # the first maximum: smallest start, then shortest span
     else:
-        index = np.sort(np.argpartition(-flat, n - 1, axis=1)[:, :n], axis=1)  # the n best, in index order
-        # A stable sort by score keeps equal scores in index order.
-        index = np.take_along_axis(index, np.argsort(-np.take_along_axis(flat, index, 1), axis=1, kind="stable"), 1)
+        index = _top_indices(scores, n)
     score = np.take_along_axis(flat, index, 1)  # (B, n)
     found = score > -np.inf
     out.start[:, :n] = np.where(found, index // L, -1)
     out.end[:, :n] = np.where(found, index // L + index % L, -1)
     out.score[:, :n] = score
+    return out
+
+
+def _top_indices(scores: np.ndarray, n: int) -> np.ndarray:
+    """The flat indices ``s * L + d`` of the ``n`` best spans of each row of a (B, T, L) band,
+    best first, equal scores in index order; (B, n).
+
+    The ``n`` best spans are n distinct spans, so the n-th best score is at least the n-th best of
+    the per-start maxima: only spans scoring that much are candidates (a handful, where a partial
+    sort of all T * L would touch every one).
+    """
+    B, T, L = scores.shape
+    flat = scores.reshape(B, T * L)
+    per_start = scores.max(axis=2)  # (B, T)
+    floor = -np.partition(-per_start, n - 1, axis=1)[:, n - 1] if T >= n else np.full(B, -np.inf, np.float32)
+    out = np.empty((B, n), np.int64)
+    for b in range(B):
+        candidates = np.flatnonzero(flat[b] >= floor[b])  # in index order
+        if len(candidates) < n:  # fewer valid spans than n: the invalid ones (-inf) fill the row
+            candidates = np.arange(T * L)
+        order = np.argsort(-flat[b, candidates], kind="stable")[:n]
+        out[b] = candidates[order]
     return out
 
 
