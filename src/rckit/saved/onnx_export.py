@@ -35,7 +35,8 @@ from rckit.data.batching import Batch
 from rckit.data.padding import INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
-from rckit.saved.export import as_created, load_span_model
+from rckit.saved.export import as_created, frozen_tables, load_span_model
+from rckit.saved.glove_rows import PACKAGE, PACKAGE_DIM, encode_indices, package_indices, package_version, rows_at, rows_digest
 from rckit.saved.onnx_model import FORMAT, OnnxModel
 from rckit.saved.reader import Reader
 from rckit.saved.torch_model import TorchModel
@@ -122,11 +123,13 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             raise ValueError(f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
                              "through PyTorch (a run or a .safetensors export)") from e
         program.save(str(tmp))
+        frozen_rows = leave_out_package_rows(tmp, module, vocabs)
         record = {
             "format": FORMAT, "model": name, "model_config": meta["model_config"], "decode": meta["decode"],
             "train_config": {"max_c_len": torch_reader.window}, "vocab": vocabs.to_json(),
             "dev_score": meta.get("dev_score"), "scores": [] if int8 else meta.get("scores", []),
             "step": meta.get("step"), "parameters": torch_reader.model.parameters, "quantized": None,
+            "frozen_rows": frozen_rows,
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
         }
         _set_metadata(tmp, record)
@@ -216,6 +219,36 @@ def compare(torch_reader: Reader, onnx_reader: Reader, pairs: list[tuple[str, st
     ours, theirs = torch_reader.answer_batch(pairs), onnx_reader.answer_batch(pairs)
     same = sum(x[0]["answer"] == y[0]["answer"] for x, y in zip(ours, theirs))
     return {"questions": len(pairs), "max_abs_logit_diff": worst, "same_answers": same}
+
+
+def leave_out_package_rows(path: Path, module: torch.nn.Module, vocabs) -> dict:
+    """Take the fixed word rows that are the GloVe package's out of the ONNX file at ``path``: each
+    such table becomes a graph input, and the metadata entry returned (by input name: rows, dim,
+    the package's row of each word, sha256) lets :class:`~rckit.saved.onnx_model.OnnxModel` read
+    them from the package and check them, as an exported ``.safetensors`` file's are. Rows from a
+    GloVe text file stay in the file."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    initializers = {t.name: t for t in proto.graph.initializer}
+    words = vocabs.words.itos
+    entries = {}
+    for key, table in frozen_tables(module).items():
+        name = f"model.{key}"  # _Forward holds the model as `model`
+        rows = table.frozen.detach().float().numpy()
+        if name not in initializers or not rows.shape[0] or rows.shape[1] != PACKAGE_DIM:
+            continue
+        idx = package_indices(words[table.n_trainable:])
+        digest = rows_digest(rows)
+        if idx is None or rows_digest(rows_at(idx)) != digest:
+            continue
+        proto.graph.initializer.remove(initializers[name])
+        proto.graph.input.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(rows.shape)))
+        entries[name] = {"rows": int(rows.shape[0]), "dim": int(rows.shape[1]), "sha256": digest, "source": PACKAGE,
+                         "package_version": package_version(), "package_index": encode_indices(idx)}
+    if entries:
+        onnx.save(proto, str(path))
+    return entries
 
 
 def _set_metadata(path: Path, record: dict) -> None:

