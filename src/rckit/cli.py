@@ -625,8 +625,8 @@ def saved_configs(model: str, path: Path):
             from_dict(DecodeConfig, saved.get("decode") or {}))
 
 
-def init_source(name: str | None) -> str | None:
-    """``--init-from``: a checkpoint or exported file; ``bundled`` is the model installed with rckit."""
+def model_source(name: str | None) -> str | None:
+    """A model argument (``--init-from``, ``export``'s SOURCE): ``bundled`` is the model installed with rckit."""
     if name != "bundled":
         return name
     from rckit.saved.reader import BUNDLED
@@ -665,7 +665,7 @@ def cmd_train(args) -> int:
             data = prepare_from_args(args)
     summary = train(args.model, MODELS[args.model][1], mcfg, tcfg, data, args.out, max_steps=args.max_steps,
                     time_budget=parse_duration(args.time_budget), resume=args.resume, device=device,
-                    progress=not args.no_progress, decode=decode, init_from=init_source(args.init_from))
+                    progress=not args.no_progress, decode=decode, init_from=model_source(args.init_from))
     if dist.is_main:
         print(json.dumps(summary))
     return 0
@@ -741,7 +741,7 @@ def _shown(answer: dict) -> str:
 
 def cmd_export(args) -> int:
     fmt = args.format or ("onnx" if Path(args.out).suffix == ".onnx" else "safetensors")
-    source = _source(args.run)
+    source = model_source(args.run)
     if fmt == "onnx":
         from rckit.saved.onnx_export import export_onnx
 
@@ -763,15 +763,6 @@ def cmd_export(args) -> int:
         how = (f"rebuilt at load from {rows['source']}" if rows["source"] != "stored" else "stored in the file")
         print(f"  {key}: {rows['rows']:,} fixed word rows, {how} (sha256 {rows['sha256']})")
     return 0
-
-
-def _source(name: str) -> str:
-    """A model argument: 'bundled' is the model installed with rckit."""
-    if name == "bundled":
-        from rckit.saved.reader import BUNDLED
-
-        return str(BUNDLED)
-    return name
 
 
 def cmd_models(args) -> int:

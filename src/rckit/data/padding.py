@@ -29,16 +29,9 @@ def padded_inputs(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len) -> dict[st
     """Example ``b`` = context tokens ``ctx_forms[c_lo[b]:c_lo[b] + c_len[b]]`` and question
     tokens ``q_forms[q_lo[b]:q_lo[b] + q_len[b]]`` of the arrays ``a``, padded: ``c_words``
     (B, Tc) int64, ``c_chars`` (B, Tc, W) int64, ``c_mask`` (B, Tc) bool, and the same for ``q``."""
-    c_len, q_len = np.asarray(c_len, np.int64), np.asarray(q_len, np.int64)
-    B, Tc, Tq = len(c_len), max(1, int(c_len.max(initial=1))), max(1, int(q_len.max(initial=1)))
-    c_forms = np.zeros((B, Tc), np.int64)
-    q_forms = np.zeros((B, Tq), np.int64)
-    c_mask = np.arange(Tc) < c_len[:, None]  # (B, Tc)
-    q_mask = np.arange(Tq) < q_len[:, None]  # (B, Tq)
-    for b in range(B):
-        c_forms[b, : c_len[b]] = a["ctx_forms"][c_lo[b] : c_lo[b] + c_len[b]]
-        q_forms[b, : q_len[b]] = a["q_forms"][q_lo[b] : q_lo[b] + q_len[b]]
-    # Form id 0 stands in for padding; the masks zero the ids there below.
+    c_forms, c_mask = _rows(a["ctx_forms"], np.asarray(c_lo, np.int64), np.asarray(c_len, np.int64))  # (B, Tc)
+    q_forms, q_mask = _rows(a["q_forms"], np.asarray(q_lo, np.int64), np.asarray(q_len, np.int64))  # (B, Tq)
+    # Form id 0 stands in for padding; the masks zero the ids there.
     return {
         "c_words": np.where(c_mask, a["form_words"][c_forms], 0).astype(np.int64),
         "c_chars": (a["form_chars"][c_forms] * c_mask[..., None]).astype(np.int64),  # (B, Tc, W)
@@ -76,6 +69,8 @@ def _rows(flat: np.ndarray, lo: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, 
     """``flat[lo[b]:lo[b] + n[b]]`` for every b, padded with 0: (B, T) values and mask."""
     T = max(1, int(n.max(initial=1)))
     mask = np.arange(T) < n[:, None]
+    if not len(flat):
+        return np.zeros(mask.shape, np.int64), mask
     return np.where(mask, flat[np.minimum(lo[:, None] + np.arange(T), len(flat) - 1)], 0), mask
 
 

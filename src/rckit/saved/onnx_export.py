@@ -35,6 +35,7 @@ from rckit.data.batching import Batch
 from rckit.data.padding import INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
+from rckit.evaluation.decoding import DecodeConfig
 from rckit.saved.export import as_created, frozen_tables, load_span_model
 from rckit.saved.glove_rows import PACKAGE, PACKAGE_DIM, encode_indices, package_indices, package_version, rows_at, rows_digest
 from rckit.saved.onnx_model import FORMAT, OnnxModel
@@ -88,8 +89,8 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         raise ValueError(f"int8 quantization must be one of {', '.join(QUANTIZATIONS)}, got {int8!r}")
     source = Path(source)
     module, vocabs, meta = load_span_model(source, "cpu")
-    name = meta["model"]
-    torch_reader = Reader._made(TorchModel(module), vocabs, _decode(meta), meta, Path(meta["file"]), False)
+    name, decode = meta["model"], DecodeConfig(**meta["decode"])
+    torch_reader = Reader._made(TorchModel(module), vocabs, decode, meta, Path(meta["file"]), False)
     pairs, where = check_pairs(check_data, meta, check_questions)
 
     # Example inputs: three questions on two windows of different lengths, so that no size is
@@ -98,7 +99,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
     job = torch_reader.plan([(c1, q1), (c1, q2), (c2[: len(c2) // 2], q2)])
     example = answer_inputs(job.arrays, [item for group in job.windows for item in group])
     args = tuple(torch.from_numpy(example[k]) for k in INPUTS)
-    n, width, u, c_len, b, q_len = (torch.export.Dim(name, min=1) for name in
+    n, width, u, c_len, b, q_len = (torch.export.Dim(dim, min=1) for dim in
                                     ("tokens", "word", "windows", "context", "questions", "question"))
     shapes = {"words": {0: n}, "chars": {0: n, 1: width}, "c_tokens": {0: u, 1: c_len}, "c_mask": {0: u, 1: c_len},
               "q_tokens": {0: b, 1: q_len}, "q_mask": {0: b, 1: q_len}, "q_context": {0: b}}
@@ -137,7 +138,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             _quantize(tmp)
             record["quantized"] = f"int8-{int8}"
             _set_metadata(tmp, record)
-        onnx_reader = Reader._made(OnnxModel(tmp), vocabs, _decode(meta), record, tmp, False)
+        onnx_reader = Reader._made(OnnxModel(tmp), vocabs, decode, record, tmp, False)
         try:
             check = compare(torch_reader, onnx_reader, pairs)
         except Exception as e:
@@ -180,12 +181,6 @@ def _quiet(logger: str):
         yield
     finally:
         log.setLevel(level)
-
-
-def _decode(meta: dict):
-    from rckit.evaluation.decoding import DecodeConfig
-
-    return DecodeConfig(**meta["decode"])
 
 
 def check_pairs(check_data: str | Path | None, meta: dict, limit: int) -> tuple[list[tuple[str, str]], str]:

@@ -28,21 +28,24 @@ def evaluate_reader(reader: Reader, data: str, limit: int | None = None, always_
     ds = read_squad(data)
     examples = ds.examples[:limit] if limit else ds.examples
     raw = only_questions(ds.raw, {ex.qid for ex in examples}) if limit else ds.raw
-    reader.window = 10**9  # contexts whole, as evaluation of a PyTorch model reads them
     spans: dict[str, str] = {}
     margins: dict[str, float] = {}
-    with tqdm(total=len(examples), unit="q", file=sys.stderr, disable=None if progress else True) as bar:
-        for lo in range(0, len(examples), CHUNK):
-            chunk = examples[lo:lo + CHUNK]
-            job = reader.plan([(ex.context, ex.question) for ex in chunk])
-            for items in reader._batches(job.windows):
-                reader.read([(job, items)])
-            job.no_answer_threshold = math.inf  # the best span of every question; abstaining below
-            for ex, answers, found, null in zip(chunk, job.answers(), job.found, job.null):
-                spans[ex.qid] = answers[0]["answer"] if answers else ""
-                if null is not None:  # the null's margin over the best span, in log-probability
-                    margins[ex.qid] = null - max(found.values(), default=-math.inf)
-            bar.update(len(chunk))
+    window, reader.window = reader.window, 10**9  # contexts whole, as evaluation of a PyTorch model reads them
+    try:
+        with tqdm(total=len(examples), unit="q", file=sys.stderr, disable=None if progress else True) as bar:
+            for lo in range(0, len(examples), CHUNK):
+                chunk = examples[lo:lo + CHUNK]
+                job = reader.plan([(ex.context, ex.question) for ex in chunk])
+                for items in reader._batches(job.windows):
+                    reader.read([(job, items)])
+                job.no_answer_threshold = math.inf  # the best span of every question; abstaining below
+                for ex, answers, found, null in zip(chunk, job.answers(), job.found, job.null):
+                    spans[ex.qid] = answers[0]["answer"] if answers else ""
+                    if null is not None:  # the null's margin over the best span, in log-probability
+                        margins[ex.qid] = null - max(found.values(), default=-math.inf)
+                bar.update(len(chunk))
+    finally:
+        reader.window = window  # the caller's reader reads as before
     threshold = math.inf if always_answer else reader.decode.no_answer_threshold
     preds = abstaining(spans, margins, threshold)
     result = score_predictions(raw, preds, ds.report.version)
