@@ -117,3 +117,28 @@ def test_real_prepare_and_cached_reload(shared_data, tmp_path):
     ctx, offs = train.context_of(i)
     s, e = train.a["y_start"][i], train.a["y_end"][i]
     assert ctx[offs[s][0] : offs[e][1]] == ex.answers[0].text.strip()
+
+
+def test_the_answering_path_indexes_texts_as_featurize_does(tiny_squad, tiny_glove, tmp_path):
+    """The Reader's lean path (tokenize_texts + a FormIndex that keeps each form's row) gives the
+    same word and character ids as featurize, across calls that share words and after the
+    table starts afresh at its limit."""
+    from rckit.data.prepare import FormIndex, tokenize_texts
+
+    p = _prep(tiny_squad, tiny_glove, tmp_path / "out")
+    texts = [("Denver won in Oslo, didn't it?", "Who won in Oslo?"), ("Oslo is cold; Denver isn't.", "Is Oslo cold?"),
+             ("Ünïcode wörds and a verylongwordbeyondsixteenchars.", "Which words?")]
+    index = FormIndex(p.vocabs, limit=12)
+    for context, question in texts:
+        doc = squad_json([(context, [("n1", question, [(context[:4], 0)])])])
+        split, _ = featurize(read_squad(write_json(tmp_path / "new.json", doc)), p.vocabs)
+        t = tokenize_texts([context], [question])
+        words, chars = index.rows(t.forms)
+        a = split.a
+        assert [tuple(o) for o in a["ctx_offsets"].tolist()] == t.ctx_offsets
+        np.testing.assert_array_equal(words[t.ctx_forms], a["form_words"][a["ctx_forms"]])
+        np.testing.assert_array_equal(chars[t.ctx_forms], a["form_chars"][a["ctx_forms"]])
+        np.testing.assert_array_equal(words[t.q_forms], a["form_words"][a["q_forms"]])
+        np.testing.assert_array_equal(chars[t.q_forms], a["form_chars"][a["q_forms"]])
+        assert len(index.index) <= 12
+    assert len(index.index) > 0

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -64,7 +65,20 @@ class TokenizedSplit:
     stats: dict = field(default_factory=dict)
 
 
-def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
+@dataclass
+class TextTokens:
+    """Contexts and questions tokenized, each distinct token string (form) once."""
+
+    forms: list[str]  # distinct token strings, index = form id
+    ctx_ptr: list[int]  # (n_ctx + 1,) into ctx_forms
+    ctx_forms: list[int]
+    ctx_offsets: list[tuple[int, int]]  # half-open character spans
+    q_ptr: list[int]  # (n_q + 1,) into q_forms
+    q_forms: list[int]
+
+
+def tokenize_texts(contexts: list[str], questions) -> TextTokens:
+    """Tokenize ``contexts`` and ``questions`` (any iterable of strings) into shared form ids."""
     form_ids: dict[str, int] = {}
     forms: list[str] = []
 
@@ -78,29 +92,35 @@ def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
             out.append(i)
         return out
 
-    ctx_ptr = [0]
-    ctx_forms: list[int] = []
-    ctx_offsets: list[tuple[int, int]] = []
-    bounds = []  # per context: (starts, ends) lists for span mapping
-    for c in ds.contexts:
+    ctx_ptr, ctx_forms, ctx_offsets = [0], [], []
+    for c in contexts:
         toks, offs = tokenize(c)
         ctx_forms.extend(ids_of(toks))
         ctx_offsets.extend(offs)
         ctx_ptr.append(len(ctx_forms))
+    q_ptr, q_forms = [0], []
+    for q in questions:
+        q_forms.extend(ids_of(tokenize(q)[0]))
+        q_ptr.append(len(q_forms))
+    return TextTokens(forms, ctx_ptr, ctx_forms, ctx_offsets, q_ptr, q_forms)
+
+
+def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
+    t = tokenize_texts(ds.contexts, (ex.question for ex in ds.examples))
+    forms, ctx_ptr, ctx_forms, ctx_offsets, q_ptr, q_forms = (t.forms, t.ctx_ptr, t.ctx_forms, t.ctx_offsets,
+                                                              t.q_ptr, t.q_forms)
+    bounds = []  # per context: (starts, ends) lists for span mapping
+    for lo, hi in zip(ctx_ptr, ctx_ptr[1:]):
+        offs = ctx_offsets[lo:hi]
         bounds.append(([s for s, _ in offs], [e for _, e in offs]))
 
     n = len(ds.examples)
-    q_ptr = [0]
-    q_forms: list[int] = []
     q_ctx = np.empty(n, np.int32)
     y_start = np.full(n, -1, np.int32)
     y_end = np.full(n, -1, np.int32)
     answerable = np.zeros(n, bool)
     answers = exact = unmappable = no_offset = 0
     for k, ex in enumerate(ds.examples):
-        toks, _ = tokenize(ex.question)
-        q_forms.extend(ids_of(toks))
-        q_ptr.append(len(q_forms))
         q_ctx[k] = ex.context_index
         answerable[k] = not ex.is_impossible and bool(ex.answers)
         starts, ends = bounds[ex.context_index]
@@ -187,17 +207,54 @@ class Vocabularies:
         )
 
 
-def index_split(tok: TokenizedSplit, vocabs: Vocabularies) -> dict[str, np.ndarray]:
-    """Word and character ids for every form of a split; returns the arrays to store."""
+def form_rows(forms: list[str], vocabs: Vocabularies) -> tuple[np.ndarray, np.ndarray]:
+    """Word ids (n,) and character ids (n, max_word_len) int32 of token forms."""
     W = vocabs.max_word_len
     form_words = np.fromiter(
-        (vocabs.words.get(V.normalize_word(f, vocabs.lowercase)) for f in tok.forms), np.int32, len(tok.forms)
+        (vocabs.words.get(V.normalize_word(f, vocabs.lowercase)) for f in forms), np.int32, len(forms)
     )
-    form_chars = np.zeros((len(tok.forms), W), np.int32)
+    form_chars = np.zeros((len(forms), W), np.int32)
     cget = vocabs.chars.stoi.get
-    for i, f in enumerate(tok.forms):
+    for i, f in enumerate(forms):
         ids = [cget(ch, V.UNK) for ch in f[:W]]
         form_chars[i, : len(ids)] = ids
+    return form_words, form_chars
+
+
+class FormIndex:
+    """:func:`form_rows` for a reader, which meets the same words again and again: each form's
+    row computed once and kept (at most ``limit`` forms; then the table starts afresh). Safe to
+    share between threads."""
+
+    def __init__(self, vocabs: Vocabularies, limit: int = 500_000):
+        self.vocabs, self.limit = vocabs, limit
+        self.lock = threading.Lock()
+        self._clear()
+
+    def _clear(self) -> None:
+        self.index: dict[str, int] = {}
+        self.words = np.zeros(0, np.int32)
+        self.chars = np.zeros((0, self.vocabs.max_word_len), np.int32)
+
+    def rows(self, forms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Word ids (n,) and character ids (n, max_word_len) of distinct ``forms``, as :func:`form_rows`."""
+        with self.lock:
+            new = [f for f in forms if f not in self.index]
+            if new:
+                if len(self.index) + len(new) > self.limit:
+                    self._clear()
+                    new = list(forms)
+                words, chars = form_rows(new, self.vocabs)
+                for f in new:
+                    self.index[f] = len(self.index)
+                self.words, self.chars = np.concatenate([self.words, words]), np.concatenate([self.chars, chars])
+            at = np.fromiter((self.index[f] for f in forms), np.int64, len(forms))
+            return self.words[at], self.chars[at]
+
+
+def index_split(tok: TokenizedSplit, vocabs: Vocabularies) -> dict[str, np.ndarray]:
+    """Word and character ids for every form of a split; returns the arrays to store."""
+    form_words, form_chars = form_rows(tok.forms, vocabs)
     return {
         "form_words": form_words,
         "form_chars": form_chars,

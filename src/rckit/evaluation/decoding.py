@@ -98,9 +98,12 @@ def _band_scores(log_p_start: np.ndarray, log_p_end: np.ndarray, span_mask: np.n
     """
     B, T = log_p_start.shape
     L = min(max_answer_len, T)
-    # A strided view: band[b, s, d] = padded[b, s + d], no copy until the add below.
-    padded = np.pad(log_p_end, ((0, 0), (0, L - 1)), constant_values=_MIN)
-    end_band = np.lib.stride_tricks.sliding_window_view(padded, L, axis=1)  # (B, T, L)
+    # A strided view: band[b, s, d] = padded[b, s + d], no copy until the add below (as_strided
+    # rather than np.pad and sliding_window_view, whose checks cost more than the arithmetic here).
+    padded = np.full((B, T + L - 1), _MIN, np.float32)
+    padded[:, :T] = log_p_end
+    end_band = np.lib.stride_tricks.as_strided(padded, (B, T, L), (padded.strides[0],) + padded.strides[1:] * 2,
+                                               writeable=False)  # (B, T, L)
     with np.errstate(over="ignore"):  # padding + padding overflows to -inf: invalid spans either way
         scores = log_p_start[:, :, None] + end_band  # (B, T, L)
 

@@ -86,8 +86,8 @@ class ContextQueryAttention(nn.Module):
 
     def similarity(self, c: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Trilinear ``S_ij = w^T [c_i; q_j; c_i * q_j]`` for ``c`` (B, Tc, d), ``q`` (B, Tq, d)."""
-        s_c = (c @ self.w_c).unsqueeze(2)  # (B, Tc, 1)
-        s_q = (q @ self.w_q).unsqueeze(1)  # (B, 1, Tq)
+        s_c = c @ self.w_c.unsqueeze(1)  # (B, Tc, 1)
+        s_q = (q @ self.w_q.unsqueeze(1)).transpose(1, 2)  # (B, 1, Tq)
         s_cq = (c * self.w_cq) @ q.transpose(1, 2)  # (B, Tc, Tq)
         return s_c + s_q + s_cq
 

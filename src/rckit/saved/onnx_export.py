@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from rckit import kernels
+from rckit.kernels import graph
 from rckit.data.batching import Batch
 from rckit.data.padding import INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
@@ -119,7 +120,8 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
                 warnings.simplefilter("ignore")
                 program = torch.onnx.export(_Forward(module).eval(), args, dynamo=True, dynamic_shapes=shapes,
                                             input_names=list(INPUTS), output_names=outputs, opset_version=opset,
-                                            optimize=True, verbose=False)
+                                            custom_translation_table=graph.onnx_translations(), optimize=True,
+                                            verbose=False)
         except Exception as e:
             raise ValueError(f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
                              "through PyTorch (a run or a .safetensors export)") from e

@@ -47,8 +47,7 @@ from typing import Callable
 import numpy as np
 
 from rckit.data.padding import answer_inputs, merge_answer_inputs
-from rckit.data.prepare import Vocabularies, featurize
-from rckit.data.squad import ReadReport, SquadDataset, SquadExample
+from rckit.data.prepare import FormIndex, Vocabularies, tokenize_texts
 from rckit.evaluation.decoding import DecodeConfig, null_scores, topk_spans
 from rckit.saved.errors import MissingPackage
 
@@ -138,6 +137,7 @@ class Reader:
             raise ValueError(f"window must be >= 1 token, got {window}")
         self.model = model
         self.vocabs = vocabs
+        self.forms = FormIndex(vocabs)  # word and character ids of each token string met, computed once
         self.decode = decode or DecodeConfig()
         self.window = int(window)
         self.batch_size = batch_size
@@ -242,11 +242,12 @@ class Reader:
             context_ids.setdefault(context, len(context_ids))
         a: dict = {}
         if all_pairs:
-            examples = [SquadExample(str(i), "", context_ids[c], c, q, [], is_impossible=True)
-                        for i, (c, q) in enumerate(all_pairs)]
-            split, _ = featurize(SquadDataset(examples, list(context_ids), ReadReport("<input>", "1.1"), {}),
-                                 self.vocabs)
-            a = split.a
+            t = tokenize_texts(list(context_ids), (q for _, q in all_pairs))
+            form_words, form_chars = self.forms.rows(t.forms)
+            a = {"form_words": form_words, "form_chars": form_chars,
+                 "ctx_ptr": np.asarray(t.ctx_ptr, np.int64), "ctx_forms": np.asarray(t.ctx_forms, np.int32),
+                 "ctx_offsets": np.asarray(t.ctx_offsets, np.int32).reshape(-1, 2),
+                 "q_ptr": np.asarray(t.q_ptr, np.int64), "q_forms": np.asarray(t.q_forms, np.int32)}
         jobs: list[Job | ValueError] = []
         first = 0
         for r in checked:
