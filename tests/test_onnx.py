@@ -281,6 +281,21 @@ def test_graph_char_cnn_equals_the_plain_char_cnn():
     assert (got[1, 5:] == 0).all()
 
 
+def test_graph_conv_equals_the_plain_separable_conv():
+    from rckit import kernels
+    from rckit.kernels import graph
+    from rckit.layers.conv import DepthwiseSeparableConv1d
+
+    torch.manual_seed(2)
+    for k in (1, 5, 7):
+        layer = DepthwiseSeparableConv1d(6, 4, k)
+        x = torch.randn(3, 9, 6)
+        with kernels.use("none"), torch.no_grad():
+            plain = layer(x)
+            got = graph.separable_conv(x, layer.depthwise.weight, layer.pointwise.weight, layer.pointwise.bias)
+        assert got.shape == (3, 9, 4) and torch.allclose(got, plain, atol=1e-6)
+
+
 def test_export_time_forms_are_switched_by_the_kernel_spec(tiny_run, onnx_file, tmp_path):
     """Without the graph forms the export holds the plain layers (ONNX Conv for the char CNN, SDPA's
     guarded softmax) and answers the same."""
@@ -289,7 +304,7 @@ def test_export_time_forms_are_switched_by_the_kernel_spec(tiny_run, onnx_file, 
     from rckit import kernels
     from rckit.saved.onnx_export import export_onnx
 
-    with kernels.use("-graph_attention,-graph_char_cnn"):
+    with kernels.use("-graph_attention,-graph_char_cnn,-graph_conv"):
         plain = export_onnx(tiny_run, tmp_path / "plain.onnx")
     assert plain["check"]["max_abs_logit_diff"] < 1e-3
 

@@ -11,7 +11,7 @@ pointing at its window, so a model embeds a token and encodes a window once howe
 questions share them (:meth:`rckit.models.contract.ReadingModel.answer_pass`):
 
 - ``words`` (N,) and ``chars`` (N, W): the word ids and character ids of the distinct tokens, row 0
-  the padding token (id 0, no characters);
+  the padding token (id 0, no characters), W the longest word's length (at most ``max_word_len``);
 - ``c_tokens`` (U, Tc) rows of ``words``, ``c_mask`` (U, Tc): the distinct windows;
 - ``q_tokens`` (B, Tq), ``q_mask`` (B, Tq): the questions; ``q_context`` (B,): each one's window.
 
@@ -53,10 +53,11 @@ def answer_inputs(a: dict[str, np.ndarray], items: list[tuple[int, int, int, int
     c_forms, c_mask = _rows(a["ctx_forms"], a["ctx_ptr"][wc] + wlo, whi - wlo)  # (U, Tc)
     q_forms, q_mask = _rows(a["q_forms"], a["q_ptr"][i], a["q_ptr"][i + 1] - a["q_ptr"][i])  # (B, Tq)
     forms = np.unique(np.concatenate([c_forms[c_mask], q_forms[q_mask]]))  # (N - 1,) the distinct tokens
-    W = a["form_chars"].shape[1]
+    chars = a["form_chars"][forms]
+    W = max(1, int((chars != 0).sum(1).max(initial=1)))  # the longest word's characters: the rest is padding
     return {
         "words": np.concatenate([[0], a["form_words"][forms]]).astype(np.int64),  # row 0: padding
-        "chars": np.concatenate([np.zeros((1, W), np.int64), a["form_chars"][forms]]).astype(np.int64),
+        "chars": np.concatenate([np.zeros((1, W), np.int64), chars[:, :W]]).astype(np.int64),
         "c_tokens": np.where(c_mask, 1 + np.searchsorted(forms, c_forms), 0),
         "c_mask": c_mask,
         "q_tokens": np.where(q_mask, 1 + np.searchsorted(forms, q_forms), 0),

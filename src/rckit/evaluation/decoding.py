@@ -82,7 +82,8 @@ def _check_inputs(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.nda
 
 
 def _masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """log-softmax over the real tokens of each row, in float32. Padded entries are meaningless."""
+    """log-softmax over the real tokens (``mask`` (B, T)) of each row of ``logits`` (..., B, T), in
+    float32. Padded entries are meaningless."""
     x = np.where(mask, logits.astype(np.float32, copy=False), _MIN)
     x = x - x.max(axis=-1, keepdims=True)
     with np.errstate(under="ignore"):
@@ -146,8 +147,8 @@ def topk_spans(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarra
     out = _empty((B, k))
     if T == 0 or B == 0:
         return out
-    scores = _band_scores(_masked_log_softmax(start_logits, mask), _masked_log_softmax(end_logits, mask), mask,
-                          max_answer_len)  # (B, T, L)
+    log_p_start, log_p_end = _masked_log_softmax(np.stack([start_logits, end_logits]), mask)  # one pass for both
+    scores = _band_scores(log_p_start, log_p_end, mask, max_answer_len)  # (B, T, L)
     L = scores.shape[2]
     flat = scores.reshape(B, T * L)
     n = min(k, T * L)

@@ -15,8 +15,9 @@ BENCHMARKS.md, "CPU kernels"):
 - ``attention``: self-attention in fp32 under bf16 autocast;
 - ``char_cnn``: the char CNN at real characters only;
 - ``dedupe``: outside training, shared contexts and repeated tokens computed once;
-- ``graph_attention``, ``graph_char_cnn``: in an exported ONNX graph only, self-attention with
-  an additive key bias, the char CNN as table look-ups (:mod:`rckit.kernels.graph`).
+- ``graph_attention``, ``graph_char_cnn``, ``graph_conv``: in an exported ONNX graph only,
+  self-attention as one 3-D Attention node, the char CNN as table look-ups, the separable conv as
+  2-D convs over (B, C, 1, T) (:mod:`rckit.kernels.graph`).
 
 All are on by default. Switch them off with the environment variable ``RCKIT_KERNELS``, read
 at import: ``none`` (plain everywhere), ``all`` (the default), a list of the ones to keep
@@ -30,7 +31,7 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-NAMES = ("residual", "conv", "attention", "char_cnn", "dedupe", "graph_attention", "graph_char_cnn")
+NAMES = ("residual", "conv", "attention", "char_cnn", "dedupe", "graph_attention", "graph_char_cnn", "graph_conv")
 CPU = NAMES[:5]  # the fast paths of PyTorch on CPU (:mod:`.cpu`)
 GRAPH = NAMES[5:]  # the forms of an exported graph (:mod:`.graph`)
 

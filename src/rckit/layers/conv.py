@@ -8,7 +8,8 @@ A depthwise conv (one length-k filter per input channel, no bias) followed by a 
 Sequences are channels-last, (B, T, C), in every rckit model and in this module; the convs
 run on the (B, C, T) transpose. Padding is ``k // 2`` zeros on each side (same length out), so
 callers must zero padded positions first if they want padding not to leak into real ones.
-On CPU the kernel ``conv`` (:func:`rckit.kernels.cpu.separable_conv`) computes the same thing.
+On CPU the kernel ``conv`` (:func:`rckit.kernels.cpu.separable_conv`) computes the same thing; in an
+exported graph ``graph_conv`` (:func:`rckit.kernels.graph.separable_conv`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from rckit import kernels
-from rckit.kernels import cpu
+from rckit.kernels import cpu, graph
 
 
 class DepthwiseSeparableConv1d(nn.Module):
@@ -32,6 +33,8 @@ class DepthwiseSeparableConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (B, T, C_in) -> (B, T, C_out)."""
+        if torch.compiler.is_exporting() and kernels.enabled("graph_conv"):
+            return graph.separable_conv(x, self.depthwise.weight, self.pointwise.weight, self.pointwise.bias)
         if x.device.type == "cpu" and kernels.enabled("conv"):
             return cpu.separable_conv(x, self.depthwise.weight, self.pointwise.weight, self.pointwise.bias)
         return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)  # (B, C, T) inside
