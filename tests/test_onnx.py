@@ -85,6 +85,13 @@ def test_the_onnx_reader_answers_as_the_pytorch_reader(tiny_run, onnx_file):
     jobs = onnx_reader.plan_many([([p], 1, None) for p in pairs[:5]])
     onnx_reader.read([(job, [item for group in job.windows for item in group]) for job in jobs])
     assert [job.answers()[0][0]["answer"] for job in jobs] == [a[0]["answer"] for a in ours[:5]]
+    # Threads that sleep between operations (what `rckit serve` asks for) answer the same.
+    sleeping = Reader.load(onnx_file, threads=2, spin=False)
+    options = sleeping.model.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    for a, b in zip(sleeping.answer_batch(pairs, top_k=3), theirs):
+        assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]
+        assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], rel=1e-5, abs=1e-7)
 
 
 def test_dev_scores_of_the_onnx_file_equal_the_runs(tiny_run, onnx_file, capsys):

@@ -636,12 +636,21 @@ def test_a_real_server_answers_over_http_and_stops_on_ctrl_c(tiny_export, tmp_pa
     assert code == 130 and "Traceback" not in err, err
 
 
-def test_the_model_leaves_one_core_to_the_http_side(monkeypatch):
+def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_sleeps_instead(monkeypatch):
     import rckit.serve.app as app
 
-    for cores, want in ((1, 1), (2, 1), (16, 15)):
+    for cores, torch_threads in ((1, 1), (2, 1), (16, 15)):
         monkeypatch.setattr(app, "available_cores", lambda: cores)
-        assert app.model_threads() == want
+        assert app.model_threads(onnx=False) == torch_threads
+        assert app.model_threads(onnx=True) == cores
+    loaded = {}
+    monkeypatch.setattr(app.Reader, "load", lambda source, **kw: loaded.update(kw) or (_ for _ in ()).throw(SystemExit(3)))
+    with pytest.raises(SystemExit):
+        app.serve("model.onnx")
+    assert loaded["threads"] == cores and loaded["spin"] is False
+    with pytest.raises(SystemExit):
+        app.serve("model.safetensors")
+    assert loaded["threads"] == cores - 1
 
 
 def test_ctrl_c_ends_serve_with_130_even_if_uvicorn_returns_quietly(tiny_export, monkeypatch, capsys):

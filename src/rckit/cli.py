@@ -295,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the page's tab to ask the whole collection")
     p.add_argument("--retriever-weight", type=float, help="with --index: how much the retriever's BM25 score counts "
                    "beside the reader's (default: the measured best)")
-    p.add_argument("--threads", type=int, help="the model's threads, PyTorch's or onnxruntime's (default: every core this process may use but one, "
-                   "left to the HTTP side)")
+    p.add_argument("--threads", type=int, help="the model's threads, PyTorch's or onnxruntime's (default: onnxruntime every core "
+                   "this process may use, sleeping between operations; PyTorch every core but one, left to the HTTP side)")
 
     p = sub.add_parser(
         "score",

@@ -44,13 +44,16 @@ class OnnxModel:
     """An rckit ONNX file on onnxruntime: NumPy inputs in, NumPy logits out.
 
     ``device``: ``cpu`` (or ``auto``: CUDA when onnxruntime has it, else CPU) or ``cuda``.
-    ``threads``: intra-op threads (None: onnxruntime's default, every core). A file that is not
-    an rckit ONNX model (damaged, truncated, another program's) is refused with one line.
+    ``threads``: intra-op threads (None: onnxruntime's default, every core). ``spin``: whether
+    those threads spin between operations waiting for work (onnxruntime's default: the fastest
+    for a caller with the cores to itself) or sleep (a server, whose HTTP side needs the cores
+    meanwhile; BENCHMARKS.md, "Answering without PyTorch"). A file that is not an rckit ONNX
+    model (damaged, truncated, another program's) is refused with one line.
     """
 
     backend = "onnxruntime"
 
-    def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None):
+    def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None, spin: bool = True):
         ort = onnxruntime()
         path = Path(path)
         if not path.is_file():
@@ -61,6 +64,8 @@ class OnnxModel:
         if threads is not None:
             opts.intra_op_num_threads = int(threads)
         opts.log_severity_level = 3  # errors only
+        if not spin:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(path), opts, providers=providers(ort, device))
         except Exception as e:  # onnxruntime's own exceptions (InvalidProtobuf, Fail, ...) share no base class

@@ -148,20 +148,21 @@ class Reader:
 
     @classmethod
     def load(cls, source: str | Path | None = None, device="cpu", always_answer: bool = False,
-             threads: int | None = None) -> "Reader":
+             threads: int | None = None, spin: bool = True) -> "Reader":
         """A run directory or checkpoint (``.pt``), an exported ``.safetensors`` file, an ONNX file
         (onnxruntime, no PyTorch), or None: the default model. ``device``: a name (``cpu``,
         ``cuda``, ``auto``) or a ``torch.device``. ``threads``: the cores the model may use (None:
-        the backend's default). ``always_answer``: a model that can abstain still answers with its
-        best span first (its ``no_answer_probability`` still said), as a model trained on SQuAD
-        v1.1 does."""
+        the backend's default); ``spin``: onnxruntime's threads spin waiting for work between
+        operations (False: they sleep, for a server whose HTTP side shares the cores; PyTorch
+        ignores it). ``always_answer``: a model that can abstain still answers with its best span
+        first (its ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does."""
         path = Path(source) if source is not None else default_model_path()
         if path.is_dir() or path.suffix == ".pt":
             return cls._from_torch(path, device, always_answer, threads)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such run directory or model file")
         if path.suffix == ".onnx":
-            return cls._from_onnx(path, device, always_answer, threads)
+            return cls._from_onnx(path, device, always_answer, threads, spin)
         return cls._from_torch(path, device, always_answer, threads)
 
     @classmethod
@@ -176,10 +177,10 @@ class Reader:
         return cls._made(model, vocabs, DecodeConfig(**meta["decode"]), meta, Path(meta["file"]), always_answer)
 
     @classmethod
-    def _from_onnx(cls, path: Path, device, always_answer: bool, threads: int | None) -> "Reader":
+    def _from_onnx(cls, path: Path, device, always_answer: bool, threads: int | None, spin: bool = True) -> "Reader":
         from rckit.saved.onnx_model import OnnxModel
 
-        model = OnnxModel(path, device=str(device), threads=threads)
+        model = OnnxModel(path, device=str(device), threads=threads, spin=spin)
         meta = model.meta
         decode = DecodeConfig(**meta["decode"])
         return cls._made(model, Vocabularies.from_json(meta["vocab"]), decode, meta, path, always_answer)

@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rckit.retrieval.store import PassageIndex
 from rckit.saved.collection import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, rank
-from rckit.saved.reader import Reader, text_problem
+from rckit.saved.reader import Reader, default_model_path, text_problem
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -497,12 +497,15 @@ def json_type(value) -> str:
     return type(value).__name__
 
 
-def model_threads() -> int:
-    """The model's threads (PyTorch's or onnxruntime's) by default: every core this process may use but one, which
-    the event loop needs to parse requests and write answers while the model computes (on 2
-    cores and a 5 ms window, 1 thread served 134.6 questions/s at 8 clients against 108.4 with 2:
+def model_threads(onnx: bool) -> int:
+    """The model's threads by default. onnxruntime: every core this process may use, its threads
+    sleeping between operations (``spin=False``) so the event loop gets a core whenever it needs
+    one (on 2 cores, at 8 clients: 224.7 questions/s against 194.9 with one thread and 178.5 with
+    two spinning; BENCHMARKS.md, "Answering without PyTorch"). PyTorch: every core but one, which
+    the event loop needs to parse requests and write answers while the model computes (on 2 cores
+    and a 5 ms window, 1 thread served 134.6 questions/s at 8 clients against 108.4 with 2:
     BENCHMARKS.md, Serving)."""
-    return max(1, available_cores() - 1)
+    return available_cores() if onnx else max(1, available_cores() - 1)
 
 
 def available_cores() -> int:
@@ -542,8 +545,8 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
     """Load the model from ``source`` (a run, an exported file, None: the default model) and serve it
     until Ctrl-C or SIGTERM (``always_answer``: :meth:`Reader.load`'s); ``options`` are :func:`create_app`'s (batching, limits, policy).
 
-    The model runs in one worker thread using ``threads`` cores (default: :func:`model_threads`,
-    all this process may use but one);
+    The model runs in one worker thread using ``threads`` cores (default: :func:`model_threads`:
+    with onnxruntime all this process may use, with PyTorch all but one);
     the event loop only parses requests and forms batches. Prints the URL once the socket listens
     (``port=0`` takes a free port and prints which).
     """
@@ -552,7 +555,8 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
     check_options(options)
-    reader = Reader.load(source, always_answer=always_answer, threads=threads or model_threads())
+    onnx = Path(source or default_model_path()).suffix == ".onnx"
+    reader = Reader.load(source, always_answer=always_answer, threads=threads or model_threads(onnx), spin=False)
     app = create_app(reader, **options)
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
