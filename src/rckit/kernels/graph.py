@@ -2,7 +2,8 @@
 layer is traced for export (``torch.compiler.is_exporting()``) and the fast path is on
 (:mod:`rckit.kernels`; ``rckit export --format onnx`` turns on these and none of :mod:`.cpu`).
 Each computes what the plain layer does (tested equal, ``tests/test_onnx.py``) in operations that
-onnxruntime runs well; what each gains: BENCHMARKS.md, "Answering without PyTorch".
+onnxruntime runs well; what each gains in the installed model (``benchmarks/graph_forms.py``:
+exported with each left out in turn): BENCHMARKS.md, "Answering without PyTorch".
 
 - ``graph_attention``: self-attention as one ONNX ``Attention`` node (opset 23) on the (B, T, d)
   projections, heads split inside the node (``q_num_heads``), with the key mask as an additive
@@ -10,21 +11,17 @@ onnxruntime runs well; what each gains: BENCHMARKS.md, "Answering without PyTorc
   transposes around it (nine nodes a layer) are gone. PyTorch has no 3-D multi-head SDPA, so the
   form is a custom op, ``rckit::graph_attention``, that computes SDPA in PyTorch and is written
   to ONNX by :func:`onnx_translations`. Without it the plain layer's boolean (B, 1, 1, T) mask
-  exports at opset 18 as SDPA's decomposition (a NaN guard on every score). On 10 windows of
-  400 tokens: 170 ms against 255 for the decomposed form.
+  exports at opset 18 as SDPA's decomposition (a NaN guard on every score).
 - ``graph_char_cnn``: the char CNN as look-ups in per-tap tables of the char table times the conv
   weights (one-hot characters make the conv a sum of rows), folded when the model loads; a padded
   character slot reads a huge negative value from its centre tap, so the max over the word skips
   it without a mask pass, and the bias and ReLU come after the max, on one vector a word.
 - ``graph_conv``: the depthwise-separable conv as two 2-D convs over (B, C, 1, T) with (1, k) and
   (1, 1) kernels: onnxruntime runs 2-D convs in its blocked (NCHWc) layout, with a depthwise
-  kernel, where a 1-D depthwise conv goes through a per-channel matrix product. One conv
-  sublayer at 163 tokens: 62 -> 24 us; 10 windows of 400 tokens: 690 -> 481 us.
+  kernel, where a 1-D depthwise conv goes through a per-channel matrix product.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
