@@ -500,8 +500,8 @@ def json_type(value) -> str:
 def model_threads(onnx: bool) -> int:
     """The model's threads by default. onnxruntime: every core this process may use, its threads
     sleeping between operations (``spin=False``) so the event loop gets a core whenever it needs
-    one (on 2 cores, at 8 clients: 224.7 questions/s against 194.9 with one thread and 178.5 with
-    two spinning; BENCHMARKS.md, "Answering without PyTorch"). PyTorch: every core but one, which
+    one (on 2 cores, at 8 clients: 222 questions/s against 153 with one thread; spinning threads
+    starve the event loop: BENCHMARKS.md, "Answering without PyTorch"). PyTorch: every core but one, which
     the event loop needs to parse requests and write answers while the model computes (on 2 cores
     and a 5 ms window, 1 thread served 134.6 questions/s at 8 clients against 108.4 with 2:
     BENCHMARKS.md, Serving)."""
