@@ -67,6 +67,8 @@ class FakeReader:
         self.planned: list[int] = []  # requests planned together, plan after plan
         self.lock = threading.Lock()
         self.busy = False  # two calls at once would mean the model runs outside the one worker
+        self.concurrent = False  # a batcher with several workers: calls at once are allowed
+        self.at_once = self.most_at_once = 0
 
     def plan(self, pairs, top_k=1, max_answer_len=None):
         return FakeJob(self, pairs, top_k, max_answer_len, self.windows)
@@ -77,8 +79,10 @@ class FakeReader:
 
     def read(self, parts):
         with self.lock:
-            assert not self.busy, "two model calls ran at once"
+            assert self.concurrent or not self.busy, "two model calls ran at once"
             self.busy = True
+            self.at_once += 1
+            self.most_at_once = max(self.most_at_once, self.at_once)
         try:
             self.calls.append(sum(len(items) for _, items in parts))
             self.log.append([job.pairs[i][1] for job, items in parts for i, _ in items])
@@ -87,11 +91,14 @@ class FakeReader:
                 for i, _ in items:
                     if self.fail_on and self.fail_on in job.pairs[i][1]:
                         raise RuntimeError(f"cannot answer {job.pairs[i][1]!r}")
-            time.sleep(self.delay)
-            for job, items in parts:
-                job.read += len(items)
+            time.sleep(self.delay(parts) if callable(self.delay) else self.delay)
+            with self.lock:
+                for job, items in parts:
+                    job.read += len(items)
         finally:
-            self.busy = False
+            with self.lock:
+                self.at_once -= 1
+                self.busy = self.at_once > 0
 
     def answers(self, context, question, top_k):
         words = [m.span() for m in re.finditer(r"\w+", context)]
@@ -462,6 +469,49 @@ def test_a_paragraph_is_answered_between_the_windows_of_a_long_document(policy):
     assert sum(q == "What?" for questions in fake.log for q in questions) == 20
 
 
+def test_two_workers_read_at_once_and_answer_a_request_after_its_last_window():
+    """With two workers the waiting items are shared between two calls at once; a document whose
+    windows went into both is answered only when both are done (FakeJob.answers checks)."""
+    from rckit.serve.batcher import Batcher
+
+    fake = FakeReader(delay=0.05, windows=lambda context: 5 if context.startswith("LONG") else 1)
+    fake.concurrent = True
+
+    async def scenario():
+        batcher = Batcher(fake, max_batch=4, window_ms=5, workers=2, timeout_s=20)
+        batcher.start()
+        try:
+            asked = [batcher.submit([(CONTEXT, f"Question {k}?")]) for k in range(6)]
+            asked.append(batcher.submit([("LONG " + CONTEXT, "What?")]))
+            return await asyncio.gather(*asked)
+        finally:
+            await batcher.stop()
+            batcher.close()
+
+    got = asyncio.run(scenario())
+    assert got[:6] == [[fake.answers(CONTEXT, f"Question {k}?", 1)] for k in range(6)]
+    assert got[6] == [fake.answers("LONG " + CONTEXT, "What?", 1)]
+    assert fake.most_at_once == 2 and sum(fake.calls) == 6 + 5 and max(fake.calls) <= 4
+
+    # A document's two windows in two calls at once, the first window's call the slower: its
+    # answers wait for that call too.
+    fake = FakeReader(delay=lambda parts: 0.3 if any(w == 0 for _, items in parts for _, w in items) else 0.01,
+                      windows=2)
+    fake.concurrent = True
+
+    async def document():
+        batcher = Batcher(fake, max_batch=1, window_ms=0, workers=2, timeout_s=20)
+        batcher.start()
+        try:
+            return await batcher.submit([("LONG " + CONTEXT, "What?")])
+        finally:
+            await batcher.stop()
+            batcher.close()
+
+    assert asyncio.run(document()) == [fake.answers("LONG " + CONTEXT, "What?", 1)]
+    assert fake.calls == [1, 1] and fake.most_at_once == 2
+
+
 def test_the_policies_choose_windows_as_documented():
     from rckit.serve.batcher import Batcher, Pending
 
@@ -528,6 +578,37 @@ def test_the_real_reader_through_the_api(tiny_reader):
         r = ask(client, context=QUESTIONS[0][0], questions=[q for _, q in QUESTIONS[:2]], top_k=2)
         for answers, (context, question) in zip(r.json()["answers"], QUESTIONS[:2]):
             same_answers(answers, tiny_reader.answer(context, question, 2))
+
+
+def test_the_real_reader_with_two_workers_answers_a_document_read_in_calls_at_once(tiny_reader):
+    """A long context's windows read by two calls at once, with short questions beside it: every
+    answer as read alone (the job's record is shared between the two threads)."""
+    document = " ".join(c for c, _ in QUESTIONS) * 12  # many windows of the tiny model's
+    bodies = [{"context": document, "question": "Who read the hieroglyphs?", "top_k": 3}]
+    bodies += [{"context": c, "question": q, "top_k": 2} for c, q in QUESTIONS]
+    at_once = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    class Counting:
+        info, window, plan_many = tiny_reader.info, tiny_reader.window, tiny_reader.plan_many
+
+        def read(self, parts):
+            with lock:
+                at_once[0] += 1
+                at_once[1] = max(at_once)
+            try:
+                time.sleep(0.02)  # the other call starts meanwhile
+                return tiny_reader.read(parts)
+            finally:
+                with lock:
+                    at_once[0] -= 1
+
+    app = create_app(Counting(), max_batch=2, batch_window_ms=1, model_workers=2)
+    responses = asyncio.run(_post_all(app, bodies))
+    for body, r in zip(bodies, responses):
+        assert r.status_code == 200, r.text
+        same_answers(r.json()["answers"], tiny_reader.answer(body["context"], body["question"], body["top_k"]))
+    assert len(tiny_reader.plan([(document, "x")]).windows) >= 4 and at_once[1] == 2
 
 
 def test_the_real_reader_batched_answers_equal_answers_alone(tiny_reader):
@@ -636,21 +717,25 @@ def test_a_real_server_answers_over_http_and_stops_on_ctrl_c(tiny_export, tmp_pa
     assert code == 130 and "Traceback" not in err, err
 
 
-def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_sleeps_instead(monkeypatch):
+def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_runs_two_calls_sleeping(monkeypatch):
     import rckit.serve.app as app
 
-    for cores, torch_threads in ((1, 1), (2, 1), (16, 15)):
+    for cores, torch_threads, onnx in ((1, 1, (1, 1)), (2, 1, (2, 1)), (16, 15, (2, 8))):
         monkeypatch.setattr(app, "available_cores", lambda: cores)
-        assert app.model_threads(onnx=False) == torch_threads
-        assert app.model_threads(onnx=True) == cores
-    loaded = {}
-    monkeypatch.setattr(app.Reader, "load", lambda source, **kw: loaded.update(kw) or (_ for _ in ()).throw(SystemExit(3)))
+        assert app.model_settings(onnx=False) == (1, torch_threads)
+        assert app.model_settings(onnx=True) == onnx
+        assert app.model_settings(onnx=True, workers=4) == (4, max(1, cores // 4))
+    loaded, made = {}, {}
+    monkeypatch.setattr(app.Reader, "load", lambda source, **kw: loaded.update(kw) or "reader")
+    monkeypatch.setattr(app, "create_app", lambda reader, **kw: made.update(kw) or (_ for _ in ()).throw(SystemExit(3)))
     with pytest.raises(SystemExit):
         app.serve("model.onnx")
-    assert loaded["threads"] == cores and loaded["spin"] is False
+    assert (loaded["threads"], loaded["spin"], made["model_workers"]) == (8, False, 2)
     with pytest.raises(SystemExit):
         app.serve("model.safetensors")
-    assert loaded["threads"] == cores - 1
+    assert (loaded["threads"], made["model_workers"]) == (15, 1)
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        app.serve("model.onnx", workers=0)
 
 
 def test_ctrl_c_ends_serve_with_130_even_if_uvicorn_returns_quietly(tiny_export, monkeypatch, capsys):

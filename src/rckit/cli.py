@@ -295,8 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "the page's tab to ask the whole collection")
     p.add_argument("--retriever-weight", type=float, help="with --index: how much the retriever's BM25 score counts "
                    "beside the reader's (default: the measured best)")
-    p.add_argument("--threads", type=int, help="the model's threads, PyTorch's or onnxruntime's (default: onnxruntime every core "
-                   "this process may use, sleeping between operations; PyTorch every core but one, left to the HTTP side)")
+    p.add_argument("--threads", type=int, help="each model call's threads, PyTorch's or onnxruntime's (default: onnxruntime the "
+                   "cores this process may use shared between its calls, sleeping between operations; PyTorch every core "
+                   "but one, left to the HTTP side)")
+    p.add_argument("--model-workers", type=int, help="model calls in flight at once, each formed from the requests waiting "
+                   "when it starts (default: onnxruntime 2 where there are 2 cores or more, PyTorch 1)")
 
     p = sub.add_parser(
         "score",
@@ -818,7 +821,7 @@ def cmd_serve(args) -> int:
     from rckit.serve.app import serve
 
     serve(args.run, host=args.host, port=args.port, threads=args.threads, always_answer=args.always_answer,
-          max_batch=args.max_batch,
+          workers=args.model_workers, max_batch=args.max_batch,
           max_tokens=args.max_tokens, batch_window_ms=args.batch_window_ms, policy=args.policy,
           max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
           max_question_chars=args.max_question_chars, max_context_chars=args.max_context_chars,

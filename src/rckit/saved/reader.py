@@ -39,6 +39,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -340,6 +341,7 @@ class Job:
         # The null score of each pair (a model that can abstain): the lowest over its windows, the
         # window most sure the text answers; None for a model that cannot abstain.
         self.null: list[float | None] = [None for _ in pairs]
+        self.lock = threading.Lock()  # a server may read two of its windows in two calls at once
 
     @staticmethod
     def cost(items: list[tuple]) -> int:
@@ -349,6 +351,10 @@ class Job:
     def record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None = None) -> None:
         """The top spans of each item (token indices in its window), as character spans of its
         context; ``nulls``: each item's null score (a model that can abstain)."""
+        with self.lock:
+            self._record(items, starts, ends, scores, nulls)
+
+    def _record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None) -> None:
         a = self.arrays
         for b, (i, c, lo, _) in enumerate(items):
             if nulls is not None:

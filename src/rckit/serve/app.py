@@ -242,10 +242,10 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
                max_questions: int = 64, max_question_chars: int = 1_000, max_context_chars: int = 200_000,
                max_work: int = 2_048, max_tokens: int = 4_096, request_timeout_s: float | None = 60.0,
                policy: str = "fair", index: str | Path | None = None,
-               retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT) -> FastAPI:
+               retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT, model_workers: int = 1) -> FastAPI:
     """A FastAPI app answering with ``reader`` (a :class:`~rckit.saved.reader.Reader`, or anything
     with its ``plan``, ``read``, ``window`` and ``info``); the limits are :class:`Limits`', the
-    scheduling :class:`~rckit.serve.batcher.Batcher`'s. With ``index`` (a file of ``rckit index``)
+    scheduling :class:`~rckit.serve.batcher.Batcher`'s (``model_workers``: its ``workers``). With ``index`` (a file of ``rckit index``)
     ``POST /v1/ask`` asks its documents (:mod:`rckit.saved.collection`), their passages read by
     the same batcher as ``/v1/answer``'s requests."""
     check_options(dict(max_batch=max_batch, batch_window_ms=batch_window_ms, max_body_bytes=max_body_bytes,
@@ -255,7 +255,7 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
     limits = Limits.derive(reader.window, max_body_bytes, max_questions, max_question_chars, max_context_chars,
                            max_work, request_timeout_s)
     batcher = Batcher(reader, max_batch=max_batch, window_ms=batch_window_ms, max_tokens=max_tokens,
-                      max_work=max_work, timeout_s=request_timeout_s, policy=policy)
+                      max_work=max_work, timeout_s=request_timeout_s, policy=policy, workers=model_workers)
     info = reader.info
     name = model_name(info)
     index_file = index  # (the name `index` goes to the page's route below)
@@ -497,15 +497,23 @@ def json_type(value) -> str:
     return type(value).__name__
 
 
-def model_threads(onnx: bool) -> int:
-    """The model's threads by default. onnxruntime: every core this process may use, its threads
-    sleeping between operations (``spin=False``) so the event loop gets a core whenever it needs
-    one (on 2 cores, at 8 clients: 222 questions/s against 153 with one thread; spinning threads
-    starve the event loop: BENCHMARKS.md, "Answering without PyTorch"). PyTorch: every core but one, which
+def model_settings(onnx: bool, workers: int | None = None) -> tuple[int, int]:
+    """``(workers, threads)`` by default: the model calls in flight at once, and each one's threads.
+
+    onnxruntime: two calls at once where there are two cores or more, the cores shared between
+    them, threads sleeping between operations (``spin=False``) so the event loop gets a core
+    whenever it needs one. While one call runs, the next forms from the requests that arrived
+    meanwhile: at 8 clients on 2 cores, two calls of one thread served 224 questions/s against 190
+    for one call of two threads and 177 for one of one; threads that spin starve the event loop
+    (BENCHMARKS.md, "Answering without PyTorch"). PyTorch: one call on every core but one, which
     the event loop needs to parse requests and write answers while the model computes (on 2 cores
     and a 5 ms window, 1 thread served 134.6 questions/s at 8 clients against 108.4 with 2:
     BENCHMARKS.md, Serving)."""
-    return available_cores() if onnx else max(1, available_cores() - 1)
+    cores = available_cores()
+    if onnx:
+        workers = workers or min(2, cores)
+        return workers, max(1, cores // workers)
+    return workers or 1, max(1, cores - 1)
 
 
 def available_cores() -> int:
@@ -541,23 +549,26 @@ class SignalledServer(uvicorn.Server):
 
 
 def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, threads: int | None = None,
-          always_answer: bool = False, **options) -> None:
+          always_answer: bool = False, workers: int | None = None, **options) -> None:
     """Load the model from ``source`` (a run, an exported file, None: the default model) and serve it
     until Ctrl-C or SIGTERM (``always_answer``: :meth:`Reader.load`'s); ``options`` are :func:`create_app`'s (batching, limits, policy).
 
-    The model runs in one worker thread using ``threads`` cores (default: :func:`model_threads`:
-    with onnxruntime all this process may use, with PyTorch all but one);
+    The model runs in ``workers`` threads, each call on ``threads`` cores (defaults:
+    :func:`model_settings`: with onnxruntime two calls sharing the cores, with PyTorch one call on
+    all cores but one);
     the event loop only parses requests and forms batches. Prints the URL once the socket listens
     (``port=0`` takes a free port and prints which).
     """
     if port < 0:
         raise ValueError(f"port must be at least 0, not {port}")
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be at least 1, not {threads}")
+    for name, value in (("threads", threads), ("workers", workers)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
     check_options(options)
     onnx = Path(source or default_model_path()).suffix == ".onnx"
-    reader = Reader.load(source, always_answer=always_answer, threads=threads or model_threads(onnx), spin=False)
-    app = create_app(reader, **options)
+    workers, default_threads = model_settings(onnx, workers)
+    reader = Reader.load(source, always_answer=always_answer, threads=threads or default_threads, spin=False)
+    app = create_app(reader, model_workers=workers, **options)
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"

@@ -2,9 +2,12 @@
 
 A request is first planned (``reader.plan_many``: its contexts tokenized and cut into windows),
 then its windows wait to be read. One collector task forms each model call from the windows of
-all waiting requests and runs it (``reader.read``) in the one model thread, so the event loop
-keeps accepting and parsing requests meanwhile; a request gets its answers, merged over its
-windows (``job.answers()``), once its last window is read. A long document is therefore never
+all waiting requests and runs it (``reader.read``) in a model thread, so the event loop keeps
+accepting and parsing requests meanwhile; a request gets its answers, merged over its windows
+(``job.answers()``), once its last window is read. ``workers`` calls may be in flight at once,
+each in its own thread (the next call is formed while one runs, from the requests that arrived
+meanwhile): with 8 closed-loop clients one call's questions wait for their answers to be
+written and their next requests parsed, and a second call keeps the model busy in that time. A long document is therefore never
 one unit that everything queued behind it waits for: its windows take turns with other
 requests' in calls of bounded size.
 
@@ -87,6 +90,7 @@ class Pending:
     windows: deque = field(default_factory=deque)
     left: int = 0  # items still to read
     served: float = 0.0  # when it last had an aged turn (fair policy)
+    in_flight: int = 0  # model calls reading some of its windows now
 
     def __post_init__(self):
         self.windows = deque(self.job.windows)
@@ -99,9 +103,9 @@ class Batcher:
 
     def __init__(self, reader, max_batch: int = 32, window_ms: float = 2.0, max_tokens: int = 4096,
                  max_work: int | None = None, timeout_s: float | None = None, policy: str = "fair",
-                 age_ms: float = 200.0):
+                 age_ms: float = 200.0, workers: int = 1):
         for name, value, least in (("max_batch", max_batch, 1), ("window_ms", window_ms, 0),
-                                   ("max_tokens", max_tokens, 1), ("age_ms", age_ms, 0)):
+                                   ("max_tokens", max_tokens, 1), ("age_ms", age_ms, 0), ("workers", workers, 1)):
             if value < least:
                 raise ValueError(f"{name} must be at least {least}, not {value}")
         if policy not in POLICIES:
@@ -109,7 +113,8 @@ class Batcher:
         self.reader = reader
         self.max_batch, self.max_tokens, self.max_work, self.timeout = max_batch, max_tokens, max_work, timeout_s
         self.window, self.age, self.policy = window_ms / 1000, age_ms / 1000, policy
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="rckit-model")
+        self.workers = workers
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="rckit-model")
         self.planner = ThreadPoolExecutor(1, thread_name_prefix="rckit-plan")
         self.calls = 0  # model calls made
         self.questions = 0  # questions answered
@@ -118,6 +123,9 @@ class Batcher:
         self._wake: asyncio.Event | None = None
         self._plan_wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
+        self._free: asyncio.Semaphore | None = None  # model calls that may start now
+        self._calls: set[asyncio.Task] = set()  # model calls in flight (more than one worker)
+        self._busy = 0  # workers reading
         self._to_plan: list[Submission] = []
         self._waiting: list[Pending] = []
 
@@ -126,7 +134,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # an event belongs to one loop
             self._loop, self._wake, self._plan_wake = loop, asyncio.Event(), asyncio.Event()
-            self._waiting, self._to_plan = [], []
+            self._free = asyncio.Semaphore(self.workers)
+            self._waiting, self._to_plan, self._calls, self._busy = [], [], set(), 0
         elif self._tasks and not any(t.done() for t in self._tasks):
             return
         for t in self._tasks:
@@ -135,14 +144,15 @@ class Batcher:
                        loop.create_task(self._collect(), name="rckit-batcher")]
 
     async def stop(self) -> None:
-        """Cancel the planner and the collector; requests still waiting get an error instead of hanging."""
-        for t in self._tasks:
+        """Cancel the planner, the collector and the calls in flight; requests still waiting get an
+        error instead of hanging."""
+        for t in [*self._tasks, *self._calls]:
             t.cancel()
             try:
                 await t
             except asyncio.CancelledError:
                 pass
-        self._tasks = []
+        self._tasks, self._calls = [], set()
         for p in [*self._to_plan, *self._waiting]:
             _fail(p, RuntimeError("the server is shutting down"))
         self._waiting, self._to_plan = [], []
@@ -220,43 +230,81 @@ class Batcher:
                 continue
             await self._plan_together(long[:1], self.planner)
 
+    def _unread(self) -> list[Pending]:
+        """The waiting requests with windows not yet in any call."""
+        return [p for p in self._waiting if p.windows]
+
     async def _collect(self) -> None:
         while True:
-            while not self._waiting and not self._short():
+            while not self._unread() and not self._short():
                 self._wake.clear()
                 await self._wake.wait()
             if self.window > 0 and self._items_in_hand() < self.max_batch:
                 await asyncio.sleep(self.window)  # requests arriving meanwhile share the call
             short = self._short()
-            if short:  # in the model thread, before the call, as one batched call would
+            if short:  # in a model thread, before the call, as one batched call would
                 await self._plan_together(short, self.executor)
-            if not self._waiting:
-                continue
-            parts = self._take()
-            await self._read(parts)
-            for p, _ in parts:
-                if not p.windows and p in self._waiting:
-                    self._waiting.remove(p)
-                    if not p.future.done():
-                        p.future.set_result(p.job.answers())
-                        self.questions += len(p.job.pairs)
+            await self._free.acquire()  # while every worker is busy, what is planned waits here
+            # The items waiting now, shared between the idle workers: one call each, at once.
+            share = -(-sum(p.left for p in self._unread()) // (self.workers - self._busy))
+            while True:
+                parts = self._take(share)
+                if not parts:
+                    self._free.release()
+                    break
+                self._busy += 1
+                for p, _ in parts:
+                    p.in_flight += 1
+                if self.workers == 1:
+                    await self._call(parts)
+                    break
+                task = self._loop.create_task(self._call(parts))
+                self._calls.add(task)
+                task.add_done_callback(self._calls.discard)
+                if not self._unread() or self._busy == self.workers:
+                    break
+                await self._free.acquire()
 
-    def _take(self) -> list[tuple[Pending, list]]:
-        """The next call's items, ``(request, its items)``, chosen by the policy (module docstring)."""
+    async def _call(self, parts: list[tuple[Pending, list]]) -> None:
+        """One model call; then each request whose last window it read gets its answers."""
+        try:
+            await self._read(parts)
+        finally:
+            self._busy -= 1
+            self._free.release()
+            for p, _ in parts:
+                p.in_flight -= 1
+        for p, _ in parts:
+            if not p.windows and not p.in_flight and p in self._waiting:
+                self._waiting.remove(p)
+                try:
+                    answers = p.job.answers()
+                except Exception as e:  # noqa: BLE001 - the error goes to the request, not the loop
+                    _fail(p, e)
+                    continue
+                if not p.future.done():
+                    p.future.set_result(answers)
+                    self.questions += len(p.job.pairs)
+        self._wake.set()
+
+    def _take(self, most: int | None = None) -> list[tuple[Pending, list]]:
+        """The next call's items, ``(request, its items)``, at most ``most`` (and ``max_batch``),
+        chosen by the policy (module docstring)."""
         now = self._loop.time()
-        call = _Call(self.max_batch, self.max_tokens)
+        call = _Call(min(self.max_batch, most or self.max_batch), self.max_tokens)
+        unread = self._unread()
         if self.policy == "fair":
-            aged = [p for p in self._waiting if now - p.arrived >= self.age]
+            aged = [p for p in unread if now - p.arrived >= self.age]
             if aged:  # its turn: the aged request served longest ago, one window
                 turn = min(aged, key=lambda p: (p.served, p.arrived))
                 call.fill(turn, windows=1)
                 turn.served = now
-            for p in sorted(self._waiting, key=lambda p: (p.left, p.arrived)):  # then the least work left, whole
+            for p in sorted(unread, key=lambda p: (p.left, p.arrived)):  # then the least work left, whole
                 if not call.open or not call.fill(p):
                     break
         else:  # round-robin: one window of each request in turn
-            while call.open and any(p.windows for p in self._waiting):
-                if not all(call.fill(p, windows=1) for p in list(self._waiting) if p.windows):
+            while call.open and any(p.windows for p in unread):
+                if not all(call.fill(p, windows=1) for p in unread if p.windows):
                     break
         return list(call.parts.values())
 
