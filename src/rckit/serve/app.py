@@ -503,8 +503,8 @@ def model_settings(onnx: bool, workers: int | None = None) -> tuple[int, int]:
     onnxruntime: two calls at once where there are two cores or more, the cores shared between
     them, threads sleeping between operations (``spin=False``) so the event loop gets a core
     whenever it needs one. While one call runs, the next forms from the requests that arrived
-    meanwhile: at 8 clients on 2 cores, two calls of one thread served 224 questions/s against 190
-    for one call of two threads and 177 for one of one; threads that spin starve the event loop
+    meanwhile: at 8 clients on 2 cores, two calls of one thread served 288 and 317 questions/s
+    against 194 and 254 for one call of two threads; threads that spin starve the event loop
     (BENCHMARKS.md, "Answering without PyTorch"). PyTorch: one call on every core but one, which
     the event loop needs to parse requests and write answers while the model computes (on 2 cores
     and a 5 ms window, 1 thread served 134.6 questions/s at 8 clients against 108.4 with 2:
