@@ -247,8 +247,9 @@ def test_serve_parses_and_delegates(monkeypatch, capsys):
     fake = types.ModuleType("rckit.serve.app")
     fake.serve = lambda source, **kw: calls.append((source, kw))
     monkeypatch.setitem(sys.modules, "rckit.serve.app", fake)
-    assert main(["serve", "runs/x", "--port", "9000", "--max-batch", "8", "--threads", "2"]) == 0
-    assert calls == [("runs/x", {"host": "127.0.0.1", "port": 9000, "threads": 2, "always_answer": False, "index": None,
+    assert main(["serve", "runs/x", "--port", "9000", "--max-batch", "8", "--threads", "2", "--model-workers", "3"]) == 0
+    assert calls == [("runs/x", {"host": "127.0.0.1", "port": 9000, "threads": 2, "workers": 3, "always_answer": False,
+                                 "index": None,
                                  "max_batch": 8, "max_tokens": 4096,
                                  "batch_window_ms": 2.0, "policy": "fair", "max_body_bytes": 4_000_000,
                                  "max_questions": 64, "max_question_chars": 1_000, "max_context_chars": 200_000,
