@@ -4,12 +4,15 @@ A request is first planned (``reader.plan_many``: its contexts tokenized and cut
 then its windows wait to be read. One collector task forms each model call from the windows of
 all waiting requests and runs it (``reader.read``) in a model thread, so the event loop keeps
 accepting and parsing requests meanwhile; a request gets its answers, merged over its windows
-(``job.answers()``), once its last window is read. ``workers`` calls may be in flight at once,
-each in its own thread (the next call is formed while one runs, from the requests that arrived
-meanwhile): with 8 closed-loop clients one call's questions wait for their answers to be
-written and their next requests parsed, and a second call keeps the model busy in that time. A long document is therefore never
-one unit that everything queued behind it waits for: its windows take turns with other
-requests' in calls of bounded size.
+(``job.answers()``), once its last window is read and no call still holds one. A long document
+is therefore never one unit that everything queued behind it waits for: its windows take turns
+with other requests' in calls of bounded size.
+
+``workers`` calls may be in flight at once, each in its own thread: the items waiting when calls
+are formed are shared between the idle workers, one call each, and what arrives while every
+worker is busy joins the next call. With 8 closed-loop clients one call's clients are being
+answered and their next requests parsed while the other call reads (BENCHMARKS.md, "Answering
+without PyTorch").
 
 Planning: the requests with short contexts (up to ten windows' worth of characters) that wait
 when a call is formed are planned together, in one tokenizing pass, in the model thread just
