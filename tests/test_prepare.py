@@ -142,3 +142,9 @@ def test_the_answering_path_indexes_texts_as_featurize_does(tiny_squad, tiny_glo
         np.testing.assert_array_equal(chars[t.q_forms], a["form_chars"][a["q_forms"]])
         assert len(index.index) <= 12
     assert len(index.index) > 0
+    words, chars = index.rows(["Oslo", "Oslo", "cold", "Oslo"])  # a form twice: rows as form_rows gives them
+    from rckit.data.prepare import form_rows
+
+    want_words, want_chars = form_rows(["Oslo", "Oslo", "cold", "Oslo"], p.vocabs)
+    np.testing.assert_array_equal(words, want_words)
+    np.testing.assert_array_equal(chars, want_chars)

@@ -237,13 +237,13 @@ class FormIndex:
         self.chars = np.zeros((0, self.vocabs.max_word_len), np.int32)
 
     def rows(self, forms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Word ids (n,) and character ids (n, max_word_len) of distinct ``forms``, as :func:`form_rows`."""
+        """Word ids (n,) and character ids (n, max_word_len) of ``forms``, as :func:`form_rows`."""
         with self.lock:
-            new = [f for f in forms if f not in self.index]
+            new = list(dict.fromkeys(f for f in forms if f not in self.index))
             if new:
                 if len(self.index) + len(new) > self.limit:
                     self._clear()
-                    new = list(forms)
+                    new = list(dict.fromkeys(forms))
                 words, chars = form_rows(new, self.vocabs)
                 for f in new:
                     self.index[f] = len(self.index)
