@@ -76,6 +76,12 @@ class TextTokens:
     q_ptr: list[int]  # (n_q + 1,) into q_forms
     q_forms: list[int]
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The token arrays as a prepared split holds them (pointers int64, form ids int32)."""
+        return {"ctx_ptr": np.asarray(self.ctx_ptr, np.int64), "ctx_forms": np.asarray(self.ctx_forms, np.int32),
+                "ctx_offsets": np.asarray(self.ctx_offsets, np.int32).reshape(-1, 2),
+                "q_ptr": np.asarray(self.q_ptr, np.int64), "q_forms": np.asarray(self.q_forms, np.int32)}
+
 
 def tokenize_texts(contexts: list[str], questions) -> TextTokens:
     """Tokenize ``contexts`` and ``questions`` (any iterable of strings) into shared form ids."""
@@ -162,11 +168,7 @@ def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
         contexts=ds.contexts,
         forms=forms,
         form_counts=counts,
-        ctx_ptr=np.asarray(ctx_ptr, np.int64),
-        ctx_forms=np.asarray(ctx_forms, np.int32),
-        ctx_offsets=np.asarray(ctx_offsets, np.int32).reshape(-1, 2),
-        q_ptr=np.asarray(q_ptr, np.int64),
-        q_forms=np.asarray(q_forms, np.int32),
+        **t.arrays(),
         q_ctx=q_ctx,
         y_start=y_start,
         y_end=y_end,

@@ -246,10 +246,7 @@ class Reader:
         if all_pairs:
             t = tokenize_texts(list(context_ids), (q for _, q in all_pairs))
             form_words, form_chars = self.forms.rows(t.forms)
-            a = {"form_words": form_words, "form_chars": form_chars,
-                 "ctx_ptr": np.asarray(t.ctx_ptr, np.int64), "ctx_forms": np.asarray(t.ctx_forms, np.int32),
-                 "ctx_offsets": np.asarray(t.ctx_offsets, np.int32).reshape(-1, 2),
-                 "q_ptr": np.asarray(t.q_ptr, np.int64), "q_forms": np.asarray(t.q_forms, np.int32)}
+            a = {"form_words": form_words, "form_chars": form_chars, **t.arrays()}
         jobs: list[Job | ValueError] = []
         first = 0
         for r in checked:
