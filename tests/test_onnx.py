@@ -71,6 +71,16 @@ def test_export_writes_a_checked_file_with_what_answering_needs(tiny_run, onnx_f
     assert "wrote" in printed and "the first 5 questions of train.json" in printed and "same answer on 5 of 5" in printed
 
 
+def test_the_file_holds_each_constant_once_and_no_exporter_trace(onnx_file):
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(onnx_file))
+    constants = [numpy_helper.to_array(t) for t in proto.graph.initializer]
+    assert len({(a.dtype.str, a.shape, a.tobytes()) for a in constants}) == len(constants)
+    assert not any(node.metadata_props or node.doc_string for node in proto.graph.node)
+
+
 def test_the_onnx_reader_answers_as_the_pytorch_reader(tiny_run, onnx_file):
     torch_reader, onnx_reader = Reader.load(tiny_run), Reader.load(onnx_file)
     assert onnx_reader.info["backend"] == "onnxruntime" and torch_reader.info["backend"] == "torch"

@@ -86,6 +86,8 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
                 check_questions: int = 256, int8: str | None = None) -> dict:
     """Write the span model of ``source`` (a run, a checkpoint or an exported ``.safetensors``) to
     ``out_file`` as ONNX; returns what was written and how it compared with PyTorch."""
+    import onnx
+
     if int8 is not None and int8 not in QUANTIZATIONS:
         raise ValueError(f"int8 quantization must be one of {', '.join(QUANTIZATIONS)}, got {int8!r}")
     source = Path(source)
@@ -125,8 +127,8 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         except Exception as e:
             raise ValueError(f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
                              "through PyTorch (a run or a .safetensors export)") from e
-        program.save(str(tmp))
-        frozen_rows = leave_out_package_rows(tmp, module, vocabs)
+        proto = compact(program.model_proto)
+        frozen_rows = leave_out_package_rows(proto, module, vocabs)
         record = {
             "format": FORMAT, "model": name, "model_config": meta["model_config"], "decode": meta["decode"],
             "train_config": {"max_c_len": torch_reader.window}, "vocab": vocabs.to_json(),
@@ -135,7 +137,8 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             "frozen_rows": frozen_rows,
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
         }
-        _set_metadata(tmp, record)
+        _with_metadata(proto, record)
+        onnx.save(proto, str(tmp))
         if int8:
             _quantize(tmp)
             record["quantized"] = f"int8-{int8}"
@@ -218,15 +221,50 @@ def compare(torch_reader: Reader, onnx_reader: Reader, pairs: list[tuple[str, st
     return {"questions": len(pairs), "max_abs_logit_diff": worst, "same_answers": same}
 
 
-def leave_out_package_rows(path: Path, module: torch.nn.Module, vocabs) -> dict:
-    """Take the fixed word rows that are the GloVe package's out of the ONNX file at ``path``: each
+def compact(proto):
+    """The exported ``proto`` without what only debugging needs, each constant once: the exporter
+    writes its trace (stack, module path) into every node, and keeps a weight both as itself and
+    as the copies its folding made (a transposed weight folded back, a table used by two
+    encoders). Returns ``proto``, changed in place."""
+    from onnx import numpy_helper
+
+    for graph in _graphs(proto.graph):
+        for node in graph.node:
+            del node.metadata_props[:]
+            node.doc_string = ""
+    first: dict[tuple, str] = {}
+    renamed: dict[str, str] = {}
+    for t in list(proto.graph.initializer):
+        a = numpy_helper.to_array(t)
+        key = (a.dtype.str, a.shape, a.tobytes())
+        if key in first:
+            renamed[t.name] = first[key]
+            proto.graph.initializer.remove(t)
+        else:
+            first[key] = t.name
+    for graph in _graphs(proto.graph):
+        for node in graph.node:
+            node.input[:] = [renamed.get(name, name) for name in node.input]
+    return proto
+
+
+def _graphs(graph):
+    """``graph`` and every subgraph in it (the bodies of If and Loop nodes)."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _graphs(sub)
+
+
+def leave_out_package_rows(proto, module: torch.nn.Module, vocabs) -> dict:
+    """Take the fixed word rows that are the GloVe package's out of the ONNX model ``proto``: each
     such table becomes a graph input, and the metadata entry returned (by input name: rows, dim,
     the package's row of each word, sha256) lets :class:`~rckit.saved.onnx_model.OnnxModel` read
     them from the package and check them, as an exported ``.safetensors`` file's are. Rows from a
     GloVe text file stay in the file."""
     import onnx
 
-    proto = onnx.load(str(path))
     initializers = {t.name: t for t in proto.graph.initializer}
     words = vocabs.words.itos
     entries = {}
@@ -243,18 +281,20 @@ def leave_out_package_rows(path: Path, module: torch.nn.Module, vocabs) -> dict:
         proto.graph.input.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(rows.shape)))
         entries[name] = {"rows": int(rows.shape[0]), "dim": int(rows.shape[1]), "sha256": digest, "source": PACKAGE,
                          "package_version": package_version(), "package_index": encode_indices(idx)}
-    if entries:
-        onnx.save(proto, str(path))
     return entries
+
+
+def _with_metadata(proto, record: dict) -> None:
+    del proto.metadata_props[:]
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = "rckit", json.dumps(record, ensure_ascii=False)
 
 
 def _set_metadata(path: Path, record: dict) -> None:
     import onnx
 
     model = onnx.load(str(path))
-    del model.metadata_props[:]
-    entry = model.metadata_props.add()
-    entry.key, entry.value = "rckit", json.dumps(record, ensure_ascii=False)
+    _with_metadata(model, record)
     onnx.save(model, str(path))
 
 
