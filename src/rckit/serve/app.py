@@ -565,8 +565,8 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, not {value}")
     check_options(options)
-    onnx = Path(source or default_model_path()).suffix == ".onnx"
-    workers, default_threads = model_settings(onnx, workers)
+    source = source or default_model_path()  # which backend sets the defaults below
+    workers, default_threads = model_settings(Path(source).suffix == ".onnx", workers)
     reader = Reader.load(source, always_answer=always_answer, threads=threads or default_threads, spin=False)
     app = create_app(reader, model_workers=workers, **options)
     sock = listen(host, port)
