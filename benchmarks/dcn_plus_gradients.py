@@ -26,9 +26,9 @@ from rckit.config import from_dict
 from rckit.data.batching import BucketBatchSampler
 from rckit.models.dcn import DCNPlus, DCNPlusConfig
 from rckit.models.losses import iterative_span_loss, self_critical_loss
-from rckit.saved.runs import checkpoint_of
-from rckit.saved.checkpoint import load_checkpoint
-from rckit.training.loop import TrainConfig
+from rckit.model_files.runs import checkpoint_of
+from rckit.model_files.checkpoint import load_checkpoint
+from rckit.training.config import TrainConfig
 from rckit.training.tasks import SpanTask
 
 

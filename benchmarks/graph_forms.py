@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rckit import kernels
 from rckit.cli import model_source
-from rckit.saved.onnx_export import export_onnx
+from rckit.export.onnx import export_onnx
 
 HERE = Path(__file__).resolve().parent
 

@@ -50,8 +50,8 @@ def stand_in_reader(context: str):
     from rckit.data.tokenize import tokenize
     from rckit.data.vocab import SPECIALS, Vocab
     from rckit.models.qanet import QANet
-    from rckit.saved.reader import Reader
-    from rckit.saved.torch_model import TorchModel
+    from rckit.answering.reader import Reader
+    from rckit.answering.torch_backend import TorchModel
 
     mcfg, tcfg, decode = run_configs("qanet", "cpu-small", [])
     forms = sorted({t.lower() for t in tokenize(context + " " + QUESTION)[0]})
@@ -69,7 +69,7 @@ def stand_in_reader(context: str):
 
 def main() -> None:
     from rckit.data.tokenize import tokenize
-    from rckit.saved.reader import Reader, windows
+    from rckit.answering.reader import Reader, windows
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="run directory or exported file (default: the default model, "

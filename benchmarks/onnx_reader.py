@@ -27,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_serve import PARAGRAPH, QUESTIONS  # noqa: E402
 
-from rckit.saved.reader import BUNDLED, Reader  # noqa: E402
+from rckit.answering.reader import Reader  # noqa: E402
+from rckit.model_files.source import BUNDLED  # noqa: E402
 
 
 def dev_pairs(path: str, n: int) -> list[tuple[str, str]]:

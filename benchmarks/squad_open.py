@@ -6,7 +6,7 @@
 1. ``rckit index`` of both files (every paragraph a document, cut into passages): time and size.
 2. Retrieval: the share of all dev questions with one of their answers in the top 1 / 5 / 20
    passages (answer and passage compared after SQuAD's answer normalisation, on word boundaries).
-3. The retriever weight (:mod:`rckit.saved.collection`): the first ``--tune`` questions of the
+3. The retriever weight (:mod:`rckit.retrieval.collection`): the first ``--tune`` questions of the
    *training* file are read once and ranked with each of ``--weights``; the weight with the best
    F1 there is the one used on dev (dev never chooses anything).
 4. End to end: every dev question (``--limit``: the first N), its ``--passages`` passages read in
@@ -30,8 +30,8 @@ from pathlib import Path
 from rckit.data.squad import load_json, normalize_answer
 from rckit.evaluation.squad_metrics import score_predictions
 from rckit.retrieval.store import PassageIndex
-from rckit.saved.collection import Index, rank
-from rckit.saved.reader import Reader
+from rckit.retrieval.collection import Index, rank
+from rckit.answering.reader import Reader
 
 
 def questions_of(raw: dict) -> list[dict]:

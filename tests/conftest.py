@@ -224,7 +224,7 @@ def package_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_export(tiny_run, tmp_path_factory) -> Path:
     """``tiny_run`` exported in fp32."""
-    from rckit.saved.export import export_run
+    from rckit.export.safetensors import export_run
 
     out = tmp_path_factory.mktemp("tiny-export") / "tiny.safetensors"
     export_run(tiny_run, out, dtype="fp32")

@@ -1,8 +1,8 @@
 """rckit: neural machine reading comprehension (SQuAD, cloze) in PyTorch.
 
 ``rckit.answer(context, question)`` answers with the default model; ``rckit.Reader.load(RUN)``
-with a trained run or an exported file (:mod:`rckit.saved.reader`); ``rckit.Index.open(PATH)`` asks a
-collection of documents (:mod:`rckit.saved.collection`). Importing ``rckit`` imports no
+with a trained run or an exported file (:mod:`rckit.answering.reader`); ``rckit.Index.open(PATH)`` asks a
+collection of documents (:mod:`rckit.retrieval.collection`). Importing ``rckit`` imports no
 torch: ``Reader`` is loaded on first use, so ``rckit score`` stays light.
 """
 
@@ -17,11 +17,11 @@ __all__ = ["Index", "Reader", "answer"]
 
 def __getattr__(name: str):
     if name == "Reader":
-        from rckit.saved.reader import Reader
+        from rckit.answering.reader import Reader
 
         return Reader
-    if name == "Index":  # retrieve, then read: a folder of documents asked as one (rckit.saved.collection)
-        from rckit.saved.collection import Index
+    if name == "Index":  # retrieve, then read: a folder of documents asked as one (rckit.retrieval.collection)
+        from rckit.retrieval.collection import Index
 
         return Index
     raise AttributeError(f"module 'rckit' has no attribute {name!r}")
@@ -29,7 +29,7 @@ def __getattr__(name: str):
 
 @functools.lru_cache(maxsize=4)
 def _reader(source: str):
-    from rckit.saved.reader import Reader
+    from rckit.answering.reader import Reader
 
     return Reader.load(source)
 
@@ -43,7 +43,7 @@ def answer(context: str, question: str | list[str], top_k: int = 1, model=None) 
     if model is not None and not isinstance(model, (str, bytes)) and hasattr(model, "answer_batch"):
         reader = model
     else:
-        from rckit.saved.reader import default_model_path
+        from rckit.model_files.source import default_model_path
 
         # Keyed by the path, so a changed $RCKIT_MODEL loads its model rather than the cached one.
         reader = _reader(os.path.abspath(os.fspath(default_model_path() if model is None else model)))

@@ -534,9 +534,9 @@ def run_configs(model: str, preset: str | None, overrides: list[str]):
     it has it, else to the training config.
     """
     from rckit.config import apply_overrides, load_preset
-    from rckit.evaluation.decoding import DecodeConfig
+    from rckit.answering.decoding import DecodeConfig
     from rckit.models import MODELS, preset_path
-    from rckit.training.loop import TrainConfig
+    from rckit.training.config import TrainConfig
 
     if model not in MODELS:
         raise ValueError(f"no model named {model!r}; available: {', '.join(sorted(MODELS))}")
@@ -614,9 +614,9 @@ def saved_configs(model: str, path: Path):
     """(model, train, decode configs) a run was started with, from its ``config.json``: what
     ``--resume`` without ``--preset``/``--set`` continues with."""
     from rckit.config import from_dict
-    from rckit.evaluation.decoding import DecodeConfig
+    from rckit.answering.decoding import DecodeConfig
     from rckit.models import MODELS
-    from rckit.training.loop import TrainConfig
+    from rckit.training.config import TrainConfig
 
     saved = json.loads(path.read_text())
     if saved.get("model") != model:
@@ -632,7 +632,7 @@ def model_source(name: str | None) -> str | None:
     """A model argument (``--init-from``, ``export``'s SOURCE): ``bundled`` is the model installed with rckit."""
     if name != "bundled":
         return name
-    from rckit.saved.reader import BUNDLED
+    from rckit.model_files.source import BUNDLED
 
     return str(BUNDLED)
 
@@ -676,8 +676,8 @@ def cmd_train(args) -> int:
 
 def cmd_evaluate(args) -> int:
     if Path(args.run).suffix == ".onnx":  # on onnxruntime, without PyTorch
-        from rckit.saved.reader import Reader
-        from rckit.saved.reader_scores import evaluate_reader
+        from rckit.answering.reader import Reader
+        from rckit.evaluation.reader_scores import evaluate_reader
 
         if not args.data or args.record or args.weights != "ema":
             raise ValueError("an ONNX file is evaluated on a SQuAD file given with --data (no --record, no --weights)")
@@ -688,7 +688,7 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(result))
         return 0
     from rckit.device import pick_device
-    from rckit.saved.evaluate import evaluate_run
+    from rckit.evaluation.evaluate import evaluate_run
 
     if args.record and (Path(args.run).suffix != ".safetensors" or not args.data or args.limit):
         raise ValueError("--record keeps the figures of every question of --data in an exported .safetensors file; "
@@ -698,7 +698,7 @@ def cmd_evaluate(args) -> int:
                           always_answer=args.always_answer)
     print(json.dumps(result))
     if args.record:
-        from rckit.saved.export import record_score
+        from rckit.export.safetensors import record_score
 
         record_score(args.run, args.data, result)
         print(f"recorded in {args.run}", file=sys.stderr)
@@ -706,8 +706,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from rckit.saved.questions import answer_questions_file, read_questions
-    from rckit.saved.reader import Reader, check_text
+    from rckit.answering.questions import answer_questions_file, read_questions
+    from rckit.answering.reader import Reader, check_text
 
     if args.questions:
         if args.context is not None or args.question is not None:
@@ -746,7 +746,7 @@ def cmd_export(args) -> int:
     fmt = args.format or ("onnx" if Path(args.out).suffix == ".onnx" else "safetensors")
     source = model_source(args.run)
     if fmt == "onnx":
-        from rckit.saved.onnx_export import export_onnx
+        from rckit.export.onnx import export_onnx
 
         res = export_onnx(source, args.out, args.check_data, args.check_questions, args.int8)
         check = res["check"]
@@ -757,7 +757,7 @@ def cmd_export(args) -> int:
         return 0
     if args.int8 or args.check_data:
         raise ValueError("--int8 and --check-data are for --format onnx")
-    from rckit.saved.export import export_run
+    from rckit.export.safetensors import export_run
 
     res = export_run(source, args.out, args.dtype)
     print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, {res['dtype']}), "
@@ -769,8 +769,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from rckit.saved.errors import MissingPackage
-    from rckit.saved.reader import BUNDLED, BUNDLED_ONNX, default_model_path
+    from rckit.model_files.errors import MissingPackage
+    from rckit.model_files.source import BUNDLED, BUNDLED_ONNX, default_model_path
 
     try:
         path = default_model_path()
@@ -793,12 +793,12 @@ def cmd_models(args) -> int:
 
 def _model_line(path: Path) -> str:
     """``name  model  size  dev score`` of an exported file, or why it cannot be read."""
-    from rckit.saved.errors import CheckpointError, MissingPackage
+    from rckit.model_files.errors import CheckpointError, MissingPackage
 
     if path.suffix == ".onnx":
-        from rckit.saved.onnx_model import read_metadata
+        from rckit.answering.onnx_backend import read_metadata
     else:
-        from rckit.saved.metadata import read_metadata
+        from rckit.model_files.metadata import read_metadata
 
     size = f"{path.stat().st_size / 2**20:.1f} MiB"
     try:
@@ -891,9 +891,9 @@ def cmd_index(args) -> int:
 
 
 def cmd_ask(args) -> int:
-    from rckit.saved.collection import DEFAULT_RETRIEVER_WEIGHT, Index
-    from rckit.saved.questions import read_records, write_records
-    from rckit.saved.reader import Reader
+    from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, Index
+    from rckit.answering.questions import read_records, write_records
+    from rckit.answering.reader import Reader
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give a question, or --questions FILE")
@@ -942,7 +942,7 @@ OPTIONAL = {"torch": "torch", "safetensors": "torch", "pyarrow": "torch", "matpl
 def is_user_error(e: BaseException) -> bool:
     """Errors caused by what the user gave rckit (files, settings, checkpoints), not by a bug."""
     kinds: list[type] = [ValueError, OSError]  # SquadFormatError, bad settings; missing/unreadable files
-    for module, name in (("rckit.saved.errors", "CheckpointError"), ("rckit.saved.errors", "MissingPackage"),
+    for module, name in (("rckit.model_files.errors", "CheckpointError"), ("rckit.model_files.errors", "MissingPackage"),
                          ("rckit.data.download", "DownloadError")):
         if module in sys.modules:  # not imported: none of its errors can have been raised
             kinds.append(getattr(sys.modules[module], name))

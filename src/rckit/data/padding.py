@@ -4,7 +4,7 @@
 into word and character ids) and pads them: training and evaluation batches
 (:func:`rckit.data.batching.assemble` wraps them as tensors).
 
-:func:`answer_inputs` is what the answering path reads (:class:`rckit.saved.reader.Reader`, with
+:func:`answer_inputs` is what the answering path reads (:class:`rckit.answering.reader.Reader`, with
 PyTorch or onnxruntime; an ONNX model file takes these arrays by name, :data:`INPUTS`): each
 distinct token of a batch once, each distinct window of context once, and the questions, each
 pointing at its window, so a model embeds a token and encodes a window once however many

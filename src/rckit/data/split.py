@@ -1,6 +1,6 @@
 """A prepared SQuAD split held as flat NumPy arrays (:mod:`rckit.data.prepare` writes them).
 
-No PyTorch here: the answering path (:class:`rckit.saved.reader.Reader`) featurizes questions into a
+No PyTorch here: the answering path (:class:`rckit.answering.reader.Reader`) featurizes questions into a
 split without it; :meth:`SquadSplit.collate` makes training and evaluation batches (tensors).
 """
 

@@ -4,7 +4,7 @@
 ``rckit evaluate`` use it: a SQuAD split (:class:`SquadSplit`) gives ``{question id: answer
 text}`` through :func:`predict_split` (span decoding with the run's :class:`DecodeConfig`), a
 cloze split (:class:`ClozeSplit`) gives the predicted entity number of every example through
-:func:`predict_cloze`. Questions about new text are answered by :class:`rckit.saved.reader.Reader`.
+:func:`predict_cloze`. Questions about new text are answered by :class:`rckit.answering.reader.Reader`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rckit.data.batching import BucketBatchSampler
 from rckit.data.split import SquadSplit
 from rckit.data.cloze import ClozeSplit
 from rckit.device import autocast
-from rckit.evaluation.decoding import DecodeConfig, best_spans, span_to_text, spans_and_null
+from rckit.answering.decoding import DecodeConfig, best_spans, span_to_text, spans_and_null
 
 
 def predict(

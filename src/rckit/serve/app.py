@@ -1,4 +1,4 @@
-"""The HTTP side of ``rckit serve``: a JSON API over a :class:`rckit.saved.reader.Reader`, and a page.
+"""The HTTP side of ``rckit serve``: a JSON API over a :class:`rckit.answering.reader.Reader`, and a page.
 
 ``POST /v1/answer`` takes ``{"context": ..., "question": ...}`` (or ``"questions": [...]``, with
 optional ``"top_k"`` and ``"max_answer_len"``) and returns ``{"answers": ..., "model": ...,
@@ -36,8 +36,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rckit.retrieval.store import PassageIndex
-from rckit.saved.collection import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, rank
-from rckit.saved.reader import Reader, default_model_path, text_problem
+from rckit.retrieval.collection import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, rank
+from rckit.answering.reader import Reader, text_problem
+from rckit.model_files.source import open_model
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -243,10 +244,10 @@ def create_app(reader, max_batch: int = 32, batch_window_ms: float = 2, max_body
                max_work: int = 2_048, max_tokens: int = 4_096, request_timeout_s: float | None = 60.0,
                policy: str = "fair", index: str | Path | None = None,
                retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT, model_workers: int = 1) -> FastAPI:
-    """A FastAPI app answering with ``reader`` (a :class:`~rckit.saved.reader.Reader`, or anything
+    """A FastAPI app answering with ``reader`` (a :class:`~rckit.answering.reader.Reader`, or anything
     with its ``plan``, ``read``, ``window`` and ``info``); the limits are :class:`Limits`', the
     scheduling :class:`~rckit.serve.batcher.Batcher`'s (``model_workers``: its ``workers``). With ``index`` (a file of ``rckit index``)
-    ``POST /v1/ask`` asks its documents (:mod:`rckit.saved.collection`), their passages read by
+    ``POST /v1/ask`` asks its documents (:mod:`rckit.retrieval.collection`), their passages read by
     the same batcher as ``/v1/answer``'s requests."""
     check_options(dict(max_batch=max_batch, batch_window_ms=batch_window_ms, max_body_bytes=max_body_bytes,
                        max_questions=max_questions, max_question_chars=max_question_chars,
@@ -565,9 +566,9 @@ def serve(source: str | None = None, host: str = "127.0.0.1", port: int = 8000, 
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, not {value}")
     check_options(options)
-    source = source or default_model_path()  # which backend sets the defaults below
-    workers, default_threads = model_settings(Path(source).suffix == ".onnx", workers)
-    reader = Reader.load(source, always_answer=always_answer, threads=threads or default_threads, spin=False)
+    found = open_model(source)  # which backend sets the defaults below
+    workers, default_threads = model_settings(found.kind == "onnx", workers)
+    reader = Reader.load(found.path, always_answer=always_answer, threads=threads or default_threads, spin=False)
     app = create_app(reader, model_workers=workers, **options)
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host

@@ -48,11 +48,12 @@ import torch
 
 from rckit.data.batching import BucketBatchSampler
 from rckit.device import autocast
-from rckit.evaluation.decoding import DecodeConfig
+from rckit.answering.decoding import DecodeConfig
 from rckit.models import MODELS
 from rckit.models.contract import ReadingModel
 from rckit.training import memory
-from rckit.training.loop import TrainConfig, optimisation, train_step
+from rckit.training.config import TrainConfig
+from rckit.training.loop import optimisation, train_step
 from rckit.training.tasks import ClozeTask, SpanTask, make_task
 
 SPAN_LENGTHS = {"max_c_len": 400, "max_q_len": 50}  # the training cut of every span row

@@ -44,46 +44,15 @@ from tqdm import tqdm
 from rckit.config import differences
 from rckit.data.batching import BucketBatchSampler
 from rckit.device import autocast
-from rckit.evaluation.decoding import DecodeConfig
+from rckit.answering.decoding import DecodeConfig
 from rckit.models.contract import ReadingModel
-from rckit.saved.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
-from rckit.saved.export import load_exported
+from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
+from rckit.model_files.safetensors import load_exported
+from rckit.model_files.source import open_model
+from rckit.training.config import TrainConfig
 from rckit.training.distributed import DistInfo, barrier, init_distributed, largest
 from rckit.training.ema import EMA
 from rckit.training.tasks import ClozeTask, SpanTask
-
-
-@dataclass
-class TrainConfig:
-    batch_size: int = 32  # global: split across processes under torchrun
-    optimizer: str = "adam"  # "adam" (beta1, beta2, eps) or "rmsprop" (rmsprop_alpha, momentum, eps)
-    lr: float = 1e-3
-    warmup_steps: int = 1000  # lr = lr * log(step + 1) / log(warmup_steps), then constant
-    decay_from: int = 0  # with decay_steps > 0: the lr falls linearly from this step ...
-    decay_steps: int = 0  # ... to 0 over this many steps (0: no decay placed by steps)
-    decay_share: float = 0.0  # else: the lr falls linearly to 0 over this last share of the run's time budget (or max_steps)
-    beta1: float = 0.8
-    beta2: float = 0.999
-    eps: float = 1e-7
-    rmsprop_alpha: float = 0.95  # RMSProp's decay of the squared-gradient average
-    momentum: float = 0.9  # RMSProp only
-    weight_decay: float = 3e-7  # L2 on every trainable parameter (added to the gradient)
-    grad_clip: float = 5.0
-    reward_from: int = 0  # models with a reward term (DCN+'s mixed objective): cross-entropy alone before this step
-    copy_steps: int = 0  # cloze attention readers: add the copy task's loss for the first copy_steps steps
-    copy_weight: float = 1.0  # its weight
-    ema_decay: float = 0.9999  # 0: no averaging, evaluation and checkpoints use the raw weights
-    max_c_len: int = 400  # training only; evaluation reads every context whole (cloze: document length)
-    renumber_entities: bool = True  # cloze: draw the entity numbering afresh for every training batch
-    max_q_len: int = 50
-    long_contexts: str = "truncate"  # "truncate" (keep if the answer fits) or "drop"
-    eval_every: int = 1000
-    eval_questions: int = 2000  # fixed random dev subset for periodic evaluation; 0 = all
-    log_every: int = 50
-    checkpoint_every: int = 500
-    amp: str = "auto"  # "bf16", "fp32" or "auto" (bf16 on CUDA with bf16 support; on CPU where the model trains faster)
-    seed: int = 0
-    pool_batches: int = 50
 
 
 def warmup_factor(step: int, warmup: int) -> float:
@@ -464,7 +433,7 @@ def init_weights(run: Run, parts: Parts, path: str | Path) -> dict:
 def weights_at(path: str | Path) -> dict:
     """``model`` (state dict), ``vocab``, ``model_name``, ``model_config`` and ``step`` of a
     checkpoint or an exported ``.safetensors`` file."""
-    if Path(path).suffix == ".safetensors":
+    if open_model(path).kind == "safetensors":
         model, _, meta = load_exported(path)
         return {"model": model.state_dict(), "vocab": meta["vocab"], "model_name": meta["model"],
                 "model_config": meta["model_config"], "step": meta.get("step")}
@@ -622,7 +591,7 @@ def evaluate_and_keep_best(run: Run, parts: Parts, state: RunState, bar) -> dict
 
 
 def checkpoint(run: Run, parts: Parts, state: RunState, path: Path) -> None:
-    """The run in one dict (:mod:`rckit.saved.checkpoint`), written by the main process only."""
+    """The run in one dict (:mod:`rckit.model_files.checkpoint`), written by the main process only."""
     if not run.dist.is_main:
         return
     save_checkpoint(

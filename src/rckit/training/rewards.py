@@ -7,7 +7,7 @@ the gold answers) of the span's text against the question's gold answer texts.
 Where the gold texts come from: a prepared :class:`~rckit.data.split.SquadSplit` keeps the
 contexts, token offsets and the first usable answer as a token span (``y_start``/``y_end``), not
 the answer strings. By default the gold text is therefore the exact context substring of that
-token span (:func:`rckit.evaluation.decoding.span_to_text`); on SQuAD training data (one answer
+token span (:func:`rckit.answering.decoding.span_to_text`); on SQuAD training data (one answer
 per question, almost all on token boundaries) that is the answer text up to a cut token.
 ``gold_texts`` (one list of strings per question row) overrides it, e.g. with every dev answer.
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from rckit.data.split import SquadSplit
-from rckit.evaluation.decoding import span_to_text
+from rckit.answering.decoding import span_to_text
 from rckit.evaluation.squad_metrics import f1_score
 
 

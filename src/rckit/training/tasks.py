@@ -31,13 +31,13 @@ import torch
 
 from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
-from rckit.evaluation.decoding import DecodeConfig, best_spans
+from rckit.answering.decoding import DecodeConfig, best_spans
 from rckit.evaluation.predict import predict, predict_split
 from rckit.evaluation.squad_metrics import abstaining
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, per_question_scores
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.models.losses import cloze_loss
-from rckit.saved.checkpoint import CheckpointError
+from rckit.model_files.checkpoint import CheckpointError
 from rckit.training.rewards import SpanF1Reward
 
 

