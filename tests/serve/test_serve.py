@@ -717,8 +717,12 @@ def test_a_real_server_answers_over_http_and_stops_on_ctrl_c(tiny_export, tmp_pa
     assert code == 130 and "Traceback" not in err, err
 
 
-def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_runs_two_calls_sleeping(monkeypatch):
+def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_runs_two_calls_sleeping(monkeypatch, tmp_path):
     import rckit.serve.app as app
+
+    monkeypatch.chdir(tmp_path)  # the model files are told apart by rckit.model_files.open_model, which needs them there
+    for name in ("model.onnx", "model.safetensors"):
+        (tmp_path / name).touch()
 
     for cores, torch_threads, onnx in ((1, 1, (1, 1)), (2, 1, (2, 1)), (16, 15, (2, 8))):
         monkeypatch.setattr(app, "available_cores", lambda: cores)
