@@ -1,14 +1,13 @@
 import json
-import os
 import time
 
 import numpy as np
 import pytest
 
-from tests.conftest import GLOVE_WORDS, squad_json, write_json
-from rckit.data.prepare import PrepareConfig, featurize, load_prepared, prepare_squad
+from tests.conftest import squad_json, write_json
+from rckit.data.prepare import PrepareConfig, featurize, prepare_squad
 from rckit.data.squad import read_squad
-from rckit.data.vocab import PAD, UNK, load_pretrained
+from rckit.data.vocab import PAD, load_pretrained
 
 
 def _prep(tiny_squad, tiny_glove, out, **cfg):

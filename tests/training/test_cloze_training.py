@@ -8,7 +8,6 @@ import random
 import pytest
 import torch
 
-from tests.conftest import squad_json, write_json
 from rckit.cli import main
 from rckit.data.cloze import ClozeExample, write_cloze_jsonl
 from rckit.data.cloze_data import load_cloze_data

@@ -32,6 +32,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
