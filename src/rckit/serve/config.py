@@ -1,0 +1,79 @@
+"""How ``rckit serve`` runs, stated once: :class:`ServeConfig`.
+
+Each field is a setting of the server under one name: the ``rckit serve`` flag is the field's
+name with dashes (``max_batch`` -> ``--max-batch``), its help text the field's ``help`` metadata,
+and the server (:func:`rckit.serve.app.create_app`), its batcher and its request limits take the
+same field. A value out of range is refused by :meth:`ServeConfig.check`, naming the setting,
+before the model loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+POLICIES = ("fair", "round-robin")
+
+
+def setting(default, help: str, least: float | None = None, above: float | None = None, **extra):
+    """A field of :class:`ServeConfig`: its default, its help text, and its bounds (``least``:
+    the smallest value allowed; ``above``: values must be greater than it)."""
+    return field(default=default, metadata={"help": help, "least": least, "above": above, **extra})
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Every setting of ``rckit serve``: where it listens, how the model runs, how calls are
+    batched, and what one request may ask."""
+
+    # Where it listens.
+    host: str = setting("127.0.0.1", "the address to listen on")
+    port: int = setting(8000, "the port to listen on (0: a free one, printed)", least=0)
+    # How the model runs.
+    threads: int | None = setting(None, "each model call's threads, PyTorch's or onnxruntime's (default: onnxruntime "
+                                  "the cores this process may use shared between its calls, sleeping between "
+                                  "operations; PyTorch every core but one, left to the HTTP side)", least=1)
+    model_workers: int | None = setting(None, "model calls in flight at once, each formed from the requests waiting "
+                                        "when it starts (default: onnxruntime 2 where there are 2 cores or more, "
+                                        "PyTorch 1)", least=1)
+    always_answer: bool = setting(False, "a model that can say the text holds no answer gives its best span all "
+                                  "the same")
+    # How calls are formed from the waiting requests (rckit.serve.batcher).
+    max_batch: int = setting(32, "most items (a question on a window) in one forward pass", least=1)
+    max_tokens: int = setting(4096, "most context tokens in one forward pass: bounds how long one pass keeps the "
+                              "model, and so how long a request arriving meanwhile waits", least=1)
+    batch_window_ms: float = setting(2.0, "how long a pass that is not full waits for requests to join it", least=0)
+    policy: str = setting("fair", "which windows go into a pass: fair (least work first, and a request waiting "
+                          "long first) or round-robin (one window of each request in turn)", choices=POLICIES)
+    # What one request may ask (rckit.serve.schema states them in /openapi.json).
+    max_body_bytes: int = setting(4_000_000, "largest request body accepted (413 above)", least=1)
+    max_questions: int = setting(64, "most questions in one request", least=1)
+    max_question_chars: int = setting(1_000, "longest question, in characters", least=1)
+    max_context_chars: int = setting(200_000, "longest context with one question, in characters (shorter with a "
+                                     "list of questions: --max-work)", least=1)
+    max_work: int = setting(2_048, "most readings in one request, questions x windows of the context (413 above); "
+                            "the context limits of /openapi.json follow from it", least=1)
+    request_timeout: float | None = setting(60.0, "seconds a request may take before it is dropped with 503",
+                                            above=0)
+    # A collection of documents to ask (rckit.retrieval).
+    index: str | None = setting(None, "an index of documents (`rckit index`): adds POST /v1/ask and the page's "
+                                "tab to ask the whole collection", metavar="INDEX")
+    retriever_weight: float | None = setting(None, "with --index: how much the retriever's BM25 score counts "
+                                             "beside the reader's (default: the measured best)")
+
+    def check(self) -> "ServeConfig":
+        """This config, or a ValueError naming the first setting out of range (a FileNotFoundError
+        for an index that is not there)."""
+        for f in fields(self):
+            value, least, above = getattr(self, f.name), f.metadata["least"], f.metadata["above"]
+            if value is None:
+                continue
+            if least is not None and value < least:
+                raise ValueError(f"{f.name} must be at least {least}, not {value}")
+            if above is not None and value <= above:
+                raise ValueError(f"{f.name} must be above {above}, not {value}")
+            if "choices" in f.metadata and value not in f.metadata["choices"]:
+                raise ValueError(f"{f.name} must be one of {', '.join(f.metadata['choices'])}, not {value!r}")
+        if self.index is not None and not Path(self.index).is_file():
+            raise FileNotFoundError(f"{self.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
+        return self
