@@ -21,7 +21,7 @@ Run directory: ``config.json`` (model, train and decode settings, task, data),
 ``metrics.jsonl`` (one JSON per log/eval event), ``learning_curve.png``, ``last.pt``,
 ``best.pt``, ``summary.json``. The named parts of a loss (DCN+: its two loss terms and their
 learned weights, from ``model.loss_terms``; the cloze copy task: answer and copy) are logged as
-their means over each logging window in ``metrics.jsonl``, as ``loss_<name>``.
+their means over the steps between two log lines in ``metrics.jsonl``, as ``loss_<name>``.
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def train(
                   "or --max-steps)", file=sys.stderr, flush=True)
     net = data_parallel(parts.model, dist)
     bar = progress_bar(run.max_steps, state.step) if progress and dist.is_main else None
-    window = LogWindow()
+    sums = StepSums()
     t_start = clock() - state.elapsed
     stopped_by = "max_steps" if run.max_steps is not None and state.step >= run.max_steps else None
     batches = training_batches(parts.sampler, task.train_rows, state)
@@ -300,15 +300,15 @@ def train(
             state.batch_in_epoch += 1
             state.elapsed = clock() - t_start
             stopped_by = stop_reason(run, state, stop.requested)  # state.elapsed: the same on every rank
-            window.add(loss.item(), len(ids), terms)
+            sums.add(loss.item(), len(ids), terms)
             if state.step % cfg.log_every == 0:
-                log_window(run, window, state, learning_rate(run, state), bar)
+                log_steps(run, sums, state, learning_rate(run, state), bar)
             if bar is not None:
                 bar.update(1)
             if dist.is_main and (state.step % cfg.eval_every == 0 or stopped_by):
                 t_eval = time.perf_counter()
                 evaluate_and_keep_best(run, parts, state, bar)
-                window.t += time.perf_counter() - t_eval  # keep evaluation out of examples/s
+                sums.t += time.perf_counter() - t_eval  # keep evaluation out of examples/s
             if state.step % cfg.checkpoint_every == 0 or stopped_by:
                 checkpoint(run, parts, state, files.last)
             barrier(dist)
@@ -536,7 +536,7 @@ def learning_rate(run: Run, state: RunState) -> float:
 # ------------------------------------------------------------- logging, evaluation, checkpoints
 
 
-class LogWindow:
+class StepSums:
     """Sums over the steps since the last log line: loss, examples, a model's loss terms, time."""
 
     def __init__(self):
@@ -559,19 +559,19 @@ def log(run: Run, record: dict) -> None:
             fh.write(json.dumps(record) + "\n")
 
 
-def log_window(run: Run, window: LogWindow, state: RunState, lr: float, bar) -> None:
-    """One ``metrics.jsonl`` line of means over the window (and the bar's postfix); a new window."""
+def log_steps(run: Run, sums: StepSums, state: RunState, lr: float, bar) -> None:
+    """One ``metrics.jsonl`` line of means over the steps since the last one (and the bar's postfix); the sums start again."""
     n_steps = run.cfg.log_every
-    rec = {"step": state.step, "time": round(state.elapsed, 2), "loss": window.loss / n_steps, "lr": lr,
-           "examples_per_s": window.n * run.dist.world_size / (time.perf_counter() - window.t),
-           **{f"loss_{k}": v / window.counts[k] for k, v in window.terms.items()}}
+    rec = {"step": state.step, "time": round(state.elapsed, 2), "loss": sums.loss / n_steps, "lr": lr,
+           "examples_per_s": sums.n * run.dist.world_size / (time.perf_counter() - sums.t),
+           **{f"loss_{k}": v / sums.counts[k] for k, v in sums.terms.items()}}
     log(run, rec)
     if bar is not None:
         post = {"loss": f"{rec['loss']:.3f}", "ex/s": f"{rec['examples_per_s']:.1f}"}
         if run.time_budget:
             post["left"] = f"{max(0.0, run.time_budget - state.elapsed) / 60:.1f}m"
         bar.set_postfix(post, refresh=False)
-    window.reset()
+    sums.reset()
 
 
 def evaluate_and_keep_best(run: Run, parts: Parts, state: RunState, bar) -> dict:
