@@ -2,7 +2,7 @@
 
 ``rckit.answer(context, question)`` answers with the default model; ``rckit.Reader.load(RUN)``
 with a trained run or an exported file (:mod:`rckit.answering.reader`); ``rckit.Index.open(PATH)`` asks a
-collection of documents (:mod:`rckit.retrieval.collection`). Importing ``rckit`` imports no
+collection of documents (:class:`rckit.retrieval.collection.Collection`). Importing ``rckit`` imports no
 torch: ``Reader`` is loaded on first use, so ``rckit score`` stays light.
 """
 
@@ -21,9 +21,9 @@ def __getattr__(name: str):
 
         return Reader
     if name == "Index":  # retrieve, then read: a folder of documents asked as one (rckit.retrieval.collection)
-        from rckit.retrieval.collection import Index
+        from rckit.retrieval.collection import Collection
 
-        return Index
+        return Collection
     raise AttributeError(f"module 'rckit' has no attribute {name!r}")
 
 

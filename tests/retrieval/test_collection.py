@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rckit.cli import main
-from rckit.retrieval.collection import Index, rank
+from rckit.retrieval.collection import Collection, rank
 from rckit.answering.reader import Reader
 
 DOCS = {
@@ -124,7 +124,7 @@ def test_index_class_opens_adds_and_asks(folder, tmp_path, tiny_run):
             text = index.store.document_text(a["source"], a["key"])
             assert text[a["start"]:a["end"]] == a["answer"]
             assert a["passage"]["start"] <= a["start"] <= a["end"] <= a["passage"]["end"]
-    assert isinstance(index, Index)
+    assert isinstance(index, Collection)
 
 
 def _call(url: str, path: str, body: dict | None = None) -> tuple[int, dict]:
@@ -187,3 +187,23 @@ def test_a_server_without_an_index_says_so(tiny_export, tmp_path):
         stop_server(proc)
     code = main(["serve", str(tiny_export), "--index", str(tmp_path / "none.sqlite")])
     assert code == 2
+
+
+def test_retrieve_gives_the_pairs_to_read_and_ranks_each_question_as_rank_does(folder, tmp_path):
+    """Retrieve -> read -> rank as the collection and the server both do it, whoever reads."""
+    from rckit.retrieval.collection import retrieve
+    from rckit.retrieval.store import PassageStore
+
+    questions = ["When was the Eiffel Tower completed?", "?!", "Where is the Thames Barrier?"]
+    with PassageStore(tmp_path / "i.sqlite") as store:
+        store.add([folder])
+        found = retrieve(store, questions, 2)
+        n = len(found.hits[0])
+        assert n >= 1 and found.hits[1] == [] and found.hits[2]
+        assert found.pairs == [(h.text, q) for q, hs in zip(questions, found.hits) for h in hs]
+        answers = [[{"answer": text[:3], "score": 0.5, "start": 0, "end": 3, "no_answer_probability": None}]
+                   for text, _ in found.pairs]
+        ranked = found.rank(answers, 2, 0.25)
+        assert ranked[0] == rank(list(zip(found.hits[0], answers[:n])), 2, 0.25)
+        assert ranked[1] == rank([], 2, 0.25) and ranked[1][0]["answer"] == ""
+        assert ranked[2] == rank(list(zip(found.hits[2], answers[n:])), 2, 0.25)

@@ -6,7 +6,9 @@ import sqlite3
 import pytest
 
 from rckit.retrieval import store
-from rckit.retrieval.store import Hit, IndexInputError, PassageIndex, cut_passages
+from rckit.retrieval.documents import IndexInputError
+from rckit.retrieval.passages import cut_passages
+from rckit.retrieval.store import Hit, PassageStore
 
 SQUAD = {"version": "1.1", "data": [
     {"title": "Volcanoes", "paragraphs": [
@@ -54,7 +56,7 @@ def fts_consistent(db_path):
 
 def test_index_a_folder_and_search(tmp_path, capsys):
     docs = make_corpus(tmp_path)
-    with PassageIndex(tmp_path / "index.db") as ix:
+    with PassageStore(tmp_path / "index.db") as ix:
         report = ix.add([docs])
         assert report["added"] == 5 and report["unchanged"] == 0 and report["removed"] == 0
         assert report["skipped"] == [{"path": str((docs / "blob.bin").resolve()), "why": report["skipped"][0]["why"]}]
@@ -92,7 +94,7 @@ def test_index_a_folder_and_search(tmp_path, capsys):
 
 def test_fts_syntax_in_a_question_is_only_words(tmp_path):
     docs = make_corpus(tmp_path)
-    with PassageIndex(tmp_path / "index.db") as ix:
+    with PassageStore(tmp_path / "index.db") as ix:
         ix.add([docs])
         for q in ['"NOT" AND (near*', "penguins NOT krill", "NEAR(a b)", "title:penguins OR", "-x ^y {z}", "'\"",
                   'col:"unterminated', "AND", "*", "a_b c-d"]:
@@ -107,7 +109,7 @@ def test_given_files_that_cannot_be_read_raise_one_line(tmp_path):
     lines.write_text('{"text": "fine"}\n\n{"text": oops}\n', encoding="utf-8")
     not_squad = tmp_path / "package.json"
     not_squad.write_text('{"name": "x"}', encoding="utf-8")
-    with PassageIndex(tmp_path / "index.db") as ix:
+    with PassageStore(tmp_path / "index.db") as ix:
         for path, words in [(bad, ["not UTF-8", "0xff"]), (lines, ["line 3"]), (not_squad, ["not SQuAD"])]:
             with pytest.raises(IndexInputError) as e:
                 ix.add([path])
@@ -122,7 +124,7 @@ def test_given_files_that_cannot_be_read_raise_one_line(tmp_path):
 def test_reindex_after_edit_delete_and_twice(tmp_path):
     docs = make_corpus(tmp_path)
     db = tmp_path / "index.db"
-    with PassageIndex(db) as ix:
+    with PassageStore(db) as ix:
         first = ix.add([docs])
         again = ix.add([docs, docs / "notes.txt", docs])  # same folder twice, a file in it by name
         assert (again["added"], again["updated"], again["unchanged"], again["removed"]) == (0, 0, 5, 0)
@@ -153,14 +155,14 @@ def test_reindex_after_edit_delete_and_twice(tmp_path):
 def test_an_interrupted_add_leaves_the_index_as_it_was(tmp_path, monkeypatch):
     docs = make_corpus(tmp_path)
     db = tmp_path / "index.db"
-    with PassageIndex(db) as ix:
+    with PassageStore(db) as ix:
         ix.add([docs])
         before = ix.stats()
         hits_before = ix.search("penguins rings Vienna lighthouse", k=10)
     (docs / "notes.txt").write_text("Walruses sunbathe.", encoding="utf-8")  # replaced in the database first
     (docs / "squad.json").unlink()
     (docs / "zzz.txt").write_text("Meteors streak.", encoding="utf-8")  # the next file read (sorted order)
-    read = store._read_documents
+    read = store.read_documents
     calls = []
 
     def read_then_interrupt(path, data):
@@ -169,15 +171,15 @@ def test_an_interrupted_add_leaves_the_index_as_it_was(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return read(path, data)
 
-    monkeypatch.setattr(store, "_read_documents", read_then_interrupt)
-    with PassageIndex(db) as ix:
+    monkeypatch.setattr(store, "read_documents", read_then_interrupt)
+    with PassageStore(db) as ix:
         with pytest.raises(KeyboardInterrupt):
             ix.add([docs])
         assert calls == ["blob.bin", "notes.txt", "zzz.txt"]  # notes.txt was rewritten before the interrupt
         assert ix.stats() == before and ix.search("penguins rings Vienna lighthouse", k=10) == hits_before
         assert ix.search("walruses") == []
-    monkeypatch.setattr(store, "_read_documents", read)
-    with PassageIndex(db) as ix:  # still opens, and the next add does the work
+    monkeypatch.setattr(store, "read_documents", read)
+    with PassageStore(db) as ix:  # still opens, and the next add does the work
         assert ix.stats() == before and ix.search("penguins rings Vienna lighthouse", k=10) == hits_before
         report = ix.add([docs])
         assert (report["added"], report["updated"], report["removed"]) == (1, 1, 1)
@@ -200,7 +202,7 @@ def test_passages_respect_max_words_and_never_overlap(tmp_path):
 
     (tmp_path / "long.txt").write_text(text, encoding="utf-8")
     (tmp_path / "empty.txt").write_text("   \n", encoding="utf-8")
-    with PassageIndex(tmp_path / "index.db", max_words=10) as ix:
+    with PassageStore(tmp_path / "index.db", max_words=10) as ix:
         report = ix.add([tmp_path / "long.txt", tmp_path / "empty.txt"])
         assert report["added"] == 2 and report["documents"] == 2 and report["passages"] == len(spans)
         assert ix.document_text(str((tmp_path / "empty.txt").resolve()), None) == "   \n"
@@ -208,7 +210,7 @@ def test_passages_respect_max_words_and_never_overlap(tmp_path):
         assert sorted((h.start, h.end) for h in hits) == spans
         check_hits(ix, hits)
         assert ix.add([tmp_path / "empty.txt"])["unchanged"] == 1
-    with PassageIndex(tmp_path / "index.db", max_words=999) as ix:  # an index keeps its passage size
+    with PassageStore(tmp_path / "index.db", max_words=999) as ix:  # an index keeps its passage size
         assert ix.stats()["max_words"] == 10
 
 
@@ -222,20 +224,35 @@ def test_open_refuses_what_is_not_an_index(tmp_path):
     con.close()
     for path in (random_file, other_db, tmp_path):
         with pytest.raises(IndexInputError) as e:
-            PassageIndex(path)
+            PassageStore(path)
         assert str(e.value).startswith(str(path)) and "\n" not in str(e.value)
     with pytest.raises(FileNotFoundError, match="missing"):
-        PassageIndex(tmp_path / "missing" / "index.db")
-    with PassageIndex(tmp_path / "fresh.db") as ix:  # a new path makes a new index
+        PassageStore(tmp_path / "missing" / "index.db")
+    with PassageStore(tmp_path / "fresh.db") as ix:  # a new path makes a new index
         assert ix.stats()["documents"] == 0 and ix.stats()["bytes"] > 0
 
 
 def test_squad_gz_and_a_copied_index(tmp_path):
     (tmp_path / "dev.json.gz").write_bytes(gzip.compress(json.dumps(SQUAD).encode("utf-8")))
-    with PassageIndex(tmp_path / "index.db") as ix:
+    with PassageStore(tmp_path / "index.db") as ix:
         assert ix.add([tmp_path / "dev.json.gz"])["documents"] == 3
     shutil.copy(tmp_path / "index.db", tmp_path / "copy.db")  # one file is the whole index
-    with PassageIndex(tmp_path / "copy.db") as ix:
+    with PassageStore(tmp_path / "copy.db") as ix:
         hit = ix.search("Which rock floats?")[0]
         assert (hit.key, hit.title, hit.text) == ("0/1", "Volcanoes", SQUAD["data"][0]["paragraphs"][1]["context"])
         assert hit.score > 0
+
+
+def test_a_file_is_read_as_the_format_its_name_says(tmp_path):
+    from rckit.retrieval.documents import FORMATS, READS, format_of, read_documents
+
+    kinds = {name: format_of(tmp_path / name).kind for name in (
+        "a.txt", "README", "b.md", "c.jsonl", "d.json", "E.JSON.GZ", "f.json.txt", "g.jsonl.bak")}
+    assert kinds == {"a.txt": "text", "README": "text", "b.md": "text", "c.jsonl": "jsonl", "d.json": "squad",
+                     "E.JSON.GZ": "squad", "f.json.txt": "text", "g.jsonl.bak": "text"}
+    assert READS == "reads: plain UTF-8 text, Markdown, JSON Lines {id, title, text}, SQuAD JSON"
+    assert [f.kind for f in FORMATS] == ["text", "jsonl", "squad"]
+    kind, docs = read_documents(tmp_path / "r.jsonl", b'{"id": 4, "title": "T", "text": "x y"}\n')
+    assert kind == "jsonl" and [(d.key, d.title, d.text) for d in docs] == [("4", "T", "x y")]
+    with pytest.raises(IndexInputError, match="line 1: holds a NUL"):
+        read_documents(tmp_path / "r.jsonl", b'{"text": "a\\u0000b"}\n')

@@ -1,10 +1,10 @@
-"""Asking a collection of documents: retrieve, then read (DrQA, Haystack), as :class:`Index`.
+"""Asking a collection of documents: retrieve, then read (DrQA, Haystack), as :class:`Collection`.
 
-``Index.open(PATH)`` opens (or creates) a passage index, one SQLite file
-(:class:`rckit.retrieval.store.PassageIndex`); ``index.add([FOLDER])`` indexes or re-indexes
-files; ``index.ask(question)`` takes the retriever's ``passages`` best passages (BM25), reads
-them all with a :class:`Reader` in one batched call, and ranks the spans found over every
-passage by one score::
+``Collection.open(PATH)`` (public as ``rckit.Index.open``) opens or creates a passage store, one
+SQLite file (:class:`rckit.retrieval.store.PassageStore`, written by ``rckit index``);
+``collection.add([FOLDER])`` indexes or re-indexes files; ``collection.ask(question)`` takes the
+retriever's ``passages`` best passages (BM25), reads them all with a :class:`Reader` in one batched
+call, and ranks the spans found over every passage by one score::
 
     score = p_reader(span | passage) * exp(retriever_weight * (bm25(passage) - bm25(best passage)))
 
@@ -12,32 +12,60 @@ passage by one score::
 the retriever prefers win over a reader's confident span in a passage it ranked low (the
 reader's probability is normalised within each passage, so it is as sure in a wrong passage as
 in the right one). The default is the weight that won on questions of the SQuAD training file
-(RESULTS.md, "Asking a collection"; the reader alone was far behind).
+(RESULTS.md, "Asking a collection").
 
-Each answer says where it is: ``source`` (the file), ``key`` (the record or SQuAD paragraph of
-that file, or None), ``title``, ``start``/``end`` as character offsets into that document's text
-(for a text file: into the file's own text, so ``open(source).read()[start:end] == answer``), and
-``passage`` (the passage's own offsets). A reader that can abstain (SQuAD v2.0) reads
-passages where it finds nothing; where it abstains on every passage read, the answer is ``""``
-with ``start``/``end`` None: no answer in these documents.
+Retrieve -> read -> rank is written once: :func:`retrieve` gives the hits and the (passage,
+question) pairs to read, whoever reads them (:meth:`Collection.ask_many` with
+:meth:`Reader.answer_batch`, the server with its batcher), and :meth:`Retrieved.rank` ranks what
+was read.
+
+Each answer (:class:`rckit.answering.answer.FoundAnswer`) says where it is: ``source`` (the file),
+``key`` (the record or SQuAD paragraph of that file, or None), ``title``, ``start``/``end`` as
+character offsets into that document's text (for a text file: into the file's own text, so
+``open(source).read()[start:end] == answer``), and ``passage`` (the passage's own offsets). A
+reader that can abstain (SQuAD v2.0) reads passages where it finds nothing; where it abstains on
+every passage read, the answer is ``""`` with ``start``/``end`` None: no answer in these documents.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
-from rckit.retrieval.store import Hit, PassageIndex
+from rckit.answering.answer import Answer, FoundAnswer, Passage
 from rckit.answering.reader import Reader
+from rckit.retrieval.store import Hit, PassageStore
 
 DEFAULT_PASSAGES = 20
-DEFAULT_RETRIEVER_WEIGHT = 0.25  # the best of 0, 0.1, 0.25, 0.5, 1 on 500 training questions (RESULTS.md)
+# The best of the weights tried on SQuAD training questions (RESULTS.md, "Asking a collection").
+DEFAULT_RETRIEVER_WEIGHT = 0.25
 
 
-class Index:
-    """A passage index and a reader: ``add`` documents, ``ask`` questions of all of them."""
+@dataclass(frozen=True)
+class Retrieved:
+    """The passages retrieved for some questions, and what the reader is to read of them."""
 
-    def __init__(self, store: PassageIndex, reader: Reader | None = None,
+    hits: list[list[Hit]]  # for each question, its passages, best first
+    pairs: list[tuple[str, str]]  # (passage text, question) of every hit, question by question
+
+    def rank(self, answers: list[list[Answer]], top_k: int, retriever_weight: float) -> list[list[FoundAnswer]]:
+        """Each question's ``top_k`` best answers (:func:`rank`), given the reader's ``answers``
+        to :attr:`pairs`, in their order."""
+        read = iter(answers)
+        return [rank([(h, next(read)) for h in hits], top_k, retriever_weight) for hits in self.hits]
+
+
+def retrieve(store: PassageStore, questions: list[str], passages: int) -> Retrieved:
+    """Each question's ``passages`` best passages in ``store``, and the pairs to read them with."""
+    hits = [store.search(q, passages) for q in questions]
+    return Retrieved(hits, [(h.text, q) for q, hs in zip(questions, hits) for h in hs])
+
+
+class Collection:
+    """A passage store and a reader: ``add`` documents, ``ask`` questions of all of them."""
+
+    def __init__(self, store: PassageStore, reader: Reader | None = None,
                  retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT, model: str | Path | None = None):
         self.store = store
         self._reader = reader
@@ -46,12 +74,12 @@ class Index:
 
     @classmethod
     def open(cls, path: str | Path, model: str | Path | Reader | None = None,
-             retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT) -> "Index":
-        """The index at ``path`` (created if missing) with ``model``'s reader (a run, an exported
+             retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT) -> "Collection":
+        """The store at ``path`` (created if missing) with ``model``'s reader (a run, an exported
         file, a :class:`Reader`, or None: the default model, loaded when first asked)."""
         if isinstance(model, Reader):
-            return cls(PassageIndex(path), model, retriever_weight)
-        return cls(PassageIndex(path), None, retriever_weight, model)
+            return cls(PassageStore(path), model, retriever_weight)
+        return cls(PassageStore(path), None, retriever_weight, model)
 
     @property
     def reader(self) -> Reader:
@@ -60,45 +88,44 @@ class Index:
         return self._reader
 
     def add(self, paths: list[str | Path], progress: bool = False) -> dict:
-        """Index (or re-index) files and folders; see :meth:`PassageIndex.add`."""
+        """Index (or re-index) files and folders; see :meth:`PassageStore.add`."""
         return self.store.add(paths, progress)
 
-    def ask(self, question: str, top_k: int = 1, passages: int = DEFAULT_PASSAGES) -> list[dict]:
+    def ask(self, question: str, top_k: int = 1, passages: int = DEFAULT_PASSAGES) -> list[FoundAnswer]:
         """The ``top_k`` best answers to ``question`` over the collection, best first."""
         return self.ask_many([question], top_k, passages)[0]
 
     def ask_many(self, questions: list[str], top_k: int = 1, passages: int = DEFAULT_PASSAGES,
-                 chunk: int = 64) -> list[list[dict]]:
+                 chunk: int = 64) -> list[list[FoundAnswer]]:
         """:meth:`ask` for many questions, their passages read in one batched call."""
         if top_k < 1 or passages < 1:
             raise ValueError(f"top_k and passages must be at least 1, got {top_k} and {passages}")
         results = []
         for lo in range(0, len(questions), chunk):  # bounded memory for a file of questions
-            part = questions[lo: lo + chunk]
-            hits = [self.store.search(q, passages) for q in part]
-            pairs = [(h.text, q) for q, hs in zip(part, hits) for h in hs]
-            read = iter(self.reader.answer_batch(pairs, top_k) if pairs else [])
-            results += [rank([(h, next(read)) for h in hs], top_k, self.retriever_weight) for hs in hits]
+            found = retrieve(self.store, questions[lo: lo + chunk], passages)
+            answers = self.reader.answer_batch(found.pairs, top_k) if found.pairs else []
+            results += found.rank(answers, top_k, self.retriever_weight)
         return results
 
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> "Index":
+    def __enter__(self) -> "Collection":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def rank(read: list[tuple[Hit, list[dict]]], top_k: int, retriever_weight: float) -> list[dict]:
-    """The ``top_k`` best spans over the passages ``read`` (each hit with the reader's answers
-    on it), by the module docstring's score; a span found in two passages counts once. With
-    no span left (nothing retrieved, or the reader abstained on every passage): the abstention."""
+def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: float) -> list[FoundAnswer]:
+    """The ``top_k`` best spans over the passages ``read`` of one question (each hit with the
+    reader's answers on it), by the module docstring's score; a span found in two passages counts
+    once. With no span left (nothing retrieved, or the reader abstained on every passage): the
+    abstention."""
     if not read:
         return [no_answer(None)]
     best_bm25 = max(h.score for h, _ in read)
-    found: dict[tuple, dict] = {}
+    found: dict[tuple, FoundAnswer] = {}
     nulls = []
     for hit, answers in read:
         if answers and answers[0]["start"] is None:  # the reader says this passage holds no answer
@@ -111,18 +138,24 @@ def rank(read: list[tuple[Hit, list[dict]]], top_k: int, retriever_weight: float
             where = (hit.source, hit.key, hit.start + a["start"], hit.start + a["end"])
             score = a["score"] * weight
             if where not in found or score > found[where]["score"]:
-                found[where] = {"answer": a["answer"], "score": score, "start": where[2], "end": where[3],
-                                "source": hit.source, "key": hit.key, "title": hit.title,
-                                "passage": {"id": hit.passage_id, "start": hit.start, "end": hit.end,
-                                            "text": hit.text},
-                                "reader_score": a["score"], "retriever_score": hit.score,
-                                "no_answer_probability": a["no_answer_probability"]}
+                found[where] = found_in(hit, a, score)
     if not found:
         return [no_answer(min(nulls) if nulls and None not in nulls else None)]
     return sorted(found.values(), key=lambda a: (-a["score"], a["source"], a["start"]))[:top_k]
 
 
-def no_answer(p_null: float | None) -> dict:
-    """No answer in these documents: the lowest no-answer probability over the passages read."""
-    return {"answer": "", "score": p_null, "start": None, "end": None, "source": None, "key": None, "title": None,
-            "passage": None, "reader_score": None, "retriever_score": None, "no_answer_probability": p_null}
+def found_in(hit: Hit, a: Answer, score: float) -> FoundAnswer:
+    """The reader's span ``a`` of ``hit``'s passage as an answer of the collection, ranked by
+    ``score``: its offsets moved from the passage into the passage's document."""
+    return FoundAnswer(answer=a["answer"], score=score, start=hit.start + a["start"], end=hit.start + a["end"],
+                       source=hit.source, key=hit.key, title=hit.title,
+                       passage=Passage(id=hit.passage_id, start=hit.start, end=hit.end, text=hit.text),
+                       reader_score=a["score"], retriever_score=hit.score,
+                       no_answer_probability=a["no_answer_probability"])
+
+
+def no_answer(p_null: float | None) -> FoundAnswer:
+    """No answer in these documents, with the lowest no-answer probability over the passages read
+    (:func:`rckit.answering.answer.no_answer` with nowhere to point)."""
+    return FoundAnswer(answer="", score=p_null, start=None, end=None, source=None, key=None, title=None,
+                       passage=None, reader_score=None, retriever_score=None, no_answer_probability=p_null)

@@ -1,10 +1,12 @@
-"""An embedded passage index: documents cut into passages, in one SQLite file, ranked by BM25.
+"""The passage store: documents cut into passages, in one SQLite file, ranked by BM25.
 
 The "retrieve" half of retrieve-then-read (DrQA, Haystack). SQLite's FTS5 extension ships with
-Python's standard library, needs no server, keeps the whole index in one file that can be copied
-or deleted, and ranks with BM25, the baseline that DrQA's and Haystack's retrievers are measured
-against. A server engine (OpenSearch, Elasticsearch) would sit behind the same interface,
-``search(question, k) -> list[Hit]``, when one machine is not enough.
+Python's standard library, needs no server, keeps the whole store in one file (the "index" that
+``rckit index`` writes) that can be copied or deleted, and ranks with BM25, the baseline that
+DrQA's and Haystack's retrievers are measured against. A server engine (OpenSearch,
+Elasticsearch) would sit behind the same interface, ``search(question, k) -> list[Hit]``, when one
+machine is not enough. Files are read by :mod:`rckit.retrieval.documents` and their documents cut
+into passages by :mod:`rckit.retrieval.passages`.
 
 What is stored. ``sources`` holds one row per file (its resolved absolute path, the SHA-256 of its
 bytes, its kind: ``text``, ``jsonl`` or ``squad``); ``documents`` one row per document (a text file,
@@ -16,37 +18,31 @@ inverted index; rows are added with ``INSERT INTO passages_fts(rowid, text, titl
 with FTS5's ``'delete'`` command given the same values, both read from the view, so the index
 always holds what the view shows. ``meta`` records the schema version and ``max_words``.
 
-A passage is at most ``max_words`` whitespace-separated words of one document: the text is split
-at blank lines, consecutive paragraphs are merged while the total stays within ``max_words``, and a
-longer paragraph is cut at sentence ends ("." "?" "!" then whitespace) or, for a sentence still too
-long, between words. Passages never overlap, and their spans exclude the whitespace around them.
-
-Updating. :meth:`PassageIndex.add` reads each file's bytes and compares their digest with the
+Updating. :meth:`PassageStore.add` reads each file's bytes and compares their digest with the
 stored one: an unchanged file costs a hash, a changed one has its documents and passages replaced,
 a new one is added, and under each folder given, files indexed before that no longer exist (or
 that are now unreadable, hence skipped) are removed. The whole call is one transaction, so an
-error or Ctrl-C midway leaves the index as it was. (A folder that is moved is indexed anew under
-its new path; its old entries stay until an index is rebuilt.)
+error or Ctrl-C midway leaves the store as it was. (A folder that is moved is indexed anew under
+its new path; its old entries stay until the store is rebuilt.)
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import os
 import re
 import sqlite3
 import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
+from rckit.retrieval.documents import IndexInputError, read_documents, walk
+from rckit.retrieval.passages import cut_passages
+
 SCHEMA_VERSION = 1
 FORMAT = "rckit passage index"
-READS = "reads: plain UTF-8 text, Markdown, JSON Lines {id, title, text}, SQuAD JSON"
 
 # Words too common to help ranking; dropped from a question unless nothing else is left.
 STOPWORDS = frozenset("""
@@ -86,15 +82,6 @@ ORDER BY top.rank, p.id
 """
 
 
-class IndexInputError(ValueError):
-    """A file that cannot be indexed, or a file that is not an index. One line: the path, why,
-    and for documents the formats that are read. ``path`` and ``why`` are kept for reports."""
-
-    def __init__(self, path: str | Path, why: str, hint: str = READS):
-        self.path, self.why = str(path), why
-        super().__init__(f"{path}: {why}; {hint}" if hint else f"{path}: {why}")
-
-
 @dataclass(frozen=True)
 class Hit:
     passage_id: int
@@ -107,152 +94,7 @@ class Hit:
     score: float  # BM25, higher is better
 
 
-# ---- passages ------------------------------------------------------------------------------
-
-_BLANK_LINE = re.compile(r"\n\s*\n")
-_SENTENCE_END = re.compile(r"[.?!]\s+")
-_WORD = re.compile(r"\S+")
-
-
-def _pieces(text: str, sep: re.Pattern, lo: int, hi: int, keep: int = 0):
-    """Spans of text[lo:hi] between matches of ``sep`` (the first ``keep`` characters of a match
-    stay with the piece before it), whitespace trimmed, empty ones dropped."""
-    pos = lo
-    for cut in [*((m.start() + keep, m.end()) for m in sep.finditer(text, lo, hi)), (hi, hi)]:
-        piece = text[pos: cut[0]]
-        start = pos + len(piece) - len(piece.lstrip())
-        end = pos + len(piece.rstrip())
-        if start < end:
-            yield start, end
-        pos = cut[1]
-
-
-def cut_passages(text: str, max_words: int) -> list[tuple[int, int]]:
-    """Half-open spans of at most ``max_words`` words each, in order, not overlapping (see the
-    module docstring). Whitespace-only text gives none."""
-    units = []  # (start, end, words), each within max_words
-    for p_start, p_end in _pieces(text, _BLANK_LINE, 0, len(text)):
-        n = len(text[p_start:p_end].split())
-        if n <= max_words:
-            units.append((p_start, p_end, n))
-            continue
-        for s_start, s_end in _pieces(text, _SENTENCE_END, p_start, p_end, keep=1):
-            words = list(_WORD.finditer(text, s_start, s_end))
-            for i in range(0, len(words), max_words):
-                chunk = words[i: i + max_words]
-                units.append((chunk[0].start(), chunk[-1].end(), len(chunk)))
-    spans: list[tuple[int, int]] = []
-    total = 0
-    for start, end, n in units:  # greedy merge: a sentence-cut paragraph's pieces merge back too
-        if spans and total + n <= max_words:
-            spans[-1] = (spans[-1][0], end)
-            total += n
-        else:
-            spans.append((start, end))
-            total = n
-    return spans
-
-
-# ---- reading files -------------------------------------------------------------------------
-
-def _decode(path: Path, data: bytes) -> str:
-    """UTF-8 text exactly as in the file, except that a leading byte-order mark is dropped."""
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        raise IndexInputError(path, f"binary (a NUL byte at offset {nul})")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise IndexInputError(path, f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
-    return text[1:] if text.startswith("\ufeff") else text
-
-
-def _storable(s: str) -> bool:
-    # JSON can spell a NUL or a lone surrogate, which SQLite's text functions cannot hold.
-    return "\x00" not in s and not any("\ud800" <= c <= "\udfff" for c in s)
-
-
-def _read_squad(path: Path, data: bytes) -> list[tuple[str, str, str, str]]:
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise IndexInputError(path, f"not a readable gzip file ({e})") from None
-    try:
-        raw = json.loads(_decode(path, data))
-    except json.JSONDecodeError as e:
-        raise IndexInputError(path, f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
-        raise IndexInputError(path, 'JSON but not SQuAD (no top-level "data" list of articles)')
-    docs = []
-    for a, article in enumerate(raw["data"]):
-        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
-        if not isinstance(paragraphs, list):
-            raise IndexInputError(path, f'SQuAD article {a}: no "paragraphs" list')
-        title = article.get("title")
-        title = title if isinstance(title, str) else path.name
-        for p, para in enumerate(paragraphs):
-            context = para.get("context") if isinstance(para, dict) else None
-            if not isinstance(context, str):
-                raise IndexInputError(path, f'SQuAD article {a} paragraph {p}: no "context" string')
-            docs.append((f"article {a} paragraph {p}", f"{a}/{p}", title, context))
-    return docs
-
-
-def _read_jsonl(path: Path, text: str) -> list[tuple[str, str, str, str]]:
-    docs, keys = [], set()
-    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a string
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise IndexInputError(path, f"line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-            raise IndexInputError(path, f'line {n}: expected an object with a "text" string')
-        rid = n if rec.get("id") is None else rec["id"]
-        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-            raise IndexInputError(path, f'line {n}: "id" should be a string or an integer')
-        title = path.name if rec.get("title") is None else rec["title"]
-        if not isinstance(title, str):
-            raise IndexInputError(path, f'line {n}: "title" should be a string')
-        if str(rid) in keys:
-            raise IndexInputError(path, f"line {n}: id {str(rid)!r} is used twice in this file")
-        keys.add(str(rid))
-        docs.append((f"line {n}", str(rid), title, rec["text"]))
-    return docs
-
-
-def _read_documents(path: Path, data: bytes) -> tuple[str, list[tuple[str | None, str, str]]]:
-    """(kind, [(key, title, text)]) of one file's bytes; IndexInputError if it cannot be read."""
-    name = path.name.lower()
-    if name.endswith((".json", ".json.gz")):
-        kind, found = "squad", _read_squad(path, data)
-    elif name.endswith(".jsonl"):
-        kind, found = "jsonl", _read_jsonl(path, _decode(path, data))
-    else:
-        return "text", [(None, path.name, _decode(path, data))]
-    for where, key, title, text in found:
-        if not (_storable(key) and _storable(title) and _storable(text)):
-            raise IndexInputError(path, f"{where}: holds a NUL character or an unpaired surrogate")
-    return kind, [doc[1:] for doc in found]
-
-
-def _walk(folder: Path, skipped: list) -> list[Path]:
-    """Regular files under ``folder``, sorted, hidden files and folders (".name") left out."""
-    def unreadable(e: OSError):
-        skipped.append({"path": e.filename, "why": e.strerror or str(e)})
-
-    files = []
-    for dirpath, dirnames, filenames in os.walk(folder, onerror=unreadable):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        files.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
-    return sorted((f for f in files if f.is_file()), key=lambda f: f.parts)
-
-
-# ---- the index -----------------------------------------------------------------------------
-
-class PassageIndex:
+class PassageStore:
     """Passages of many documents in one SQLite file (see the module docstring).
 
     Opens the index at ``path``, or creates it where there is no file or an empty one (its folder
@@ -308,7 +150,7 @@ class PassageIndex:
             root = Path(given).expanduser().resolve()  # "~/notes" from Python, as a shell would have it
             if root.is_dir():
                 folders.append(root)
-                for f in _walk(root, report["skipped"]):
+                for f in walk(root, report["skipped"]):
                     if f not in own:
                         files.setdefault(f, False)
             elif root.is_file():
@@ -344,7 +186,7 @@ class PassageIndex:
             if row and row[1] == digest:
                 report["unchanged"] += 1
                 return
-            kind, docs = _read_documents(path, data)
+            kind, docs = read_documents(path, data)
         except (OSError, IndexInputError) as e:
             if by_name:
                 raise
@@ -364,11 +206,11 @@ class PassageIndex:
             source_id = self._db.execute("INSERT INTO sources (path, digest, kind) VALUES (?, ?, ?)",
                                          (str(path), digest, kind)).lastrowid
             report["added"] += 1
-        for key, title, text in docs:
+        for doc in docs:
             doc_id = self._db.execute("INSERT INTO documents (source_id, key, title, text) VALUES (?, ?, ?, ?)",
-                                      (source_id, key, title, text)).lastrowid
+                                      (source_id, doc.key, doc.title, doc.text)).lastrowid
             self._db.executemany('INSERT INTO passages (document_id, ordinal, start, "end") VALUES (?, ?, ?, ?)',
-                                 [(doc_id, i, s, e) for i, (s, e) in enumerate(cut_passages(text, self.max_words))])
+                                 [(doc_id, i, s, e) for i, (s, e) in enumerate(cut_passages(doc.text, self.max_words))])
         self._db.execute("INSERT INTO passages_fts (rowid, text, title) SELECT id, text, title FROM passage_text "
                          "WHERE document_id IN (SELECT id FROM documents WHERE source_id = ?)", (source_id,))
 
@@ -417,7 +259,7 @@ class PassageIndex:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> PassageIndex:
+    def __enter__(self) -> PassageStore:
         return self
 
     def __exit__(self, *exc) -> None:
