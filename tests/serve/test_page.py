@@ -208,7 +208,7 @@ def test_the_page_says_when_the_passage_holds_no_answer(abstaining_server, brows
 
 
 @pytest.mark.browser
-def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, browser):
+def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, browser):  # noqa: F811 (the fixture)
     """Served with an index, the page gets a second tab; an answer is shown marked in its passage,
     with its document's name, as the API gives it."""
     from selenium.webdriver.common.by import By

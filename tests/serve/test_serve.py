@@ -26,6 +26,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rckit.serve.app import create_app
+from rckit.serve.config import ServeConfig
 
 CONTEXT = "Ada Lovelace wrote the first published program in 1843 for the Analytical Engine of Charles Babbage."
 
@@ -116,7 +117,7 @@ def fake():
 
 @pytest.fixture
 def client(fake):
-    with TestClient(create_app(fake, max_body_bytes=2_000, max_questions=8)) as c:
+    with TestClient(create_app(fake, ServeConfig(max_body_bytes=2_000, max_questions=8))) as c:
         yield c
 
 
@@ -255,7 +256,7 @@ def test_a_body_over_the_limit_is_refused_from_its_length(client, fake):
 
 
 def test_a_streamed_body_over_the_limit_is_cut_off(fake):
-    app = create_app(fake, max_body_bytes=2_000)
+    app = create_app(fake, ServeConfig(max_body_bytes=2_000))
     sent = []
 
     async def chunks():  # no Content-Length: the size is only known as it arrives
@@ -289,7 +290,7 @@ def test_other_paths_and_methods_answer_in_json(client, fake):
 
 
 def test_the_schema_states_every_rule_the_server_enforces(fake):
-    app = create_app(fake, max_questions=8, max_question_chars=100, max_context_chars=50_000, max_work=64)
+    app = create_app(fake, ServeConfig(max_questions=8, max_question_chars=100, max_context_chars=50_000, max_work=64))
     with TestClient(app) as client:
         body = client.get("/openapi.json").json()["paths"]["/v1/answer"]["post"]["requestBody"]
         one, many = body["content"]["application/json"]["schema"]["oneOf"]
@@ -313,9 +314,39 @@ def test_the_schema_states_every_rule_the_server_enforces(fake):
         assert ask(client, context="w " * 1_000 + "end.", question="Who?").status_code == 200
 
 
+def test_a_setting_out_of_range_is_refused_naming_it(fake):
+    for config, name in ((ServeConfig(max_batch=0), "max_batch"), (ServeConfig(request_timeout=0), "request_timeout"),
+                         (ServeConfig(max_questions=8, max_work=4), "max_work"), (ServeConfig(policy="lifo"), "policy")):
+        with pytest.raises(ValueError, match=name):
+            create_app(fake, config)
+
+
+def test_the_schemas_text_pattern_is_the_readers_text_rule():
+    """A text the schema's pattern allows is one the reader reads (text_problem), in every script."""
+    from rckit.answering.reader import text_problem
+    from rckit.serve.schema import HAS_WORD
+
+    for text in ("Who?", "?!", "_", " \n", "½", "é", "\u0301", "٣", "漢", "🙂", "a_", "__1"):
+        assert bool(re.search(HAS_WORD, text)) == (text_problem(text) is None), text
+
+
+def test_the_answers_schema_is_the_typed_answers_with_their_descriptions(client):
+    from typing import get_type_hints
+
+    from rckit.answering import answer
+
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for typed in (answer.Answer, answer.FoundAnswer, answer.Passage):
+        hints = get_type_hints(typed, include_extras=True)
+        properties = schemas[typed.__name__]["properties"]
+        assert properties.keys() == hints.keys()
+        for name, hint in hints.items():
+            assert properties[name]["description"] == hint.__metadata__[0], (typed.__name__, name)
+
+
 def test_a_request_over_the_work_limit_is_413_naming_it():
     fake = FakeReader(windows=5)  # every question read in 5 windows
-    with TestClient(create_app(fake, max_questions=4, max_work=8)) as client:
+    with TestClient(create_app(fake, ServeConfig(max_questions=4, max_work=8))) as client:
         r = ask(client, context=CONTEXT, questions=["Who?", "When?"])
         assert r.status_code == 413 and "asks for 10 readings" in r.json()["error"] and "--max-work" in r.json()["error"]
         assert fake.calls == []  # refused after planning, before the model
@@ -324,7 +355,7 @@ def test_a_request_over_the_work_limit_is_413_naming_it():
 
 def test_a_request_over_its_time_limit_is_503_and_dropped():
     fake = FakeReader(delay=0.1, windows=6)  # 6 calls of 0.1 s: more than the limit
-    with TestClient(create_app(fake, max_batch=1, request_timeout_s=0.25)) as client:
+    with TestClient(create_app(fake, ServeConfig(max_batch=1, request_timeout=0.25))) as client:
         r = ask(client, context=CONTEXT, question="Who?")
         assert r.status_code == 503 and "within 0.25 s" in r.json()["error"] and "--request-timeout" in r.json()["error"]
         time.sleep(0.15)
@@ -370,7 +401,7 @@ def _expected(fake, body):
 
 def test_concurrent_requests_share_model_calls_and_each_gets_its_own_answers():
     fake = FakeReader(delay=0.05)  # while the model runs, the next requests queue
-    app = create_app(fake, max_batch=8, batch_window_ms=20)
+    app = create_app(fake, ServeConfig(max_batch=8, batch_window_ms=20))
     bodies = _bodies(24)
     responses = asyncio.run(_post_all(app, bodies))
     for body, r in zip(bodies, responses):
@@ -383,7 +414,7 @@ def test_concurrent_requests_share_model_calls_and_each_gets_its_own_answers():
 
 def test_requests_that_wait_together_are_planned_together():
     fake = FakeReader(delay=0.05)
-    app = create_app(fake, max_batch=8, batch_window_ms=20)
+    app = create_app(fake, ServeConfig(max_batch=8, batch_window_ms=20))
     bodies = _bodies(12)
     responses = asyncio.run(_post_all(app, bodies))
     assert all(r.status_code == 200 for r in responses)
@@ -393,7 +424,7 @@ def test_requests_that_wait_together_are_planned_together():
 def test_concurrent_requests_from_threads_are_batched():
     fake = FakeReader(delay=0.05)
     bodies = _bodies(12)
-    with TestClient(create_app(fake, max_batch=32, batch_window_ms=30)) as client:
+    with TestClient(create_app(fake, ServeConfig(max_batch=32, batch_window_ms=30))) as client:
         results = [None] * len(bodies)
 
         def post(i):
@@ -412,7 +443,7 @@ def test_concurrent_requests_from_threads_are_batched():
 
 def test_a_request_larger_than_a_batch_is_answered_in_several_calls():
     fake = FakeReader()
-    with TestClient(create_app(fake, max_batch=4)) as client:
+    with TestClient(create_app(fake, ServeConfig(max_batch=4))) as client:
         qs = [f"question {'x' * k}" for k in range(10)]
         r = ask(client, context=CONTEXT, questions=qs)
         assert r.json()["answers"] == [fake.answers(CONTEXT, q, 1) for q in qs]
@@ -421,7 +452,7 @@ def test_a_request_larger_than_a_batch_is_answered_in_several_calls():
 
 def test_requests_with_other_settings_share_a_call_and_each_keeps_its_own():
     fake = FakeReader(delay=0.05)
-    app = create_app(fake, max_batch=32, batch_window_ms=50)
+    app = create_app(fake, ServeConfig(max_batch=32, batch_window_ms=50))
     bodies = [{"context": CONTEXT, "question": "Who?", "top_k": 1},
               {"context": CONTEXT, "question": "When?", "top_k": 4},
               {"context": CONTEXT, "question": "Where?", "top_k": 2, "max_answer_len": 3}]
@@ -434,7 +465,7 @@ def test_requests_with_other_settings_share_a_call_and_each_keeps_its_own():
 
 def test_a_failure_in_a_shared_call_fails_only_the_request_that_caused_it():
     fake = FakeReader(delay=0.02, fail_on="boom")
-    app = create_app(fake, max_batch=32, batch_window_ms=50)
+    app = create_app(fake, ServeConfig(max_batch=32, batch_window_ms=50))
     bodies = [{"context": CONTEXT, "question": q} for q in ("Who?", "boom?", "When?", "Where?")]
     responses = asyncio.run(_post_all(app, bodies))
     assert [r.status_code for r in responses] == [200, 500, 200, 200]
@@ -447,7 +478,7 @@ def test_a_paragraph_is_answered_between_the_windows_of_a_long_document(policy):
     """A question asked while a 20-window document is being read, 4 windows a call, is read in
     the next call instead of after the document; the document's answers are still whole."""
     fake = FakeReader(delay=0.03, windows=lambda context: 20 if context.startswith("LONG") else 1)
-    app = create_app(fake, max_batch=4, batch_window_ms=0, policy=policy)
+    app = create_app(fake, ServeConfig(max_batch=4, batch_window_ms=0, policy=policy))
 
     async def scenario():
         transport = httpx.ASGITransport(app=app)
@@ -478,7 +509,7 @@ def test_two_workers_read_at_once_and_answer_a_request_after_its_last_window():
     fake.concurrent = True
 
     async def scenario():
-        batcher = Batcher(fake, max_batch=4, window_ms=5, workers=2, timeout_s=20)
+        batcher = Batcher(fake, ServeConfig(max_batch=4, batch_window_ms=5, model_workers=2, request_timeout=20))
         batcher.start()
         try:
             asked = [batcher.submit([(CONTEXT, f"Question {k}?")]) for k in range(6)]
@@ -500,7 +531,7 @@ def test_two_workers_read_at_once_and_answer_a_request_after_its_last_window():
     fake.concurrent = True
 
     async def document():
-        batcher = Batcher(fake, max_batch=1, window_ms=0, workers=2, timeout_s=20)
+        batcher = Batcher(fake, ServeConfig(max_batch=1, batch_window_ms=0, model_workers=2, request_timeout=20))
         batcher.start()
         try:
             return await batcher.submit([("LONG " + CONTEXT, "What?")])
@@ -518,7 +549,7 @@ def test_the_policies_choose_windows_as_documented():
     fake = FakeReader(windows=lambda context: {"long": 6, "mid": 3}.get(context, 1))
 
     async def take(policy: str, arrivals: list[tuple[str, float]]) -> list[tuple[str, int]]:
-        batcher = Batcher(fake, max_batch=4, policy=policy, age_ms=1000)
+        batcher = Batcher(fake, ServeConfig(max_batch=4, policy=policy), age_ms=1000)
         loop = asyncio.get_running_loop()
         batcher._loop, now = loop, loop.time()
         for context, waited in arrivals:
@@ -603,7 +634,7 @@ def test_the_real_reader_with_two_workers_answers_a_document_read_in_calls_at_on
                 with lock:
                     at_once[0] -= 1
 
-    app = create_app(Counting(), max_batch=2, batch_window_ms=1, model_workers=2)
+    app = create_app(Counting(), ServeConfig(max_batch=2, batch_window_ms=1, model_workers=2))
     responses = asyncio.run(_post_all(app, bodies))
     for body, r in zip(bodies, responses):
         assert r.status_code == 200, r.text
@@ -622,7 +653,7 @@ def test_the_real_reader_batched_answers_equal_answers_alone(tiny_reader):
             time.sleep(0.02)  # let the others queue behind the first call
             return tiny_reader.read(parts)
 
-    app = create_app(Recording(), max_batch=32, batch_window_ms=20)
+    app = create_app(Recording(), ServeConfig(max_batch=32, batch_window_ms=20))
     bodies = [{"context": c, "question": q, "top_k": 2} for c, q in QUESTIONS * 3]
     responses = asyncio.run(_post_all(app, bodies))
     for body, r in zip(bodies, responses):
@@ -728,10 +759,10 @@ def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_runs_two_calls
         monkeypatch.setattr(app, "available_cores", lambda: cores)
         assert app.model_settings(onnx=False) == (1, torch_threads)
         assert app.model_settings(onnx=True) == onnx
-        assert app.model_settings(onnx=True, workers=4) == (4, max(1, cores // 4))
+        assert app.model_settings(onnx=True, model_workers=4) == (4, max(1, cores // 4))
     loaded, made = {}, {}
     monkeypatch.setattr(app.Reader, "load", lambda source, **kw: loaded.update(kw) or "reader")
-    monkeypatch.setattr(app, "create_app", lambda reader, **kw: made.update(kw) or (_ for _ in ()).throw(SystemExit(3)))
+    monkeypatch.setattr(app, "create_app", lambda reader, config: made.update(vars(config)) or (_ for _ in ()).throw(SystemExit(3)))
     with pytest.raises(SystemExit):
         app.serve("model.onnx")
     assert (loaded["threads"], loaded["spin"], made["model_workers"]) == (8, False, 2)
@@ -739,7 +770,7 @@ def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_runs_two_calls
         app.serve("model.safetensors")
     assert (loaded["threads"], made["model_workers"]) == (15, 1)
     with pytest.raises(ValueError, match="workers must be at least 1"):
-        app.serve("model.onnx", workers=0)
+        app.serve("model.onnx", ServeConfig(model_workers=0))
 
 
 def test_ctrl_c_ends_serve_with_130_even_if_uvicorn_returns_quietly(tiny_export, monkeypatch, capsys):

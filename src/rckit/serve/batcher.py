@@ -8,7 +8,7 @@ accepting and parsing requests meanwhile; a request gets its answers, merged ove
 is therefore never one unit that everything queued behind it waits for: its windows take turns
 with other requests' in calls of bounded size.
 
-``workers`` calls may be in flight at once, each in its own thread: the items waiting when calls
+``model_workers`` calls may be in flight at once, each in its own thread: the items waiting when calls
 are formed are shared between the idle workers, one call each, and what arrives while every
 worker is busy joins the next call. With 8 closed-loop clients one call's clients are being
 answered and their next requests parsed while the other call reads (BENCHMARKS.md, "Answering
@@ -32,8 +32,8 @@ arrives during it waits for the next. Which windows go in (``policy``):
   request in turn).
 - ``"round-robin"``: one window of each waiting request in turn, in arrival order.
 
-Before a call that is not full the collector waits ``window_ms`` for requests to join it. A
-request's time limit (``timeout_s``, planning included) fails it with :class:`RequestTimeout`
+Before a call that is not full the collector waits ``batch_window_ms`` for requests to join it. A
+request's time limit (``request_timeout``, planning included) fails it with :class:`RequestTimeout`
 and drops its windows; one of more than ``max_work`` items is refused after planning with
 :class:`TooMuchWork`. When a call fails and it held several requests, each is read alone again,
 so one request the model cannot answer fails only itself.
@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-POLICIES = ("fair", "round-robin")
+from rckit.serve.config import ServeConfig
 
 
 class TooMuchWork(ValueError):
@@ -102,22 +102,20 @@ class Pending:
 
 
 class Batcher:
-    """Answers ``submit``-ted questions; ``reader.plan_many`` and ``reader.read`` run in worker threads."""
+    """Answers ``submit``-ted questions; ``reader.plan_many`` and ``reader.read`` run in worker threads.
 
-    def __init__(self, reader, max_batch: int = 32, window_ms: float = 2.0, max_tokens: int = 4096,
-                 max_work: int | None = None, timeout_s: float | None = None, policy: str = "fair",
-                 age_ms: float = 200.0, workers: int = 1):
-        for name, value, least in (("max_batch", max_batch, 1), ("window_ms", window_ms, 0),
-                                   ("max_tokens", max_tokens, 1), ("age_ms", age_ms, 0), ("workers", workers, 1)):
-            if value < least:
-                raise ValueError(f"{name} must be at least {least}, not {value}")
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-        self.reader = reader
-        self.max_batch, self.max_tokens, self.max_work, self.timeout = max_batch, max_tokens, max_work, timeout_s
-        self.window, self.age, self.policy = window_ms / 1000, age_ms / 1000, policy
-        self.workers = workers
-        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="rckit-model")
+    ``config``: the server's settings (``max_batch``, ``max_tokens``, ``batch_window_ms``,
+    ``policy``, ``max_work``, ``request_timeout``, ``model_workers``: None is one call at a
+    time); ``age_ms``: how long a request waits before the fair policy gives it a turn."""
+
+    def __init__(self, reader, config: ServeConfig = ServeConfig(), age_ms: float = 200.0):
+        config.check()
+        if age_ms < 0:
+            raise ValueError(f"age_ms must be at least 0, not {age_ms}")
+        self.reader, self.config = reader, config
+        self.batch_window, self.age = config.batch_window_ms / 1000, age_ms / 1000  # seconds
+        self.model_workers = config.model_workers or 1
+        self.executor = ThreadPoolExecutor(self.model_workers, thread_name_prefix="rckit-model")
         self.planner = ThreadPoolExecutor(1, thread_name_prefix="rckit-plan")
         self.calls = 0  # model calls made
         self.questions = 0  # questions answered
@@ -137,7 +135,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # an event belongs to one loop
             self._loop, self._wake, self._plan_wake = loop, asyncio.Event(), asyncio.Event()
-            self._free = asyncio.Semaphore(self.workers)
+            self._free = asyncio.Semaphore(self.model_workers)
             self._waiting, self._to_plan, self._calls, self._busy = [], [], set(), 0
         elif self._tasks and not any(t.done() for t in self._tasks):
             return
@@ -179,10 +177,10 @@ class Batcher:
         self._wake.set()
         self._plan_wake.set()
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.config.request_timeout):
                 return await submission.future
         except TimeoutError:
-            raise RequestTimeout(self.timeout) from None
+            raise RequestTimeout(self.config.request_timeout) from None
         finally:  # answered, timed out, or the client went away: nothing of it is left to read
             if submission in self._to_plan:
                 self._to_plan.remove(submission)
@@ -194,8 +192,8 @@ class Batcher:
             return
         if isinstance(job, BaseException):
             submission.future.set_exception(job)
-        elif self.max_work is not None and job.work > self.max_work:
-            submission.future.set_exception(TooMuchWork(job.work, self.max_work))
+        elif job.work > self.config.max_work:
+            submission.future.set_exception(TooMuchWork(job.work, self.config.max_work))
         elif not job.windows:
             submission.future.set_result(job.answers())
         else:
@@ -242,14 +240,14 @@ class Batcher:
             while not self._unread() and not self._short():
                 self._wake.clear()
                 await self._wake.wait()
-            if self.window > 0 and self._items_in_hand() < self.max_batch:
-                await asyncio.sleep(self.window)  # requests arriving meanwhile share the call
+            if self.batch_window > 0 and self._items_in_hand() < self.config.max_batch:
+                await asyncio.sleep(self.batch_window)  # requests arriving meanwhile share the call
             short = self._short()
             if short:  # in a model thread, before the call, as one batched call would
                 await self._plan_together(short, self.executor)
             await self._free.acquire()  # while every worker is busy, what is planned waits here
             # The items waiting now, shared between the idle workers: one call each, at once.
-            share = -(-sum(p.left for p in self._unread()) // (self.workers - self._busy))
+            share = -(-sum(p.left for p in self._unread()) // (self.model_workers - self._busy))
             while True:
                 parts = self._take(share)
                 if not parts:
@@ -258,13 +256,13 @@ class Batcher:
                 self._busy += 1
                 for p, _ in parts:
                     p.in_flight += 1
-                if self.workers == 1:
+                if self.model_workers == 1:
                     await self._call(parts)
                     break
                 task = self._loop.create_task(self._call(parts))
                 self._calls.add(task)
                 task.add_done_callback(self._calls.discard)
-                if not self._unread() or self._busy == self.workers:
+                if not self._unread() or self._busy == self.model_workers:
                     break
                 await self._free.acquire()
 
@@ -294,9 +292,10 @@ class Batcher:
         """The next call's items, ``(request, its items)``, at most ``most`` (and ``max_batch``),
         chosen by the policy (module docstring)."""
         now = self._loop.time()
-        call = _Call(min(self.max_batch, most or self.max_batch), self.max_tokens)
+        max_batch = self.config.max_batch
+        call = _Call(min(max_batch, most or max_batch), self.config.max_tokens)
         unread = self._unread()
-        if self.policy == "fair":
+        if self.config.policy == "fair":
             aged = [p for p in unread if now - p.arrived >= self.age]
             if aged:  # its turn: the aged request served longest ago, one window
                 turn = min(aged, key=lambda p: (p.served, p.arrived))

@@ -4,7 +4,8 @@ Each field is a setting of the server under one name: the ``rckit serve`` flag i
 name with dashes (``max_batch`` -> ``--max-batch``), its help text the field's ``help`` metadata,
 and the server (:func:`rckit.serve.app.create_app`), its batcher and its request limits take the
 same field. A value out of range is refused by :meth:`ServeConfig.check`, naming the setting,
-before the model loads.
+before the model loads. ``threads`` and ``model_workers`` left as None are the backend's defaults,
+which :func:`rckit.serve.app.serve` fills in once it knows the model (:func:`~rckit.serve.app.model_settings`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ class ServeConfig:
     batch_window_ms: float = setting(2.0, "how long a pass that is not full waits for requests to join it", least=0)
     policy: str = setting("fair", "which windows go into a pass: fair (least work first, and a request waiting "
                           "long first) or round-robin (one window of each request in turn)", choices=POLICIES)
-    # What one request may ask (rckit.serve.schema states them in /openapi.json).
+    # What one request may ask (rckit.serve.schema states them in /openapi.json). The default body
+    # limit holds a body within the default lengths however its characters are escaped (12 bytes a
+    # character at most: an escaped surrogate pair).
     max_body_bytes: int = setting(4_000_000, "largest request body accepted (413 above)", least=1)
     max_questions: int = setting(64, "most questions in one request", least=1)
     max_question_chars: int = setting(1_000, "longest question, in characters", least=1)
@@ -74,6 +77,9 @@ class ServeConfig:
                 raise ValueError(f"{f.name} must be above {above}, not {value}")
             if "choices" in f.metadata and value not in f.metadata["choices"]:
                 raise ValueError(f"{f.name} must be one of {', '.join(f.metadata['choices'])}, not {value!r}")
+        if self.max_work < self.max_questions:
+            raise ValueError(f"max_work ({self.max_work}) must be at least max_questions ({self.max_questions}): "
+                             "a list of questions reads each on at least one window")
         if self.index is not None and not Path(self.index).is_file():
             raise FileNotFoundError(f"{self.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
         return self

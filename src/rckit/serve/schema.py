@@ -1,0 +1,318 @@
+"""What the HTTP API takes and gives, declared once: each request body is a pydantic model built
+from the server's :class:`~rckit.serve.config.ServeConfig`, and both ``/openapi.json`` and the
+checks come from it (``model_json_schema()`` states the rules that ``model_validate`` enforces).
+
+``POST /v1/answer`` takes one of two bodies, :class:`OneQuestion` or :class:`SeveralQuestions`
+(the schema's ``oneOf``); :meth:`Requests.parse_answer` is the one place that chooses between
+them. A text field (:func:`text`) is checked by :func:`check_field`, which asks the reader's rule
+(:func:`rckit.answering.reader.text_problem`) and the field's length; the schema states the same
+rule as ``minLength``, ``pattern`` and ``maxLength``. The answers' schema is
+:mod:`rckit.answering.answer`'s TypedDicts, their ``Annotated`` descriptions carried over
+(:func:`model_of`).
+
+A refused request is an :class:`ApiError`: one sentence naming the field (:func:`explain`), for
+the first mistake found in this order: the body is not a JSON object, a field is unknown,
+neither or both of ``question`` and ``questions`` are given, then the fields in order, each one's
+type before the rest (a list's length, then a text's content and length).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints, is_typeddict
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import PydanticCustomError
+
+from rckit.answering import answer
+from rckit.answering.reader import text_problem
+from rckit.retrieval.collection import DEFAULT_PASSAGES
+from rckit.serve.config import ServeConfig
+
+HAS_WORD = r"[^\W_]"  # a letter or digit (Python's re: str.isalnum), what text_problem asks of every text
+RANGES = {"top_k": (1, 20),
+          "max_answer_len": (1, 200),  # tokens; the decoder's cost grows with it
+          "passages": (1, 50)}  # passages the retriever gives the reader for one question of POST /v1/ask
+
+
+class ApiError(Exception):
+    """A request the server refuses: its HTTP status and what is wrong."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# -- the pieces of a request body -------------------------------------------------------------
+
+
+def whole_number(value):
+    """JSON has one number type: ``2.0`` is the integer 2 (as JSON Schema's ``integer`` says);
+    ``2.5``, ``"2"`` and ``true`` stay what they are and are refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def ranged(name: str) -> Any:
+    """The integer field ``name`` within its :data:`RANGES`."""
+    least, most = RANGES[name]
+    return Annotated[int, Field(ge=least, le=most), BeforeValidator(whole_number)]
+
+
+def check_field(text: str, max_chars: int, note: str = "") -> str:
+    """``text`` if the reader can read it (:func:`text_problem`) and it has at most ``max_chars``
+    characters, else a validation error saying what is wrong (:func:`explain` names the field)."""
+    problem = text_problem(text)
+    if problem is None and len(text) > max_chars:
+        problem = f"has {len(text):,} characters; this server reads at most {max_chars:,}" + (f" ({note})" if note else "")
+    if problem:
+        raise PydanticCustomError("text", "{problem}", {"problem": problem})
+    return text
+
+
+def text(max_chars: int, what: str, note: str = "") -> Any:
+    """A text field, checked by :func:`check_field` and stated in the schema by the same rule:
+    at least one letter or digit (``minLength``, ``pattern``), at most ``max_chars`` characters."""
+    return Annotated[str, AfterValidator(partial(check_field, max_chars=max_chars, note=note)), Field(
+        description=f"{what}: at least one letter or digit, at most {max_chars:,} characters",
+        json_schema_extra={"minLength": 1, "maxLength": max_chars, "pattern": HAS_WORD})]
+
+
+class Body(BaseModel):
+    """A request body: its fields and nothing else, each of its JSON type (no ``"2"`` for 2). The
+    bodies below are built from a server's config by :meth:`Requests.of`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class OneQuestion(Body):
+    """``POST /v1/answer`` with ``context`` and ``question``."""
+
+    model_config = ConfigDict(title="one question")
+    several: ClassVar[bool] = False  # the route reads `question`
+
+
+class SeveralQuestions(Body):
+    """``POST /v1/answer`` with ``context`` and ``questions``, a list."""
+
+    model_config = ConfigDict(title="several questions")
+    several: ClassVar[bool] = True  # the route reads `questions`
+
+
+class AskBody(Body):
+    """``POST /v1/ask``: one question, asked of every document of the server's index."""
+
+
+def answer_options() -> dict[str, Any]:
+    """The fields both bodies of ``POST /v1/answer`` hold beside the context and the question(s)."""
+    return {"top_k": (ranged("top_k"), Field(1, description="how many answers per question, best first")),
+            "max_answer_len": (ranged("max_answer_len") | None, Field(
+                None, description="longest answer in tokens (default: the model's own setting)"))}
+
+
+ANSWER_FIELDS = ("context", "question", "questions", *answer_options())
+
+
+def context_chars(config: ServeConfig, window: int, questions: int = 1) -> int:
+    """The longest context a request of ``questions`` questions may send: the work limit
+    (questions x windows) turned into a length a schema can state. A context of ``n`` characters
+    has at most ``n`` tokens, so at most as many windows as ``n`` tokens make (``window`` tokens,
+    the reader's default stride of ``window // 2`` apart); at most ``max_context_chars``."""
+    stride = max(1, window // 2)
+    return min(config.max_context_chars, window + (config.max_work // questions - 1) * stride)
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The request bodies of one server, built from its config and its reader's ``window``: their
+    schemas (:meth:`answer_schema`, :meth:`ask_schema`) and their checks (:meth:`parse_answer`,
+    :meth:`parse_ask`)."""
+
+    config: ServeConfig
+    one: type[OneQuestion]
+    several: type[SeveralQuestions]
+    ask: type[AskBody]
+
+    @classmethod
+    def of(cls, config: ServeConfig, window: int) -> "Requests":
+        one_chars, list_chars = context_chars(config, window), context_chars(config, window, config.max_questions)
+        one = create_model("OneQuestion", __base__=OneQuestion, __doc__=None,
+                           context=text(one_chars, "the passage to read"),
+                           question=text(config.max_question_chars, "one question"), **answer_options())
+        several = create_model(
+            "SeveralQuestions", __base__=SeveralQuestions, __doc__=None,
+            context=text(list_chars, "the passage to read (shorter than with one question: the model reads it "
+                         "once per question)", note=f"with 'questions'; one 'question' may ask about {one_chars:,}"),
+            questions=Annotated[list[text(config.max_question_chars, "a question")], Field(
+                min_length=1, max_length=config.max_questions,
+                description="several questions about the same context")],
+            **answer_options())
+        ask = create_model(
+            "AskBody", __base__=AskBody, __doc__=None, question=text(config.max_question_chars, "the question"),
+            top_k=(ranged("top_k"), Field(1, description="how many answers, best first")),
+            passages=(ranged("passages"), Field(DEFAULT_PASSAGES, description="how many passages the retriever "
+                                                "gives the reader")))
+        return cls(config, one, several, ask)
+
+    def answer_schema(self) -> dict:
+        """The JSON schema of ``POST /v1/answer``'s body: every rule :meth:`parse_answer` enforces."""
+        limit = f"the whole body at most {self.config.max_body_bytes:,} bytes (413 above)"
+        if self.config.request_timeout:
+            limit += f", each request read within {self.config.request_timeout:g} s (503 after)"
+        return {"oneOf": [self.one.model_json_schema(), self.several.model_json_schema()],
+                "description": f"One context and `question` or `questions`; {limit}"}
+
+    def ask_schema(self) -> dict:
+        """The JSON schema of ``POST /v1/ask``'s body: every rule :meth:`parse_ask` enforces."""
+        return {**self.ask.model_json_schema(), "description": f"One question; the whole body at most "
+                                                      f"{self.config.max_body_bytes:,} bytes (413 above)"}
+
+    def parse_answer(self, body: bytes) -> OneQuestion | SeveralQuestions:
+        """The checked ``POST /v1/answer`` request, or an :class:`ApiError` naming what is wrong.
+
+        The schema's ``oneOf``, decided here: ``question`` (one) or ``questions`` (a list), not
+        both; a field given as null counts as not given."""
+        data = json_object(body, '{"context": "...", "question": "..."}')
+        data = {k: v for k, v in data.items() if v is not None or k not in ("question", "questions")}
+        for name in data:
+            if name not in ANSWER_FIELDS:
+                raise ApiError(422, unknown_field(name, ANSWER_FIELDS))
+        if "question" not in data and "questions" not in data:
+            raise ApiError(422, "'question' (one question) or 'questions' (a list of them) is required")
+        if "question" in data and "questions" in data:
+            raise ApiError(422, "give 'question' or 'questions', not both")
+        return validated(self.one if "question" in data else self.several, data)
+
+    def parse_ask(self, body: bytes) -> AskBody:
+        """The checked ``POST /v1/ask`` request, or an :class:`ApiError` naming what is wrong."""
+        return validated(self.ask, json_object(body, '{"question": "..."}'))
+
+
+def json_object(body: bytes, like: str) -> dict:
+    """The body as a JSON object, or an :class:`ApiError` (``like``: an example shown in the message)."""
+    if not body.strip():
+        raise ApiError(400, f"the body is empty: send JSON like {like}")
+    try:
+        data = json.loads(body)
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text") from None
+    except ValueError as e:
+        raise ApiError(400, f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "the body is JSON nested too deeply to read") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, f"the body must be a JSON object like {like}, not {json_type(data)}")
+    return data
+
+
+def validated(model: type[Body], data: dict) -> Any:
+    """``data`` as a ``model``, or a 422 :class:`ApiError` for its first mistake (the order of the
+    module docstring: a field's type before a list's length, before a text's content)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        errors = sorted(e.errors(), key=lambda err: {"too_short": 1, "too_long": 1, "text": 2}.get(err["type"], 0))
+        raise ApiError(422, explain(errors[0], tuple(model.model_fields))) from None
+
+
+def explain(err: dict, fields: tuple[str, ...] = ANSWER_FIELDS) -> str:
+    """One sentence for one of pydantic's validation errors, naming the field (``fields``: the
+    body's, listed for an unknown one)."""
+    loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+    field = "".join(f"[{p}]" if p.isdigit() else (f".{p}" if i else p) for i, p in enumerate(loc)) or "the body"
+    kind, given, ctx = err.get("type", ""), err.get("input"), err.get("ctx") or {}
+    bounds = RANGES.get(field)
+    if kind == "missing":
+        return f"'{field}' is required"
+    if kind == "extra_forbidden":
+        return unknown_field(field, fields)
+    if kind == "text":
+        return f"'{field}' {ctx['problem']}"
+    if kind == "string_type":
+        return f"'{field}' must be a string, not {json_type(given)}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"'{field}' must be an integer, not {json_type(given)}"
+    if kind == "list_type":
+        return f"'{field}' must be a list of strings, not {json_type(given)}"
+    if kind == "too_short" and not given:
+        return f"'{field}' is an empty list"
+    if kind == "too_long":
+        return (f"'{field}' has {ctx['actual_length']} questions; this server takes at most {ctx['max_length']} "
+                "in one request")
+    if kind in ("greater_than_equal", "less_than_equal") and bounds:
+        return f"'{field}' must be between {bounds[0]} and {bounds[1]}, not {given}"
+    if kind == "model_type" or kind == "dict_type":
+        return f"'{field}' must be a JSON object, not {json_type(given)}"
+    detail = err.get("msg", "is not valid")
+    return f"'{field}': {detail}" + (f" ({ctx})" if ctx and not bounds else "")
+
+
+def unknown_field(name: str, fields: tuple[str, ...]) -> str:
+    return f"unknown field '{name}' (the fields are {', '.join(fields)})"
+
+
+def json_type(value) -> str:
+    """How JSON would call ``value``'s type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+# -- the answers --------------------------------------------------------------------------------
+
+
+def model_of(typed: type) -> type[BaseModel]:
+    """A pydantic model of the TypedDict ``typed``: the same fields, each with the description its
+    ``Annotated`` metadata carries, nested TypedDicts likewise (pydantic takes ``typing.TypedDict``
+    only from Python 3.12, and ignores a plain string in ``Annotated``)."""
+    fields = {}
+    for name, hint in get_type_hints(typed, include_extras=True).items():
+        kind, *extras = get_args(hint) if get_origin(hint) is Annotated else (hint,)
+        description = next((x for x in extras if isinstance(x, str)), None)
+        fields[name] = (with_models(kind), Field(description=description))
+    return create_model(typed.__name__, __doc__=typed.__doc__, **fields)
+
+
+def with_models(kind: Any) -> Any:
+    """``kind`` with each TypedDict in it (alone or in a union) as its :func:`model_of`."""
+    if is_typeddict(kind):
+        return MODELS.setdefault(kind, model_of(kind))
+    if get_origin(kind) in (Union, types.UnionType):
+        return Union[tuple(with_models(k) for k in get_args(kind))]
+    return kind
+
+
+MODELS: dict[type, type[BaseModel]] = {}  # each TypedDict's model, made once
+Answer = with_models(answer.Answer)
+FoundAnswer = with_models(answer.FoundAnswer)
+
+
+class AnswerResponse(BaseModel):
+    answers: list[Answer] | list[list[Answer]] = Field(
+        description="for `question`: its answers, best first; for `questions`: one such list per question")
+    model: str
+    ms: float = Field(description="time spent in the server, milliseconds")
+
+
+class AskResponse(BaseModel):
+    answers: list[FoundAnswer] = Field(description="best first; the answer \"\" where the reader found no answer "
+                                       "in any passage it read")
+    model: str
+    ms: float
+
+
+class ErrorResponse(BaseModel):
+    error: str
