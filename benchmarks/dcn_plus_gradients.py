@@ -21,9 +21,9 @@ import json
 import numpy as np
 import torch
 
-from rckit.cli import prepare_from_args
 from rckit.config import from_dict
 from rckit.data.batching import BucketBatchSampler
+from rckit.data.sources import DataSource, prepare_data
 from rckit.models.dcn import DCNPlus, DCNPlusConfig
 from rckit.models.losses import iterative_span_loss, self_critical_loss
 from rckit.model_files.runs import checkpoint_of
@@ -52,9 +52,7 @@ def main() -> None:
     cfg = from_dict(DCNPlusConfig, {**ckpt["model_config"], "mixed_objective": True})
     # Checkpoints written before decoding had its own section kept max_answer_len among the training settings.
     tcfg = from_dict(TrainConfig, {k: v for k, v in ckpt["train_config"].items() if k != "max_answer_len"})
-    ns = argparse.Namespace(command="bench", train=None, dev=None, data_dir=args.data_dir, version="1.1",
-                            cache_dir=None, embeddings=None, char_embeddings=None, set=[])
-    task = SpanTask(prepare_from_args(ns), tcfg)
+    task = SpanTask(prepare_data(DataSource(data_dir=args.data_dir)), tcfg)
     model = DCNPlus(cfg, task.model_inputs())
     state = ckpt["model"]
     if "log_sigma2_raw" not in state:  # a cross-entropy run: sample spans with its weights, weight both by 1

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 from rckit import kernels
-from rckit.cli import model_source
 from rckit.export.onnx import export_onnx
+from rckit.model_files.source import open_model
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,7 +44,7 @@ def main() -> None:
     for name, spec in specs.items():
         path = out / f"{name}.onnx"
         with kernels.use(spec):
-            got = export_onnx(model_source(args.source), path, check_data=args.data)
+            got = export_onnx(open_model(args.source).path, path, check_data=args.data)
         files[str(path)] = {"forms": spec, "max_abs_logit_diff": got["check"]["max_abs_logit_diff"]}
     cmd = [sys.executable, str(HERE / "onnx_reader.py"), "--torch", "none", "--onnx", *files, "--threads",
            str(args.threads), "--repeat", str(args.repeat), "--rounds", str(args.rounds)]

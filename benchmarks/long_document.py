@@ -44,7 +44,7 @@ def make_document(n_words: int, fact_at: float) -> str:
 
 def stand_in_reader(context: str):
     """An untrained cpu-small QANet with the document's words as its vocabulary."""
-    from rckit.cli import run_configs
+    from rckit.presets import run_configs
     from rckit.data.embeddings import EmbeddingInfo
     from rckit.data.prepare import Vocabularies
     from rckit.data.tokenize import tokenize

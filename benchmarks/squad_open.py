@@ -29,8 +29,8 @@ from pathlib import Path
 
 from rckit.data.squad import load_json, normalize_answer
 from rckit.evaluation.squad_metrics import score_predictions
-from rckit.retrieval.store import PassageIndex
-from rckit.retrieval.collection import Index, rank
+from rckit.retrieval.store import PassageStore
+from rckit.retrieval.collection import Collection, rank
 from rckit.answering.reader import Reader
 
 
@@ -44,7 +44,7 @@ def holds(passage: str, answers: list[str]) -> bool:
     return any(f" {normalize_answer(a)} " in text for a in answers if normalize_answer(a))
 
 
-def read_all(index: PassageIndex, reader: Reader, qs: list[dict], passages: int, chunk: int = 32):
+def read_all(index: PassageStore, reader: Reader, qs: list[dict], passages: int, chunk: int = 32):
     """Each question's hits and the reader's best span on each hit (read once, ranked later)."""
     out = []
     for lo in range(0, len(qs), chunk):
@@ -77,7 +77,7 @@ def main() -> None:
     path = out / "squad-open.sqlite"
     path.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    with PassageIndex(path) as index:
+    with PassageStore(path) as index:
         index.add([args.train, args.dev])
         res["index"] = {**index.stats(), "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps(res["index"]), file=sys.stderr)
@@ -87,7 +87,7 @@ def main() -> None:
     dev = dev_all[: args.limit] if args.limit else dev_all
     tune = questions_of(load_json(args.train))[: args.tune]
     reader = Reader.load(args.model)
-    with PassageIndex(path) as index:
+    with PassageStore(path) as index:
         t0 = time.perf_counter()
         hits = [index.search(q["question"], args.passages) for q in dev_all]  # retrieval: every dev question
         res["search_ms"] = round(1000 * (time.perf_counter() - t0) / len(dev_all), 2)
@@ -122,7 +122,7 @@ def main() -> None:
         res["questions"] = len(dev)
 
         times = []
-        asking = Index(index, reader, best)  # what `rckit ask` does for one question
+        asking = Collection(index, reader, best)  # what `rckit ask` does for one question
         for q in dev[: args.latency]:
             t0 = time.perf_counter()
             asking.ask(q["question"], 1, args.passages)

@@ -21,11 +21,13 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from rckit.cli import prepare_from_args, cloze_data, run_configs
 from rckit.data.batching import BucketBatchSampler
+from rckit.data.sources import DataSource
 from rckit.models import MODELS
+from rckit.presets import run_configs
 from rckit.training.bench import SPAN_LENGTHS
 from rckit.training.loop import optimisation, train_step
+from rckit.training.task_data import task_data
 from rckit.training.tasks import make_task
 
 
@@ -38,14 +40,12 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=4, help="passes over the batches, each batch timed with both steps")
     args = ap.parse_args()
-    ns = argparse.Namespace(command="bench", set=[], train=None, dev=None, data_dir=args.data_dir, version="1.1",
-                            cache_dir=None, embeddings=None, char_embeddings=None, cloze_data=args.cloze_data)
     mcfg, tcfg, _ = run_configs(args.model, args.preset, [])
     model_cls = MODELS[args.model][1]
     kind = model_cls.task_of(mcfg)
     if kind == "span":
         tcfg = replace(tcfg, **SPAN_LENGTHS)
-    data = cloze_data(ns, tcfg.seed) if kind == "cloze" else prepare_from_args(ns)
+    data = task_data(kind, DataSource(data_dir=args.data_dir, cloze=args.cloze_data), tcfg.seed)
     task = make_task(kind, data, tcfg, train_split="dev")
     torch.manual_seed(0)
     model = model_cls(mcfg, task.model_inputs()).train()

@@ -24,6 +24,18 @@ def test_console_entry_point_runs():
     assert "prepare" in r.stdout and "score" in r.stdout
 
 
+def test_only_the_chosen_commands_module_is_imported_and_help_needs_no_torch():
+    code = ("import sys\nfrom rckit.cli import main\n"
+            "for argv in (['--help'], ['train', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "    print(sorted(m for m in sys.modules if m.startswith('rckit.cli.')), 'torch' in sys.modules,\n"
+            "          file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    top, train = r.stderr.splitlines()
+    assert top == "[] False"
+    assert train == "['rckit.cli.arguments', 'rckit.cli.train'] False"
+
+
 def test_prepare_from_data_dir_then_cached(tiny_squad, tiny_glove, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RCKIT_SQUAD_URL", "http://127.0.0.1:9/never")  # any download attempt fails
     data_dir = tiny_squad[0].parent
@@ -71,7 +83,7 @@ def test_train_without_models_says_so(capsys):
 
 
 def test_set_keys_route_to_model_train_and_data():
-    from rckit.cli import model_configs
+    from rckit.presets import model_configs
 
     m, t = model_configs("qanet", "cpu-small", ["d_model=32", "train.lr=0.002", "eval_questions=10", "data.max_word_len=8"])
     assert (m.d_model, t.lr, t.eval_questions) == (32, 0.002, 10)
@@ -82,7 +94,7 @@ def test_set_keys_route_to_model_train_and_data():
 
 
 def test_decode_settings_have_their_own_section():
-    from rckit.cli import run_configs
+    from rckit.presets import run_configs
     from rckit.answering.decoding import DecodeConfig
 
     _, t, d = run_configs("qanet", "cpu-small", [])
@@ -96,9 +108,8 @@ def test_decode_settings_have_their_own_section():
 
 
 def test_every_preset_reads_and_none_keeps_decoding_under_train():
-    from rckit.cli import models_and_presets, run_configs
     from rckit.config import load_preset
-    from rckit.models import preset_path
+    from rckit.presets import models_and_presets, preset_path, run_configs
 
     for model, presets in models_and_presets().items():
         for preset in presets:
@@ -243,15 +254,17 @@ def test_evaluate_record_keeps_every_questions_figures_in_an_exported_file(tiny_
 def test_serve_parses_and_delegates(monkeypatch, capsys):
     import types
 
+    from rckit.serve.config import ServeConfig
+
     calls = []
     fake = types.ModuleType("rckit.serve.app")
-    fake.serve = lambda source, **kw: calls.append((source, kw))
+    fake.serve = lambda source, config: calls.append((source, config))
     monkeypatch.setitem(sys.modules, "rckit.serve.app", fake)
     assert main(["serve", "runs/x", "--port", "9000", "--max-batch", "8", "--threads", "2", "--model-workers", "3"]) == 0
-    assert calls == [("runs/x", {"host": "127.0.0.1", "port": 9000, "threads": 2, "workers": 3, "always_answer": False,
-                                 "index": None,
-                                 "max_batch": 8, "max_tokens": 4096,
-                                 "batch_window_ms": 2.0, "policy": "fair", "max_body_bytes": 4_000_000,
-                                 "max_questions": 64, "max_question_chars": 1_000, "max_context_chars": 200_000,
-                                 "max_work": 2_048, "request_timeout_s": 60.0})]
+    assert calls == [("runs/x", ServeConfig(host="127.0.0.1", port=9000, threads=2, model_workers=3,
+                                            always_answer=False, index=None,
+                                            max_batch=8, max_tokens=4096,
+                                            batch_window_ms=2.0, policy="fair", max_body_bytes=4_000_000,
+                                            max_questions=64, max_question_chars=1_000, max_context_chars=200_000,
+                                            max_work=2_048, request_timeout=60.0))]
     assert main(["serve"]) == 0 and calls[-1][0] is None

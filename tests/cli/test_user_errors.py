@@ -377,7 +377,8 @@ def test_resume_says_which_step_it_goes_on_from(world, tmp_path, capsys):
 
 
 def test_train_help_lists_every_model_and_its_presets(capsys):
-    from rckit.models import MODELS, PRESET_DIR
+    from rckit.models import MODELS
+    from rckit.presets import PRESET_DIR
 
     code, out, _ = run_cli(["train", "--help"], capsys)
     assert code == 0

@@ -158,7 +158,7 @@ def test_train_and_evaluate_via_cli(tmp_path, tiny_glove, capsys):
 @pytest.mark.parametrize("name", ["attentive_reader", "impatient_reader"])
 @pytest.mark.parametrize("preset", ["paper", "cloze-cpu"])
 def test_presets_build_cloze_models(name, preset):
-    from rckit.cli import model_configs
+    from rckit.presets import model_configs
     from rckit.models import MODELS
 
     mcfg, tcfg = model_configs(name, preset, [])

@@ -40,3 +40,15 @@ class TrainConfig:
     amp: str = "auto"  # "bf16", "fp32" or "auto" (bf16 on CUDA with bf16 support; on CPU where the model trains faster)
     seed: int = 0
     pool_batches: int = 50
+
+
+def parse_duration(text: str | None) -> float | None:
+    """A training time budget in seconds: ``'45m'`` -> 2700.0; s, m and h suffixes or plain seconds."""
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t[-1:] in units else float(t)
+    except ValueError:
+        raise ValueError(f"cannot read {text!r} (use e.g. 90s, 45m, 2h)") from None

@@ -1,0 +1,60 @@
+"""Arguments that several commands share: where the data is, which model and preset, the device."""
+
+from __future__ import annotations
+
+import argparse
+
+from rckit.data.sources import DataSource
+from rckit.presets import models_and_presets
+from rckit.training.config import parse_duration
+
+
+def data_arguments(p: argparse.ArgumentParser) -> None:
+    """The SQuAD files, the cache and the pretrained vectors (:class:`DataSource`)."""
+    p.add_argument("--train", help="training file (SQuAD JSON, plain or .gz)")
+    p.add_argument("--dev", help="evaluation file (SQuAD JSON, plain or .gz)")
+    p.add_argument(
+        "--data-dir",
+        help="directory holding train-v1.1*/dev-v1.1*/dev-v2.0* files (default: $RCKIT_DATA); "
+        "used instead of downloading",
+    )
+    p.add_argument("--version", default="1.1", choices=["1.1", "2.0"], help="SQuAD version for the official files")
+    p.add_argument("--cache-dir", help="where downloads and prepared data go (default: $RCKIT_CACHE or ~/.cache/rckit)")
+    p.add_argument("--embeddings", help="GloVe text file (word v1 .. vd per line); default: the glove-6b-50d package")
+    p.add_argument("--char-embeddings", help="GloVe-format character vectors to initialise character embeddings")
+
+
+def data_source(args: argparse.Namespace, cloze: str | None = None) -> DataSource:
+    """The :class:`DataSource` of the arguments :func:`data_arguments` added (``cloze``: ``--cloze-data``)."""
+    return DataSource(train=args.train, dev=args.dev, data_dir=args.data_dir, version=args.version,
+                      cache_dir=args.cache_dir, embeddings=args.embeddings, char_embeddings=args.char_embeddings,
+                      cloze=cloze)
+
+
+def models_help() -> str:
+    return "models and their presets (--preset NAME, or a JSON/TOML file of the same shape):\n" + "\n".join(
+        f"  {m:18s} {', '.join(presets)}" for m, presets in models_and_presets().items()
+    )
+
+
+def model_argument(p: argparse.ArgumentParser) -> None:
+    """The MODEL positional of train, bench and sweep, with the models and their presets listed
+    below the command's help."""
+    p.epilog = models_help()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("model", help=f"model name: {', '.join(models_and_presets())} (presets below)")
+
+
+def preset_arguments(p: argparse.ArgumentParser, preset_help: str = "preset name or file",
+                     set_help: str = "override a config field") -> None:
+    """``--preset`` and ``--set KEY=VALUE`` (:func:`rckit.presets.run_configs`)."""
+    p.add_argument("--preset", help=preset_help)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+
+
+def duration(text: str | None, flag: str) -> float | None:
+    """Seconds of a duration flag (``45m``, ``2h``, ``90s``), an error naming the flag."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise ValueError(f"{flag}: {e}") from None

@@ -1,0 +1,50 @@
+"""``rckit ask``: retrieve passages from an index, read them, and print the best answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rckit.answering.questions import read_records, write_records
+from rckit.answering.reader import Reader
+from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, Collection
+
+
+def add_arguments(p) -> None:
+    p.description = ("Retrieve the best passages for a question from an index (`rckit index`), read them with a "
+                     "model in one batch, and print the best answer with its document and offsets.")
+    p.add_argument("index", metavar="INDEX", help="an index file from `rckit index`")
+    p.add_argument("question", nargs="?", help="the question")
+    p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"question\"}")
+    p.add_argument("--out", help="with --questions: where the answers go (.json or .jsonl; default: stdout)")
+    p.add_argument("--model", metavar="RUN|FILE", help="the reader (default: $RCKIT_MODEL, else the installed model)")
+    p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
+    p.add_argument("--passages", type=int, default=20, metavar="N", help="passages retrieved and read (default 20)")
+    p.add_argument("--retriever-weight", type=float, metavar="W",
+                   help="how much the retriever's BM25 score counts beside the reader's (default: the measured best)")
+    p.add_argument("--json", action="store_true", help="print JSON: answers with their document and offsets")
+    p.add_argument("--device", default="auto")
+
+
+def run(args) -> int:
+    if (args.question is None) == (args.questions is None):
+        raise ValueError("give a question, or --questions FILE")
+    if not Path(args.index).is_file():
+        raise FileNotFoundError(f"{args.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
+    records = read_records(args.questions, ("question",)) if args.questions else None
+    weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
+    with Collection.open(args.index, Reader.load(args.model, args.device), weight) as collection:
+        if records is not None:
+            got = collection.ask_many([r["question"] for r in records], args.top_k, args.passages)
+            write_records([{"id": r["id"], "answers": a} for r, a in zip(records, got)], args.out)
+            return 0
+        answers = collection.ask(args.question, args.top_k, args.passages)
+    if args.json:
+        print(json.dumps(answers[0] if args.top_k == 1 else answers, ensure_ascii=False))
+        return 0
+    for a in answers:
+        where = "(no answer in these documents)" if a["start"] is None else (
+            f"{a['answer']}\t{a['score']:.4f}\t{a['title']}\t{a['source']}" + (f" [{a['key']}]" if a["key"] else "")
+            + f" chars {a['start']}-{a['end']}")
+        print(where)
+    return 0

@@ -1,0 +1,43 @@
+"""``rckit evaluate``: the official EM/F1 (or cloze accuracy) of a run, a checkpoint or an exported file."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rckit.evaluation.evaluate import evaluate
+from rckit.model_files.source import open_model
+
+
+def add_arguments(p) -> None:
+    p.description = ("Predict every question of a SQuAD file with a trained run (or an exported .safetensors "
+                     "file and --data) and print the official EM/F1; for a cloze run, the accuracy over every "
+                     "example of its evaluation split.")
+    p.add_argument("run", metavar="RUN|FILE", help="run directory, or a file from `rckit export` (with --data)")
+    p.add_argument("--data", help="SQuAD file to evaluate on (default: the run's dev file); cloze: a cloze directory")
+    p.add_argument("--split", default=None, help="cloze: which split of the directory (dev, test; default: the run's)")
+    p.add_argument("--weights", default="ema", choices=["ema", "raw"],
+                   help="the checkpoint's EMA weights (default, what training evaluated) or its raw weights")
+    p.add_argument("--limit", type=int, help="only the first N questions (scored over those N)")
+    p.add_argument("--out", help="write predictions JSON here")
+    p.add_argument("--always-answer", action="store_true", help="a model that can abstain (SQuAD v2.0) is scored "
+                   "on its best span for every question")
+    p.add_argument("--record", action="store_true", help="an exported file: keep the figures in it, so that "
+                   "`rckit models` and GET /v1/model show them (with --data, every question, no --limit)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def run(args) -> int:
+    if args.record and (open_model(args.run).kind != "safetensors" or not args.data or args.limit):
+        raise ValueError("--record keeps the figures of every question of --data in an exported .safetensors file; "
+                         "give the file and --data, without --limit")
+    result = evaluate(args.run, args.data, split=args.split, weights=args.weights, limit=args.limit,
+                      batch_size=args.batch_size, out=args.out, always_answer=args.always_answer, device=args.device)
+    print(json.dumps(result))
+    if args.record:
+        from rckit.export.safetensors import record_score  # imports PyTorch
+
+        record_score(args.run, args.data, result)
+        print(f"recorded in {args.run}", file=sys.stderr)
+    return 0

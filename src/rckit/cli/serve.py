@@ -1,0 +1,38 @@
+"""``rckit serve``: answer questions over HTTP.
+
+Its flags are the fields of :class:`rckit.serve.config.ServeConfig`, stated there once: the flag
+is the field's name with dashes, its default, help text, choices and metavar the field's.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields
+
+from rckit.serve.config import ServeConfig
+
+
+def add_arguments(p) -> None:
+    p.description = "Serve a model over HTTP (POST /v1/answer, GET /v1/model); concurrent requests are batched."
+    p.add_argument("run", nargs="?", metavar="RUN|FILE",
+                   help="run directory, exported .safetensors or .onnx file (default: the installed model)")
+    types = typing.get_type_hints(ServeConfig)
+    for f in fields(ServeConfig):
+        flag, kind = "--" + f.name.replace("_", "-"), value_type(types[f.name])
+        if kind is bool:
+            p.add_argument(flag, action="store_true", help=f.metadata["help"])
+            continue
+        shown = {key: f.metadata[key] for key in ("choices", "metavar") if key in f.metadata}
+        p.add_argument(flag, type=kind, default=f.default, help=f.metadata["help"], **shown)
+
+
+def value_type(annotation) -> type:
+    """``int`` of ``int | None``; a plain type as it is."""
+    return next((t for t in typing.get_args(annotation) if t is not type(None)), annotation)
+
+
+def run(args) -> int:
+    from rckit.serve.app import serve  # the HTTP server (and PyTorch, for a PyTorch model): not for --help
+
+    serve(args.run, ServeConfig(**{f.name: vars(args)[f.name] for f in fields(ServeConfig)}))
+    return 0
