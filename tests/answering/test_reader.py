@@ -11,7 +11,6 @@ import json
 import math
 
 import pytest
-import torch
 
 import rckit
 from rckit import kernels
@@ -160,6 +159,22 @@ def test_a_20000_word_document_is_answered():
     [best] = reader.answer(context, "where is the zebra crossing ?")
     assert best["answer"] == "zebra crossing"
     assert best["start"] == context.index("zebra") and len(context.split()) == 20000
+
+
+def test_a_plan_of_whole_contexts_reads_each_in_one_window():
+    """What evaluation asks for: each context whole, every window read, each pair's best span
+    and (for a model that can abstain) its null margin."""
+    reader = marker_reader(window=40)
+    long, short = document(120, fact_at=90), "the zebra crossing is past the mills."
+    pairs = [(long, "where is the zebra crossing ?"), (short, "where is it ?"), (long, "where is it ?")]
+    job = reader.plan(pairs, whole=True)
+    assert [[(lo, hi) for _, _, lo, hi in group] for group in job.windows] == [[(0, 120)] * 2, [(0, 8)]]
+    assert len(reader.plan(pairs).windows) > 2 and reader.window == 40  # the reader's own plans are unchanged
+    reader.batch_size = 2
+    assert [len(items) for items in reader.batches(job)] == [2, 1]
+    reader.read_all(job)
+    assert job.best_spans() == [("zebra crossing", None)] * 3  # a model that cannot abstain has no margin
+    assert [a[0]["answer"] for a in job.answers()] == ["zebra crossing"] * 3
 
 
 # ------------------------------------------------------------------ a trained model, batched

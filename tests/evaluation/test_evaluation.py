@@ -17,7 +17,8 @@ from rckit.data.squad import read_squad
 from rckit.answering.decoding import DecodeConfig
 from rckit.evaluation.predict import predict, predict_cloze, predict_split
 from rckit.models import MODELS
-from rckit.model_files.runs import decode_config_of, load_model
+from rckit.model_files.load import load_model
+from rckit.answering.decoding import decode_config_of
 from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
 
 

@@ -10,22 +10,20 @@ must run in a process where ``import torch`` fails. The graph forms of the layer
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from tests.conftest import GLOVE_WORDS, GREEK, TINY_QANET, TINY_QANET_TRAIN, greek_paragraphs, squad_json, write_json
 
 from rckit.cli import main
 from rckit.answering.reader import Reader
+from rckit.evaluation.evaluate import evaluate
 
 pytest.importorskip("onnxruntime", reason="the ONNX path needs onnxruntime (pip install 'rckit[onnx]')")
 
@@ -190,6 +188,12 @@ def test_a_model_that_can_abstain_exports_its_null(tmp_path):
         assert a[0]["answer"] == b[0]["answer"] == "" and b[0]["start"] is None
         assert b[0]["no_answer_probability"] == pytest.approx(a[0]["no_answer_probability"], rel=1e-4)
         assert [x["answer"] for x in a[1:]] == [x["answer"] for x in b[1:]]
+    # Evaluated on SQuAD v2.0 through the Reader (ONNX) and through PyTorch: the same null margins and scores.
+    for always in (False, True):
+        theirs = evaluate(out, train, always_answer=always, progress=False)
+        ours = evaluate(tmp_path / "run", train, always_answer=always, progress=False)
+        assert theirs.keys() == ours.keys() and "best_f1_thresh" in theirs and theirs["NoAns_total"] == 4
+        assert theirs == pytest.approx(ours, abs=1e-4)
 
 
 @pytest.mark.parametrize("name", ["dcn", "dcn_plus", "deep_lstm_reader"])

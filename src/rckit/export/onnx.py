@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import tempfile
+from dataclasses import asdict
 import warnings
 from pathlib import Path
 
@@ -32,14 +33,13 @@ import torch
 
 from rckit import kernels
 from rckit.kernels import graph
-from rckit.data.batching import Batch
 from rckit.data.padding import INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
-from rckit.answering.decoding import DecodeConfig
 from rckit.export.safetensors import as_created, frozen_tables
-from rckit.model_files.safetensors import load_span_model
+from rckit.model_files.load import load_span_model
 from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, encode_indices, package_indices, package_version, rows_at, rows_digest
+from rckit.answering.decoding import decode_config_of
 from rckit.answering.onnx_backend import FORMAT, OnnxModel
 from rckit.answering.reader import Reader
 from rckit.answering.torch_backend import TorchModel
@@ -93,8 +93,8 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         raise ValueError(f"int8 quantization must be one of {', '.join(QUANTIZATIONS)}, got {int8!r}")
     source = Path(source)
     module, vocabs, meta = load_span_model(source, "cpu")
-    name, decode = meta["model"], DecodeConfig(**meta["decode"])
-    torch_reader = Reader._made(TorchModel(module), vocabs, decode, meta, Path(meta["file"]), False)
+    name = meta["model"]
+    torch_reader = Reader.from_parts(TorchModel(module), vocabs, meta, meta["file"])
     pairs, where = check_pairs(check_data, meta, check_questions)
 
     # Example inputs: three questions on two windows of different lengths, so that no size is
@@ -131,7 +131,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         proto = compact(program.model_proto)
         frozen_rows = leave_out_package_rows(proto, module, vocabs)
         record = {
-            "format": FORMAT, "model": name, "model_config": meta["model_config"], "decode": meta["decode"],
+            "format": FORMAT, "model": name, "model_config": meta["model_config"], "decode": asdict(decode_config_of(meta)),
             "train_config": {"max_c_len": torch_reader.window}, "vocab": vocabs.to_json(),
             "dev_score": meta.get("dev_score"), "scores": [] if int8 else meta.get("scores", []),
             "step": meta.get("step"), "parameters": torch_reader.model.parameters, "quantized": None,
@@ -144,7 +144,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             _quantize(tmp)
             record["quantized"] = f"int8-{int8}"
             _set_metadata(tmp, record)
-        onnx_reader = Reader._made(OnnxModel(tmp), vocabs, decode, record, tmp, False)
+        onnx_reader = Reader.from_parts(OnnxModel(tmp), vocabs, record, tmp)
         try:
             check = compare(torch_reader, onnx_reader, pairs)
         except Exception as e:
@@ -210,7 +210,7 @@ def compare(torch_reader: Reader, onnx_reader: Reader, pairs: list[tuple[str, st
     and how many best answers (text, or the abstention) are the same."""
     job = torch_reader.plan(pairs)
     worst = 0.0
-    for items in torch_reader._batches(job.windows):
+    for items in torch_reader.batches(job):
         inputs = answer_inputs(job.arrays, items)
         a, b = torch_reader.model(inputs), onnx_reader.model(inputs)
         mask = inputs["c_mask"][inputs["q_context"]]
@@ -229,8 +229,8 @@ def compact(proto):
     encoders). Returns ``proto``, changed in place."""
     from onnx import numpy_helper
 
-    for graph in _graphs(proto.graph):
-        for node in graph.node:
+    for sub in _graphs(proto.graph):
+        for node in sub.node:
             del node.metadata_props[:]
             node.doc_string = ""
     first: dict[tuple, str] = {}
@@ -243,8 +243,8 @@ def compact(proto):
             proto.graph.initializer.remove(t)
         else:
             first[key] = t.name
-    for graph in _graphs(proto.graph):
-        for node in graph.node:
+    for sub in _graphs(proto.graph):
+        for node in sub.node:
             node.input[:] = [renamed.get(name, name) for name in node.input]
     return proto
 

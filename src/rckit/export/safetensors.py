@@ -34,11 +34,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from rckit.answering.decoding import decode_config_of
 from rckit.data.prepare import file_digest
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, package_rows, package_version, rows_digest
 from rckit.model_files.metadata import FORMAT, read_metadata
-from rckit.model_files.runs import checkpoint_of, decode_config_of, dev_score_of, load_model
+from rckit.model_files.load import load_model
 
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 
@@ -49,12 +50,13 @@ def frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]
 
 
 def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -> dict:
-    """Write the run's model (EMA weights) to ``out_file``; returns what was written (path,
-    bytes, sha256 of the file, dtype, how the fixed word rows travel)."""
+    """Write the model of a run (its EMA weights), a checkpoint or an exported file to
+    ``out_file``; returns what was written (path, bytes, sha256 of the file, dtype, how the
+    fixed word rows travel)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    model, vocabs, ckpt = load_model(run_dir, "cpu")
-    if ckpt.get("task") == "cloze":
+    model, vocabs, loaded = load_model(run_dir, "cpu")
+    if loaded["task"] == "cloze":
         raise ValueError(f"{run_dir} is a cloze model; only span models (SQuAD) can be exported for answering")
     words = vocabs.words.itos
     tensors: dict[str, torch.Tensor] = {}
@@ -91,29 +93,27 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
                 raise ValueError(f"{key} holds {biggest:.3g}, beyond fp16's range: export with --dtype fp32")
         out[key] = (t.to(target) if t.is_floating_point() else t).contiguous().clone()  # no shared storage
 
-    file = checkpoint_of(run_dir)
-    train_cfg = ckpt.get("train_config") or {}
-    dev = dev_score_of(ckpt, file)
+    dev = loaded["dev_score"]
     meta = {
         "format": FORMAT,
-        "model": ckpt["model_name"],
-        "model_config": ckpt["model_config"],
-        "decode": asdict(decode_config_of(ckpt)),
-        "train_config": train_cfg,
+        "model": loaded["model"],
+        "model_config": loaded["model_config"],
+        "decode": asdict(decode_config_of(loaded)),
+        "train_config": loaded["train_config"],
         "vocab": vocabs.to_json(),
-        "embedding": ckpt["embedding"],
+        "embedding": loaded["embedding"],
         "frozen_rows": frozen_rows,
         "extra_state": extra,
         "dev_score": dev,
-        "step": ckpt.get("step"),
+        "step": loaded.get("step"),
         "dtype": dtype,
-        "exported_from": str(file.resolve()),
+        "exported_from": str(Path(loaded["file"]).resolve()),
     }
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     _write(out, meta, out_file)
     return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file), "dtype": dtype,
-            "model": ckpt["model_name"], "dev_score": dev,
+            "model": loaded["model"], "dev_score": dev,
             "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()}}
 
 

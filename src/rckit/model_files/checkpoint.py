@@ -2,7 +2,7 @@
 
 Contents: ``format``, ``model_name``, ``model_config``, ``train_config`` and ``decode``
 (plain dicts; runs saved before ``decode`` existed kept ``max_answer_len`` in ``train_config``,
-which :func:`rckit.model_files.runs.decode_config_of` reads), ``model`` (state dict of the
+which :func:`rckit.answering.decoding.decode_config_of` reads), ``model`` (state dict of the
 unwrapped module), ``optimizer``, ``scheduler``, ``ema``, ``step``, ``epoch``,
 ``batch_in_epoch``, ``elapsed``, ``best_score`` (of ``score_key``: dev F1 or accuracy),
 ``task`` (span or cloze), ``vocab`` (word/char lists, or the cloze vocabulary), ``embedding``

@@ -1,12 +1,10 @@
-"""Loading a trained run (its best or last checkpoint) for evaluation, prediction and serving.
+"""A trained run's checkpoint, read for :func:`rckit.model_files.load.load_model`: which file
+(:func:`checkpoint_of`: ``best.pt``, else ``last.pt``), checked (:func:`read_run`), and what it
+says about its model in the shape an exported file's metadata has (:func:`run_metadata`).
 
 A checkpoint is only used for the run it belongs to: when the run directory holds a
 ``config.json``, its model name and model settings must be the checkpoint's, so a file copied
 into the wrong run is refused instead of answering as if nothing were wrong.
-
-What a saved model says about itself, read the same way from a checkpoint and from an exported
-file's metadata: :func:`decode_config_of` (how to decode its answers) and :func:`dev_score_of`
-(the dev score it was kept for).
 """
 
 from __future__ import annotations
@@ -16,18 +14,18 @@ from pathlib import Path
 
 import torch
 
-from rckit.config import differences, from_dict
+from rckit.config import differences
 from rckit.data.cloze import ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.data.prepare import Vocabularies
-from rckit.answering.decoding import DecodeConfig
-from rckit.models import MODELS
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint
 
 
 def checkpoint_of(run: str | Path) -> Path:
+    """The checkpoint of a run directory (``best.pt``, else ``last.pt``); a checkpoint's own path
+    (a file, or a ``.pt`` name that :func:`load_checkpoint` then says is missing) as it is."""
     run = Path(run)
-    if run.is_file():
+    if run.is_file() or (run.suffix == ".pt" and not run.is_dir()):
         return run
     for name in ("best.pt", "last.pt"):
         if (run / name).exists():
@@ -89,49 +87,41 @@ def embedding_placeholder(e: dict) -> EmbeddingInfo:
     )
 
 
-def load_model(run: str | Path, device: str | torch.device = "cpu", use_ema: bool = True):
-    """(model in eval mode with EMA weights, vocabularies, checkpoint dict).
-
-    Vocabularies: :class:`Vocabularies` for SQuAD runs, :class:`ClozeVocab` for cloze runs.
-    """
-    path = checkpoint_of(run)
-    ckpt = _load_or_point_elsewhere(path, run)
+def read_run(source: str | Path) -> tuple[Path, dict]:
+    """(the checkpoint file, its contents) of a run directory (its ``best.pt``, else ``last.pt``)
+    or a checkpoint, checked: readable, and of the run it sits in."""
+    path = checkpoint_of(source)
+    ckpt = _load_or_point_elsewhere(path, source)
     check_belongs_to_run(ckpt, path)
-    name = ckpt["model_name"]
-    if name not in MODELS:
-        raise CheckpointError(f"{path}: unknown model {name!r} (known: {', '.join(MODELS)})")
-    cfg_cls, model_cls = MODELS[name]
-    cfg = from_dict(cfg_cls, ckpt["model_config"])
-    info = embedding_placeholder(ckpt["embedding"])
-    model = model_cls(cfg, info)
-    try:
-        model.load_state_dict(ckpt["model"])
-        if use_ema and ckpt.get("ema"):
-            with torch.no_grad():
-                params = dict(model.named_parameters())
-                for n, t in ckpt["ema"]["shadow"].items():
-                    params[n].copy_(t)
-    except (RuntimeError, KeyError) as err:
-        detail = " ".join(ln.strip() for ln in str(err).splitlines() if ln.strip())
-        raise CheckpointError(f"{path}: weights do not fit a {name} model: {detail[:300]}") from err
-    model.to(device).eval()
+    return path, ckpt
+
+
+def run_metadata(ckpt: dict, file: Path) -> dict:
+    """What a checkpoint says about its model, with an exported file's keys
+    (:func:`rckit.model_files.load.load_model`): ``format`` ``"run"``, ``task``, ``model``,
+    ``model_config``, ``decode`` (as saved: :func:`rckit.answering.decoding.decode_config_of` reads every layout),
+    ``train_config``, ``vocab``, ``embedding``, ``dev_score``, ``step``, ``data`` (where the data
+    came from) and ``file``."""
+    return {"format": "run", "task": ckpt.get("task", "span"), "model": ckpt["model_name"],
+            "model_config": ckpt["model_config"], "decode": ckpt.get("decode"),
+            "train_config": ckpt.get("train_config") or {}, "vocab": ckpt["vocab"], "embedding": ckpt["embedding"],
+            "dev_score": dev_score_of(ckpt, file), "step": ckpt.get("step"), "data": ckpt.get("data") or {},
+            "file": str(file)}
+
+
+def run_weights(ckpt: dict, ema: bool) -> dict:
+    """The checkpoint's state dict, its EMA weights in place of the raw ones where ``ema`` and it has them."""
+    if ema and ckpt.get("ema"):
+        return {**ckpt["model"], **ckpt["ema"]["shadow"]}
+    return ckpt["model"]
+
+
+def run_vocabularies(ckpt: dict) -> Vocabularies | ClozeVocab:
+    """:class:`Vocabularies` for a SQuAD run, :class:`ClozeVocab` for a cloze run."""
+    v = ckpt["vocab"]
     if ckpt.get("task", "span") == "cloze":
-        v = ckpt["vocab"]
-        return model, ClozeVocab(v["itos"], v["n_entities"], v.get("lowercase", True)), ckpt
-    return model, Vocabularies.from_json(ckpt["vocab"]), ckpt
-
-
-def decode_config_of(record: dict) -> DecodeConfig:
-    """The decode settings a model was saved with, from its checkpoint, ``config.json`` or an
-    exported file's metadata.
-
-    Runs saved before decoding had its own ``decode`` section kept ``max_answer_len`` in
-    ``train_config``; runs older still kept neither and decoded with the default.
-    """
-    if record.get("decode") is not None:
-        return from_dict(DecodeConfig, record["decode"])
-    old = (record.get("train_config") or {}).get("max_answer_len")
-    return DecodeConfig() if old is None else DecodeConfig(max_answer_len=int(old))
+        return ClozeVocab(v["itos"], v["n_entities"], v.get("lowercase", True))
+    return Vocabularies.from_json(v)
 
 
 def dev_score_of(ckpt: dict, file: Path) -> dict | None:

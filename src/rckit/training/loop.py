@@ -48,8 +48,7 @@ from rckit.device import autocast
 from rckit.answering.decoding import DecodeConfig
 from rckit.models.contract import ReadingModel
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
-from rckit.model_files.safetensors import load_exported
-from rckit.model_files.source import open_model
+from rckit.model_files.load import load_model
 from rckit.training.config import TrainConfig
 from rckit.training.distributed import DistInfo, barrier, init_distributed, largest
 from rckit.training.ema import EMA
@@ -433,13 +432,10 @@ def init_weights(run: Run, parts: Parts, path: str | Path) -> dict:
 
 def weights_at(path: str | Path) -> dict:
     """``model`` (state dict), ``vocab``, ``model_name``, ``model_config`` and ``step`` of a
-    checkpoint or an exported ``.safetensors`` file."""
-    if open_model(path).kind == "safetensors":
-        model, _, meta = load_exported(path)
-        return {"model": model.state_dict(), "vocab": meta["vocab"], "model_name": meta["model"],
-                "model_config": meta["model_config"], "step": meta.get("step")}
-    ckpt = load_checkpoint(path)
-    return {k: ckpt[k] for k in ("model", "vocab", "model_name", "model_config", "step")}
+    checkpoint (its raw weights) or an exported ``.safetensors`` file (its one set)."""
+    model, _, meta = load_model(path, ema=False)
+    return {"model": model.state_dict(), "vocab": meta["vocab"], "model_name": meta["model"],
+            "model_config": meta["model_config"], "step": meta["step"]}
 
 
 def format_duration(seconds: float) -> str:
