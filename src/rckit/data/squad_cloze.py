@@ -1,60 +1,48 @@
 """An entity-anonymised cloze set built from SQuAD v1.1, in the style of Hermann et al. (2015).
 
 Each kept SQuAD question becomes a :class:`~rckit.data.cloze.ClozeExample`: its paragraph and
-question with every entity mention replaced by one ``@entityN`` token, and as answer the marker
-of the entity that the first gold answer names. There is no ``@placeholder``: the query is the
-whole (anonymised) question.
+question with every entity mention replaced by one ``@entityN`` token, the answer the marker of the
+entity its first gold answer names; the query is the anonymised question (no ``@placeholder``).
 
 Entities (deterministic, no model): text is split with :func:`rckit.data.tokenize.tokenize`.
 
-1. *Name tokens.* A token is a name token if it starts with a digit (numbers, years,
-   ``1990s``), or if it starts with an upper-case letter, is not ``I`` and is not a function
-   word (:data:`FUNCTION_WORDS`: articles, pronouns, prepositions, conjunctions, auxiliaries,
-   wh-words and common sentence adverbs such as ``However``, in any case; all-capital
-   acronyms of two or more letters such as ``US`` or ``WHO`` are not function words), and either
-   (a) it is not sentence-initial, or (b) it is sentence-initial and the next token is a name
-   token (``Denver Broncos won``), or (c) it is sentence-initial and the same word occurs
-   capitalised in a non-initial position of the paragraph. A token is sentence-initial if it
-   is the first token, or follows ``. ! ?`` (except an abbreviation dot, below) or one of
-   ``" “ :``. An all-capital token of two or more letters (``NFL``) is a name token even when
-   sentence-initial.
-2. *Runs.* A mention is a maximal run of name tokens, also joined across: a full stop glued to
-   a single capital letter or a listed abbreviation (``U.S. Army``, ``St. Louis``, ``Inc.``);
-   a hyphen or slash glued on both sides (``Franco-Prussian War``); ``&``; and the lower-case
-   name connectors ``of``, ``of the``, ``de``, ``de la``, ``da``, ``di``, ``del``,
-   ``della``, ``des``, ``du``, ``van``, ``van der``, ``von``, ``von der``, ``der``, ``y``,
-   ``al``, ``bin`` when a capitalised name token follows (``University of Notre Dame``).
-3. *Keys.* An entity is its token sequence (curly apostrophes straightened, case kept): two
-   mentions are the same entity iff they are the same token sequence. After detection the
-   paragraph is scanned left to right, taking at each position the longest entity key that
-   matches, so every occurrence of a detected name is a mention, including ones the rules
-   missed (a lone sentence-initial ``Paris``).
-4. *Query.* The question is run through rules 1-2 (rule 1c also sees the paragraph's
-   capitalised words); runs that are not paragraph entities become query-only entities. The
-   question is then scanned with the paragraph's keys plus those, so a name written the same
-   way in paragraph and question always gets the same marker.
-5. *Numbering.* Paragraph entities in order of first mention, then query-only entities, get
-   the markers ``@entity{perm[i]}`` with ``perm`` a permutation of ``0..n-1`` drawn from
+1. *Name tokens.* A token is a name token if it starts with a digit (numbers, years, ``1990s``), or
+   if it starts with an upper-case letter, is not ``I`` and is not a function word
+   (:data:`FUNCTION_WORDS`: articles, pronouns, prepositions, conjunctions, auxiliaries, wh-words
+   and common sentence adverbs such as ``However``, in any case; all-capital acronyms of two or more
+   letters such as ``US`` or ``WHO`` are not function words), and either (a) it is not
+   sentence-initial, or (b) it is sentence-initial and the next token is a name token (``Denver
+   Broncos won``), or (c) it is sentence-initial and the same word occurs capitalised in a
+   non-initial position of the paragraph. A token is sentence-initial if it is the first token, or
+   follows ``. ! ?`` (except an abbreviation dot, below) or one of ``" “ :``. An all-capital token
+   of two or more letters (``NFL``) is a name token even when sentence-initial.
+2. *Runs.* A mention is a maximal run of name tokens, also joined across: a full stop glued to a
+   single capital letter or a listed abbreviation (``U.S. Army``, ``St. Louis``, ``Inc.``); a hyphen
+   or slash glued on both sides (``Franco-Prussian War``); ``&``; and the lower-case name connectors
+   of :data:`CONNECTORS` (``of``, ``of the``, ``de la``, ``van der``, ``bin`` ...) when a
+   capitalised name token follows (``University of Notre Dame``).
+3. *Keys.* An entity is its token sequence (curly apostrophes straightened, case kept): two mentions
+   are the same entity iff they are the same token sequence. After detection the paragraph is
+   scanned left to right, taking at each position the longest entity key that matches, so every
+   occurrence of a detected name is a mention, even one the rules missed (a lone ``Paris``).
+4. *Query.* The question is run through rules 1-2 (rule 1c also sees the paragraph's capitalised
+   words); runs that are not paragraph entities become query-only entities. The question is then
+   scanned with the paragraph's keys plus those, so a name written the same way in paragraph and
+   question always gets the same marker.
+5. *Numbering.* Paragraph entities in order of first mention, then query-only entities, get the
+   markers ``@entity{perm[i]}`` with ``perm`` a permutation of ``0..n-1`` drawn from
    ``numpy.random.default_rng([seed, crc32(question id)])``: deterministic, different across
    questions. Markers are therefore 0..n-1 and the largest n is the class count a model needs.
 
-Known failure modes: no coreference (``Beyoncé Knowles`` and ``Beyoncé`` are two entities,
-``she`` is a word); case-sensitive (a lower-case ``paris`` in a question is not the entity);
-capitalised title words merge with names (``President of France``); a sentence-initial
-common word followed by a name merges with it (``Later Tesla`` when ``Later`` is not listed);
-capitalised common nouns and adjectives inside sentences become entities (``French``,
-``Catholic``, months); possessive ``'s`` splits names (``Levi 's Stadium`` gives ``Levi`` and
-``Stadium``); numbers with units or currency signs are only their digits (``$ 5`` has the
-entity ``5``); a lone sentence-initial name that occurs nowhere else is missed.
+Known failure modes (no coreference, case-sensitive, title words merging with names ...):
+docs/investigations/squad-cloze.md, "How entities are found, and where it fails".
 
-Keeping a question (first gold answer only): its character span must map exactly onto
-tokens (``answer_not_token_aligned`` otherwise) and those tokens must be exactly one mention
-of the paragraph, either as they are or after dropping leading articles (``the``/``a``/``an``,
-any case) and leading or trailing punctuation tokens (``the Denver Broncos`` -> ``Denver
-Broncos``). Otherwise the question is dropped and counted: ``answer_overlaps_entity`` (it
-overlaps mentions but is not exactly one), ``answer_not_entity`` (no mention inside it),
-``answer_offset_unknown`` (the reader could not place the answer), ``impossible`` (v2.0
-no-answer questions).
+Keeping a question (first gold answer only): its character span must map exactly onto tokens
+(``answer_not_token_aligned`` otherwise) and those tokens must be exactly one mention of the
+paragraph, as they are or without leading articles (``the``/``a``/``an``, any case) and leading or
+trailing punctuation (``the Denver Broncos`` -> ``Denver Broncos``). Else it is dropped, counted
+as ``answer_overlaps_entity`` (overlaps mentions, is not exactly one), ``answer_not_entity`` (no
+mention in it), ``answer_offset_unknown`` (its offset could not be placed) or ``impossible`` (v2.0).
 """
 
 from __future__ import annotations

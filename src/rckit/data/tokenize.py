@@ -14,10 +14,11 @@ Rules, tried in order at each position (one regular expression, so it runs at C 
 5. any other non-space character is a token on its own (``-``, ``$``, ``%``, ``(`` ...).
 
 This is close to the tokenization GloVe was trained on (PTB-style clitics), and splitting
-every punctuation mark makes answer boundaries line up: on the SQuAD v1.1 dev set 99.77 % of
-the 34,726 gold answers start and end on token boundaries (the rest start or end inside a
-word in the annotation itself, such as ``8`` inside ``20-18``). Offsets are half-open
-character spans into the original string, so any token span maps back to the exact text.
+every punctuation mark makes answer boundaries line up: nearly every SQuAD gold answer starts
+and ends on token boundaries (the counts: docs/data.md, "Tokenization"; ``rckit prepare``
+reports them); the rest start or end inside a word in the annotation itself, such as ``8``
+inside ``20-18``. Offsets are half-open character spans into the original string, so any
+token span maps back to the exact text.
 """
 
 from __future__ import annotations

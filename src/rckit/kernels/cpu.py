@@ -1,8 +1,8 @@
 """CPU fast paths: the same computations as the plain layers, done faster on CPU.
 
 Each is called by one layer behind ``kernels.enabled(name)`` (see :mod:`rckit.kernels`) and has
-an equality test against that layer's plain path in ``tests/test_kernels.py``; what each is
-worth is measured in BENCHMARKS.md, "CPU kernels" (``benchmarks/qanet_ablation.py``).
+an equality test against that layer's plain path in ``tests/kernels/test_kernels.py``; what each
+is worth is measured in BENCHMARKS.md, "CPU kernels" (``benchmarks/qanet_ablation.py``).
 
 ================  ==============================================  ===========================
 name              computes                                         called by

@@ -16,11 +16,10 @@ Encoders (:mod:`rckit.layers.coattention`) and the shared decoder (:class:`Dynam
 
 Readings taken where the papers are loose: both HMNs take the previous span (some reimplementations
 feed s_i to the end HMN); only E_1^Q gets the tanh projection, as DCN+ writes it; ``dropout`` acts
-on the encoder outputs and U. Early stop is per example, in training as in evaluation: once an
-example's span repeats, its later logits are copies and ``DCNOutput.active`` drops it; the loop
-ends when every example is done. DCN+'s HMNs start with a sparse top-2 mixture of maxout experts
-(:class:`~rckit.layers.maxout.MixtureOfMaxouts`, our choice; balance term weighted
-``moe_balance``); ``word_dropout`` drops whole token vectors.
+on the encoder outputs and U. Early stop is per example, in training as in evaluation: once its span
+repeats, an example's later logits are copies and ``DCNOutput.active`` drops it. DCN+'s HMNs open
+with a sparse top-2 mixture of maxout experts (ours: :class:`~rckit.layers.maxout.MixtureOfMaxouts`,
+balance ``moe_balance``); ``word_dropout`` drops whole token vectors.
 
 Loss: DCN :func:`~rckit.models.losses.iterative_span_loss`, the cross-entropy summed over each
 example's active iterations. DCN+ with ``mixed_objective`` (Sec. 3), ``log sigma^2`` learned::
@@ -30,25 +29,19 @@ example's active iterations. DCN+ with ``mixed_objective`` (Sec. 3), ``log sigma
     R = F1(s^_T, e^_T) - F1(s_T, e_T)        a sampled rollout (draws fed back) minus greedy
     R_s = F1(s^, e) - F1(s, e), R_e = F1(s, e^) - F1(s, e)    ours: reward_credit="pointer"
 
-Reading of L_rl's value: the weights settle at ``sigma^2 = L / 2``, so L must be positive; the
-paper's ``-E[R]`` is negative when greedy beats the sample. The surrogate is REINFORCE for
-``E[1 - F1(sample)]``, greedy F1 the baseline: :func:`~rckit.models.losses.self_critical_loss`
-returns ``V + (S - S.detach())``, value ``V = mean_b (1 - F1(s^, e^))`` for ``sigma_rl``, gradient
-the surrogate S's. Per pointer, R_s weighs the start draws' log p, R_e the end draws', and V is
-``(1 - F1(s^, e)) + (1 - F1(s, e^))``. ``log sigma^2`` has a soft floor ``log_sigma2_floor``;
-``train.reward_from`` keeps the loss at L_ce alone before that step.
+Reading of L_rl's value: positive, as weights that settle at ``sigma^2 = L / 2`` need (the paper's
+``-E[R]`` is not). :func:`~rckit.models.losses.self_critical_loss` returns ``V + (S - S.detach())``:
+``sigma_rl`` sees ``V = mean_b (1 - F1(s^, e^))`` (per pointer ``(1-F1(s^, e)) + (1-F1(s, e^))``),
+the model the REINFORCE surrogate S's gradient. ``log sigma^2`` has a soft floor
+``log_sigma2_floor``; ``train.reward_from`` keeps the loss at L_ce alone before that step.
 
-No answer (``no_answer``, SQuAD v2.0): a learned null ``u_0`` before U, ``U <- [u_0; U]`` (B, 1 + m, 2l),
-which both HMNs score like a token at every iteration; the decoder starts there (s_0 = e_0 = 0
-is the null) and an unanswerable question's targets are the null at every iteration, so
-``p(no answer)`` shares the final iteration's softmaxes with the spans (as in QANet, after
-BiDAF-No-Answer). DCN+'s self-critical reward is the F1 of the sampled span's text, 0 for the
-null; it counts answerable questions only, unanswerable ones learn from the cross-entropy.
+No answer (``no_answer``, SQuAD v2.0): a learned null ``U <- [u_0; U]`` (B, 1 + m, 2l) that both
+HMNs score like a token; the decoder starts there (s_0 = e_0 = 0 is the null), an unanswerable
+question's targets are the null at every iteration, and ``p(no answer)`` shares the last
+iteration's softmaxes with the spans. DCN+'s reward counts answerable questions only (null F1 0).
 
-Presets: ``paper`` l 200, pool 16, 4 iterations, 8 experts, dropout 0.3, contexts cut at 600.
-``cpu-small`` (45 minutes, 2 cores): l 96 (DCN) / 64 (DCN+), pool 8, 2 iterations, 4 experts,
-dropout 0.1, contexts 300, no EMA, to see more examples in about one epoch. What was measured:
-RESULTS.md ("DCN and DCN+ on SQuAD v1.1"), docs/investigations/dcn.md.
+Presets: ``paper`` the papers' sizes (l 200, pool 16, 4 iterations), ``cpu-small`` smaller for 45
+minutes on 2 cores. Why: docs/investigations/model-design-notes.md; measured: RESULTS.md.
 """
 
 from __future__ import annotations

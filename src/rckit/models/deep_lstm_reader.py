@@ -32,18 +32,16 @@ With ``no_answer`` (SQuAD v2.0) a learned ``z_0`` goes before the document's ``z
 pointers score it like a token, so ``p(no answer) = p_start(0) p_end(0)`` shares their softmaxes.
 
 Readings taken where the paper is loose: the scores run over the candidate entities only (the
-paper's softmax is over the whole output vocabulary; only entities can be answers); ``g`` is
-read at the last real token, the delimiter counted (the paper writes ``y(|d| + |q|)``); the
-cells read ``x'(t, k)`` in every gate (see :mod:`rckit.layers.lstm`); ``|||`` is a learned
-vector drawn at the word vectors' spread, not a vocabulary row, so SQuAD and cloze
-vocabularies need no special token; dropout acts on every layer's input, on ``g`` and on ``z``.
-The cells start at forget bias 1, a memory of about 3.7 steps; ``chrono = T`` (> 2)
-chrono-initialises them for memories of 2 .. T steps (off by default).
+paper's softmax is over the whole output vocabulary; only entities can be answers); ``g`` is read at
+the last real token, the delimiter counted (the paper writes ``y(|d| + |q|)``); the cells read
+``x'(t, k)`` in every gate (see :mod:`rckit.layers.lstm`); ``|||`` is a learned vector drawn at the
+word vectors' spread, not a vocabulary row, so SQuAD and cloze vocabularies need no special token;
+dropout acts on every layer's input, on ``g`` and on ``z``. The cells start at forget bias 1 (a
+memory of about 3.7 steps); ``chrono = T`` (> 2; off by default) chrono-initialises them to 2 .. T.
 
 Presets: ``paper`` 2 x 256 cells, RMSProp lr 5e-4, momentum 0.9, decay 0.95 (the paper's);
-``cloze-cpu`` and ``squad-cpu`` 2 x 128 cells, documents cut at 300 tokens in training, EMA 0.999
-(15-minute CPU runs). What was measured: RESULTS.md (the Deep LSTM Reader's sections and "Cloze
-readers on squad-cloze"), docs/investigations/deep-lstm-reader.md.
+``cloze-cpu``/``squad-cpu`` 2 x 128 cells, documents cut at 300 tokens in training, EMA 0.999.
+Design notes: docs/investigations/model-design-notes.md; measured: RESULTS.md.
 """
 
 from __future__ import annotations
