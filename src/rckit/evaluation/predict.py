@@ -4,10 +4,15 @@
 ``rckit evaluate`` use it: a SQuAD split (:class:`SquadSplit`) gives ``{question id: answer
 text}`` through :func:`predict_split` (span decoding with the run's :class:`DecodeConfig`), a
 cloze split (:class:`ClozeSplit`) gives the predicted entity number of every example through
-:func:`predict_cloze`. Questions about new text are answered by :class:`rckit.answering.reader.Reader`.
+:func:`predict_cloze`. ``rckit evaluate``'s PyTorch side (:func:`rckit.evaluation.evaluate.evaluate`) reads
+a whole SQuAD file with :func:`squad_spans` and a cloze split with :func:`cloze_scores`. Questions
+about new text are answered by :class:`rckit.answering.reader.Reader`.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import numpy as np
 import torch
@@ -15,6 +20,9 @@ import torch
 from rckit.data.batching import BucketBatchSampler
 from rckit.data.split import SquadSplit
 from rckit.data.cloze import ClozeSplit
+from rckit.data.cloze_data import load_eval_split
+from rckit.data.prepare import Vocabularies, featurize
+from rckit.data.squad import SquadDataset
 from rckit.device import autocast
 from rckit.answering.decoding import DecodeConfig, best_spans, span_to_text, spans_and_null
 
@@ -120,3 +128,32 @@ def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: 
     finally:
         model.train(was_training)
     return out_pred
+
+
+def squad_spans(model: torch.nn.Module, vocabs: Vocabularies, ds: SquadDataset, limit: int | None,
+                decode: DecodeConfig, batch_size: int, device: torch.device, progress=None) -> tuple[dict, dict]:
+    """(``{question id: best span text}``, ``{question id: null margin}``) of ``model`` on the
+    first ``limit`` questions of ``ds`` (all without one), each context read whole; margins only
+    for a model that can abstain. ``progress(n)``, if given, is called after each batch."""
+    split, _ = featurize(ds, vocabs)
+    rows = list(range(min(limit, len(split)))) if limit else None
+    margins: dict[str, float] = {}
+    always = dataclasses.replace(decode, no_answer_threshold=math.inf)  # every question's best span
+    spans = predict_split(model, split, rows, batch_size, always, device, None, progress, margins)
+    return spans, margins
+
+
+def cloze_scores(model: torch.nn.Module, meta: dict, data: str | None, split: str | None, limit: int | None,
+                 batch_size: int, device: torch.device) -> tuple[dict, dict]:
+    """(accuracy on a split of a cloze directory, ``{example id: "@entityN"}``); ``data`` and
+    ``split`` default to the directory and split the run evaluated on in training."""
+    info = meta["data"]
+    root = data or info["cloze_dir"]
+    split_name = split or info["eval_split"]
+    examples = load_eval_split(root, split_name, meta["vocab"])
+    rows = np.arange(min(limit, len(examples)) if limit else len(examples))
+    pred = predict(model, examples, rows, batch_size, device, None)
+    gold = examples.a["answer"][rows]
+    result = {"accuracy": 100.0 * float((pred == gold).mean()), "examples": int(len(rows)),
+              "split": split_name, "data": str(root)}
+    return result, {examples.ids[i]: f"@entity{int(p)}" for i, p in zip(rows, pred)}
