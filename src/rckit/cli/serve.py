@@ -6,6 +6,7 @@ is the field's name with dashes, its default, help text, choices and metavar the
 
 from __future__ import annotations
 
+import os
 import typing
 from dataclasses import fields
 
@@ -23,6 +24,9 @@ def add_arguments(p) -> None:
             p.add_argument(flag, action="store_true", help=f.metadata["help"])
             continue
         shown = {key: f.metadata[key] for key in ("choices", "metavar") if key in f.metadata}
+        if f.metadata.get("repeat"):  # a tuple of values, one a flag
+            p.add_argument(flag, type=str, action="append", default=None, help=f.metadata["help"], **shown)
+            continue
         p.add_argument(flag, type=kind, default=f.default, help=f.metadata["help"], **shown)
 
 
@@ -34,5 +38,11 @@ def value_type(annotation) -> type:
 def run(args) -> int:
     from rckit.serve.app import serve  # the HTTP server (and PyTorch, for a PyTorch model): not for --help
 
-    serve(args.run, ServeConfig(**{f.name: vars(args)[f.name] for f in fields(ServeConfig)}))
+    given = {f.name: vars(args)[f.name] for f in fields(ServeConfig)}
+    for f in fields(ServeConfig):
+        if f.metadata.get("repeat"):
+            given[f.name] = tuple(given[f.name] or ())
+        elif given[f.name] is None and f.metadata.get("env"):  # e.g. the key from $RCKIT_API_KEY
+            given[f.name] = os.environ.get(f.metadata["env"]) or None
+    serve(args.run, ServeConfig(**given))
     return 0

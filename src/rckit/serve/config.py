@@ -58,6 +58,28 @@ class ServeConfig:
                             "the context limits of /openapi.json follow from it", least=1)
     request_timeout: float | None = setting(60.0, "seconds a request may take before it is dropped with 503",
                                             above=0)
+    # Who may use it, and how much (rckit.serve.access).
+    api_key: str | None = setting(None, "a key every client must send as `Authorization: Bearer KEY` on every route but "
+                                  "/health (default: $RCKIT_API_KEY)", metavar="KEY", env="RCKIT_API_KEY")
+    api_key_file: str | None = setting(None, "a file of keys, one a line (`NAME KEY`, or `KEY` alone): each client its "
+                                       "own, one withdrawn by deleting its line", metavar="FILE")
+    allow_anonymous: bool = setting(False, "listen on an address other than loopback without a key: anyone who can "
+                                    "reach the server can use it")
+    rate_limit: float | None = setting(None, "requests a second one client (by key, else by address) may make on "
+                                       "average; 429 with Retry-After above (default: no limit)", above=0)
+    burst: int = setting(10, "with --rate-limit: requests one client may make at once before the rate holds it",
+                         least=1)
+    max_in_flight: int | None = setting(None, "requests of one client being answered at once; 429 with Retry-After "
+                                        "above (default: no limit)", least=1)
+    ssl_certfile: str | None = setting(None, "serve HTTPS with this certificate (PEM; with --ssl-keyfile)",
+                                       metavar="FILE")
+    ssl_keyfile: str | None = setting(None, "the certificate's private key (PEM)", metavar="FILE")
+    cors_origin: tuple[str, ...] = setting((), "an origin (scheme://host[:port]) whose pages may call the API from a "
+                                           "browser (repeatable; default: none)", metavar="ORIGIN", repeat=True)
+    access_log: str = setting("-", "the access log, one JSON line a request (time, client, key name, route, "
+                              "status, ms, request id): a file, '-' for stderr, 'off' for none", metavar="FILE")
+    log_text: bool = setting(False, "the access log also holds the questions, contexts and answers (default: "
+                             "never any text)")
     # A collection of documents to ask (rckit.retrieval).
     index: str | None = setting(None, "an index of documents (`rckit index`): adds POST /v1/ask and the page's "
                                 "tab to ask the whole collection", metavar="INDEX")
