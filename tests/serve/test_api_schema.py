@@ -1,19 +1,35 @@
 """The HTTP API keeps the contract it publishes: schemathesis, every check, against a real server.
 
 schemathesis reads ``/openapi.json`` from a real ``rckit serve`` (conftest's tiny exported QANet,
-with an index of one small file) on 127.0.0.1 and sends what the schema allows and what it forbids: every response must be
-documented, match its schema and content type, no request may get a 5xx, what the schema allows
-must be accepted and what it forbids refused, and a method a path does not take must get 405.
+with a key and an index of one small file) on 127.0.0.1 and sends what the schema allows and what
+it forbids, with the key: every response must be documented, match its schema and content type,
+no request may get a 5xx, what the schema allows must be accepted and what it forbids refused, a
+method a path does not take must get 405, and a request without the key must be refused.
+
+Beside it, the rule every text of a request follows, a letter or digit (``str.isalnum``), read
+from the schema as JSON Schema's tools read it (ECMA-262, here jsonschema_rs, schemathesis's
+validator) on every code point: a question in any script the server reads is valid by the schema.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
+import jsonschema_rs  # schemathesis's validator: a test dependency with it
+import pytest
+
+from rckit.answering.reader import text_problem
+from rckit.serve.config import ServeConfig
+from rckit.serve.schema import HAS_WORD, ApiError, Requests
 from tests.serve.test_serve import start_server, stop_server
+
+KEY = "schema-test-key-0123456789"
 
 
 def schemathesis_cli() -> str:
@@ -22,19 +38,61 @@ def schemathesis_cli() -> str:
     return found
 
 
+def test_the_text_pattern_is_str_isalnum_on_every_code_point():
+    """JSON Schema's reading of the pattern (ECMA-262: jsonschema_rs) and Python's agree with the
+    reader's rule on all of Unicode (the surrogates, which no JSON text holds alone, aside)."""
+    schema = jsonschema_rs.validator_for({"type": "string", "pattern": HAS_WORD})
+    python = re.compile(HAS_WORD, re.ASCII)  # as schemathesis compiles a pattern to draw from it
+    differ = [f"U+{cp:04X}" for cp in range(sys.maxunicode + 1) if not 0xD800 <= cp <= 0xDFFF
+              and not schema.is_valid(chr(cp)) == bool(python.search(chr(cp))) == chr(cp).isalnum()]
+    assert not differ, differ[:20]
+
+
+@pytest.mark.parametrize("text", [
+    "Ñ\U0001D49C\U0001D49E",  # the issue's: one accented letter and two astral-plane letters
+    "¿Cuándo abrió la barrera?", "Πότε άνοιξε το φράγμα;", "屏障是什么时候开放的？", "กา", "١٩٨٤",
+    "\U0001D413\U0001D421\U0001D41E",  # mathematical bold letters
+    "½", "Ⅻ", "a_", "ǅ"])
+def test_a_text_in_any_script_is_valid_by_the_schema_and_read_by_the_server(text):
+    requests = Requests.of(ServeConfig(), window=400)
+    answer, ask = requests.answer_schema(), requests.ask_schema()
+    for body, schema, parse in (({"context": text, "question": text}, answer, requests.parse_answer),
+                                ({"context": text, "questions": [text]}, answer, requests.parse_answer),
+                                ({"question": text}, ask, requests.parse_ask)):
+        assert jsonschema_rs.validator_for(schema).is_valid(body), body
+        parse(json.dumps(body).encode())  # no ApiError
+
+
+@pytest.mark.parametrize("text", ["?!", "_", " \n", "\u0301", "🙂", "—…", "\U000E0041"])
+def test_a_text_without_a_letter_or_digit_is_invalid_by_both_with_todays_message(text):
+    requests = Requests.of(ServeConfig(), window=400)
+    body = {"context": "The barrier opened in 1984.", "question": text}
+    assert not jsonschema_rs.validator_for(requests.answer_schema()).is_valid(body)
+    with pytest.raises(ApiError) as refused:
+        requests.parse_answer(json.dumps(body).encode())
+    assert refused.value.status == 422
+    assert refused.value.message == f"'question' {text_problem(text)}"
+    assert text_problem(text) in ("is empty", f"has no letter or digit, only punctuation ({text.strip()[:20]!r})")
+    assert all(unicodedata.category(ch)[0] not in "LN" for ch in text)
+
+
 def test_the_api_keeps_its_published_schema(tiny_export, tmp_path):
     from rckit.cli import main
 
     (tmp_path / "docs").mkdir()  # an index, so that POST /v1/ask and GET /v1/index are tried too
     (tmp_path / "docs" / "a.txt").write_text("alpha beta gamma delta.\n\nepsilon zeta eta theta.\n")
     assert main(["index", str(tmp_path / "docs"), "--out", str(tmp_path / "docs.sqlite"), "--no-progress"]) == 0
-    proc, url = start_server([str(tiny_export), "--index", str(tmp_path / "docs.sqlite")], tmp_path / "serve.log")
+    proc, url = start_server([str(tiny_export), "--index", str(tmp_path / "docs.sqlite"), "--api-key", KEY],
+                             tmp_path / "serve.log")
     try:
         run = subprocess.run([schemathesis_cli(), "run", f"{url}openapi.json", "--checks", "all",
+                              "--header", f"Authorization: Bearer {KEY}",
                               "--max-examples", "60", "--seed", "1", "--request-timeout", "60", "--no-color"],
                              capture_output=True, text=True, timeout=900, cwd=tmp_path)
     finally:
         stop_server(proc)
     report = run.stdout[-6000:] + run.stderr[-2000:]
     assert run.returncode == 0, report
-    assert "passed" in run.stdout.lower() or "no issues found" in run.stdout.lower(), report
+    assert "no issues found" in run.stdout.lower(), report
+    assert "5 selected / 5 total" in run.stdout, report  # /v1/answer, /v1/ask, /v1/index, /v1/model, /health
+    assert KEY not in (tmp_path / "serve.log").read_text()  # the access log names a key, never shows it

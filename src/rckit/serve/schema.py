@@ -6,9 +6,10 @@ checks come from it (``model_json_schema()`` states the rules that ``model_valid
 (the schema's ``oneOf``); :meth:`Requests.parse_answer` is the one place that chooses between
 them. A text field (:func:`text`) is checked by :func:`check_field`, which asks the reader's rule
 (:func:`rckit.answering.reader.text_problem`) and the field's length; the schema states the same
-rule as ``minLength``, ``pattern`` and ``maxLength``. The answers' schema is
-:mod:`rckit.answering.answer`'s TypedDicts, their ``Annotated`` descriptions carried over
-(:func:`model_of`).
+rule as ``minLength``, ``pattern`` and ``maxLength`` (:data:`HAS_WORD`, made by
+:func:`letter_or_digit`: the characters ``str.isalnum`` accepts, spelled as JSON Schema's regular
+expressions read them). The answers' schema is :mod:`rckit.answering.answer`'s TypedDicts, their
+``Annotated`` descriptions carried over (:func:`model_of`).
 
 A refused request is an :class:`ApiError`: one sentence naming the field (:func:`explain`), for
 the first mistake found in this order: the body is not a JSON object, a field is unknown,
@@ -19,6 +20,7 @@ type before the rest (a list's length, then a text's content and length).
 from __future__ import annotations
 
 import json
+import sys
 import types
 from dataclasses import dataclass
 from functools import partial
@@ -32,7 +34,38 @@ from rckit.answering.reader import text_problem
 from rckit.retrieval.collection import DEFAULT_PASSAGES
 from rckit.serve.config import ServeConfig
 
-HAS_WORD = r"[^\W_]"  # a letter or digit (Python's re: str.isalnum), what text_problem asks of every text
+
+def letter_or_digit() -> str:
+    r"""The ``pattern`` of a text with a letter or digit in it, :func:`text_problem`'s rule
+    (``str.isalnum``) as this Python decides it: one character class of every code point it
+    accepts, spelled so that JSON Schema's ECMA-262 (with the ``u`` flag JSON Schema asks for),
+    Python's ``re`` and Rust's ``regex`` read it alike: ASCII as itself, the rest of the Basic
+    Multilingual Plane as ``\uXXXX``, the planes above it as the characters themselves (no escape
+    for those is read by all three).
+
+    Not ``[^\W_]``, which JSON Schema's tools read as an ASCII letter or digit (ECMA-262's ``\w``
+    is ASCII), so that a question in Greek or Chinese broke the published schema; nor
+    ``[\p{L}\p{N}]``, the same set on the code points this Python knows, but one that the
+    validator may read with a newer Unicode than the server's, that Python's ``re`` cannot read,
+    and that schemathesis approximates (Latin letters only) when it makes data a schema forbids."""
+    runs, first = [], None
+    for cp in range(sys.maxunicode + 2):
+        if cp <= sys.maxunicode and chr(cp).isalnum():
+            first = cp if first is None else first
+        elif first is not None:
+            runs.append((first, cp - 1))
+            first = None
+
+    def one(cp: int) -> str:
+        return chr(cp) if cp < 0x80 or cp > 0xFFFF else f"\\u{cp:04X}"
+
+    def run(lo: int, hi: int) -> str:
+        return one(lo) if lo == hi else one(lo) + ("-" if hi > lo + 1 else "") + one(hi)
+
+    return "[" + "".join(run(lo, hi) for lo, hi in runs) + "]"
+
+
+HAS_WORD = letter_or_digit()  # every text of a request must match it, as text_problem asks
 RANGES = {"top_k": (1, 20),
           "max_answer_len": (1, 200),  # tokens; the decoder's cost grows with it
           "passages": (1, 50)}  # passages the retriever gives the reader for one question of POST /v1/ask
