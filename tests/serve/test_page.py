@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import CHROMEDRIVER, chromium
 
 from tests.retrieval.test_collection import index_server  # noqa: F401  (a fixture: rckit serve --index)
+from tests.serve.test_access import KEY, key_file, rewrite
 from tests.serve.test_serve import post, start_server, stop_server
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -238,3 +239,65 @@ def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, bro
     assert _text(items[0].find_element(By.CLASS_NAME, "doc")) == "Apollo · records.jsonl [moon]"
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "page-collection.png"))
+
+
+@pytest.fixture
+def keyed_server(tiny_export, tmp_path):
+    """``rckit serve`` of the tiny exported QANet with a key file of one key; its URL and the file."""
+    keys = key_file(tmp_path / "keys", f"page {KEY}")
+    proc, url = start_server([str(tiny_export), "--api-key-file", str(keys), "--access-log", "off"],
+                             tmp_path / "serve.log")
+    yield url, keys
+    stop_server(proc)
+
+
+def _post_with_key(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url + "v1/answer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, json.load(r)
+
+
+@pytest.mark.browser
+def test_the_page_asks_for_the_key_once_keeps_it_for_the_tab_and_again_after_a_401(keyed_server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    url, keys = keyed_server
+    by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
+    state = lambda d: d.execute_script("return document.body.dataset.state")  # noqa: E731
+    stored = lambda: browser.execute_script("return sessionStorage.getItem('rckit-key')")  # noqa: E731
+
+    browser.get(url)  # the page itself needs no key; its first API call is told it does
+    _wait(browser, lambda d: state(d) == "key")
+    assert by_id("key-form").is_displayed() and by_id("key").get_attribute("type") == "password"
+    assert "needs a key" in _text(by_id("key-hint"))
+
+    browser.execute_script("document.body.dataset.state = ''")
+    by_id("key").send_keys("not-the-key", Keys.ENTER)
+    _wait(browser, lambda d: state(d) == "key")
+    assert "not accepted" in _text(by_id("key-hint")) and stored() is None
+
+    by_id("key").send_keys(KEY, Keys.ENTER)
+    _wait(browser, lambda d: state(d) == "ready")
+    assert not by_id("key-form").is_displayed() and "qanet" in _text(by_id("model")) and stored() == KEY
+    assert not by_id("tabs").is_displayed()  # no index: the page keeps its one tab
+    _ask(browser, CONTEXT, QUESTION)
+    status, api = _post_with_key(url, {"context": CONTEXT, "question": QUESTION, "top_k": 5})
+    assert status == 200 and state(browser) == "answered"
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][0]["answer"]
+
+    # Kept for the tab: the page, loaded again, asks for nothing.
+    browser.refresh()
+    _wait(browser, lambda d: "qanet" in _text(d.find_element(By.ID, "model")))
+    assert not by_id("key-form").is_displayed()
+    _ask(browser, CONTEXT, QUESTION)
+    assert state(browser) == "answered"
+
+    # The key withdrawn from the server's file: the next question is refused, the key forgotten and asked for.
+    rewrite(keys, "other some-other-key-0123")
+    _ask(browser, CONTEXT, QUESTION)
+    assert state(browser) == "error" and "needs a key" in _text(by_id("error"))
+    assert by_id("key-form").is_displayed() and "not accepted" in _text(by_id("key-hint")) and stored() is None
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "page-key.png"))

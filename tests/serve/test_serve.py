@@ -665,6 +665,7 @@ def test_the_real_reader_batched_answers_equal_answers_alone(tiny_reader):
 def start_server(args: list[str], log: Path, timeout: float = 120) -> tuple[subprocess.Popen, str]:
     """``python -m rckit serve ARGS --port 0`` on 127.0.0.1; the process and the URL it printed."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env.pop("RCKIT_API_KEY", None)  # a developer's own key would make these servers ask for one
     proc = subprocess.Popen([sys.executable, "-m", "rckit", "serve", *args, "--host", "127.0.0.1", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env)
     sel = selectors.DefaultSelector()

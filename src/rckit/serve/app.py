@@ -15,6 +15,10 @@ questions or a ``top_k`` out of range (the request bodies and their checks: :mod
 failure of the model itself is a 500 for the requests of that batch. Questions of concurrent
 requests are answered together (:mod:`.batcher`). Every setting is a field of
 :class:`~rckit.serve.config.ServeConfig`.
+
+Who may call the API (keys), how much (per-client limits), CORS, the request id and the access
+log stand in one middleware in front of the routes (:mod:`.access`): 401 without the server's
+key, 429 past a client's limit.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from rckit.retrieval.store import PassageStore
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.answering.reader import Reader
 from rckit.model_files.source import open_model
+from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_of
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
-from rckit.serve.config import ServeConfig
+from rckit.serve.config import ServeConfig, is_loopback
+from rckit.serve.keys import Keys
 from rckit.serve.schema import AnswerResponse, ApiError, AskResponse, ErrorResponse, Requests, explain
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -62,8 +68,10 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
     may ask (:class:`~rckit.serve.schema.Requests`), how model calls are formed
     (:class:`~rckit.serve.batcher.Batcher`). With ``config.index`` (a file of ``rckit index``)
     ``POST /v1/ask`` asks its documents (:mod:`rckit.retrieval.collection`), their passages read by
-    the same batcher as ``/v1/answer``'s requests."""
+    the same batcher as ``/v1/answer``'s requests. Every request passes :class:`~.access.Gate`
+    first (keys, per-client limits, CORS, the access log)."""
     config.check()
+    keys, limits, log = Keys(config.api_key, config.api_key_file), limits_of(config), AccessLog(config.access_log)
     requests = Requests.of(config, reader.window)
     batcher = Batcher(reader, config)
     retriever_weight = DEFAULT_RETRIEVER_WEIGHT if config.retriever_weight is None else config.retriever_weight
@@ -80,11 +88,19 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
         await batcher.stop()
         if app.state.index is not None:
             app.state.index.close()
+        log.close()
 
     app = FastAPI(title="rckit", summary="Answers questions about a passage with a reading-comprehension model.",
                   lifespan=lifespan)
     app.state.batcher = batcher
     app.state.requests = requests
+    app.add_middleware(Gate, keys=keys, limits=limits, log=log, config=config)
+    plain_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:  # the keys and limits, stated where the gate applies them
+        return declare(plain_openapi(), config, keys, limits)
+
+    app.openapi = openapi
     errors = {status: {"model": ErrorResponse, "description": text} for status, text in (
         (400, "the body is not JSON"), (413, f"the body is over {config.max_body_bytes:,} bytes"),
         (422, "a field is missing, of the wrong type, empty, too long or out of range"),
@@ -104,7 +120,8 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, e: Exception):  # a bug in rckit: still one JSON line for the client
-        return error(500, f"internal error: {type(e).__name__}: {e}")
+        rid = request_id_of(request)  # answered outside the gate, which echoes it on every other reply
+        return error(500, f"internal error: {type(e).__name__}: {e}", {"X-Request-ID": rid} if rid else None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, e: RequestValidationError):
@@ -257,7 +274,10 @@ def serve(source: str | None = None, config: ServeConfig = ServeConfig()) -> Non
     (left as None: :func:`model_settings`' for the backend, with onnxruntime two calls sharing the
     cores, with PyTorch one call on all cores but one); the event loop only parses requests and
     forms batches. Prints the URL once the socket listens (``port`` 0 takes a free port and prints
-    which). A setting out of range is refused before the model loads.
+    which; ``https://`` with ``ssl_certfile``), then, for a network address served without a key
+    (``allow_anonymous``), that anyone who can reach it can use it. A setting out of range, a bad
+    key file or certificate, or a network address without a key or ``allow_anonymous`` is refused
+    before the model loads.
     """
     config.check()
     found = open_model(source)  # which backend sets the defaults below
@@ -267,10 +287,14 @@ def serve(source: str | None = None, config: ServeConfig = ServeConfig()) -> Non
     app = create_app(reader, config)
     sock = listen(config.host, config.port)
     shown = f"[{config.host}]" if ":" in config.host else config.host
-    url = f"http://{shown}:{sock.getsockname()[1]}/"
+    url = f"{'https' if config.ssl_certfile else 'http'}://{shown}:{sock.getsockname()[1]}/"
     print(f"rckit serve: {model_name(reader.info)} at {url} (API: POST {url}v1/answer, docs: {url}docs); "
           "Ctrl-C stops", flush=True)
-    server = SignalledServer(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5))
+    if config.api_key is None and config.api_key_file is None and not is_loopback(config.host):
+        print(f"rckit serve: no key (--allow-anonymous): anyone who can reach {shown}:{sock.getsockname()[1]} "
+              "can use this server", flush=True)
+    server = SignalledServer(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
+                                            ssl_certfile=config.ssl_certfile, ssl_keyfile=config.ssl_keyfile))
     server.run(sockets=[sock])
     if server.stopped_by == signal.SIGINT:  # uvicorn re-raises it after shutdown, but not in every race
         raise KeyboardInterrupt

@@ -10,10 +10,26 @@ which :func:`rckit.serve.app.serve` fills in once it knows the model (:func:`~rc
 
 from __future__ import annotations
 
+import ipaddress
+import re
+import ssl
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from rckit.serve.keys import Keys
+
 POLICIES = ("fair", "round-robin")
+ORIGIN = re.compile(r"https?://[^/\s?#]+")  # scheme://host[:port], what a browser sends as Origin
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine: localhost, 127.0.0.0/8 or ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost, or no address at all ("": every interface)
+        return False
 
 
 def setting(default, help: str, least: float | None = None, above: float | None = None, **extra):
@@ -59,12 +75,15 @@ class ServeConfig:
     request_timeout: float | None = setting(60.0, "seconds a request may take before it is dropped with 503",
                                             above=0)
     # Who may use it, and how much (rckit.serve.access).
-    api_key: str | None = setting(None, "a key every client must send as `Authorization: Bearer KEY` on every route but "
-                                  "/health (default: $RCKIT_API_KEY)", metavar="KEY", env="RCKIT_API_KEY")
-    api_key_file: str | None = setting(None, "a file of keys, one a line (`NAME KEY`, or `KEY` alone): each client its "
-                                       "own, one withdrawn by deleting its line", metavar="FILE")
+    api_key: str | None = setting(None, "a key every client must send as `Authorization: Bearer KEY` on the API "
+                                  "(/v1/...; the page, /docs, /openapi.json and /health stay open) (default: "
+                                  "$RCKIT_API_KEY, which, unlike the flag, other users of the machine cannot see)",
+                                  metavar="KEY", env="RCKIT_API_KEY")
+    api_key_file: str | None = setting(None, "a file of keys, one a line (`NAME KEY`, or `KEY` alone; # comments): "
+                                       "each client its own, named in the access log; read again when it changes, "
+                                       "so a key deleted from it stops working without a restart", metavar="FILE")
     allow_anonymous: bool = setting(False, "listen on an address other than loopback without a key: anyone who can "
-                                    "reach the server can use it")
+                                    "reach the server can use it (refused without this flag)")
     rate_limit: float | None = setting(None, "requests a second one client (by key, else by address) may make on "
                                        "average; 429 with Retry-After above (default: no limit)", above=0)
     burst: int = setting(10, "with --rate-limit: requests one client may make at once before the rate holds it",
@@ -76,8 +95,8 @@ class ServeConfig:
     ssl_keyfile: str | None = setting(None, "the certificate's private key (PEM)", metavar="FILE")
     cors_origin: tuple[str, ...] = setting((), "an origin (scheme://host[:port]) whose pages may call the API from a "
                                            "browser (repeatable; default: none)", metavar="ORIGIN", repeat=True)
-    access_log: str = setting("-", "the access log, one JSON line a request (time, client, key name, route, "
-                              "status, ms, request id): a file, '-' for stderr, 'off' for none", metavar="FILE")
+    access_log: str = setting("-", "the access log, one JSON line a request (time, client, key name, method, "
+                              "path, status, ms, request id; never a key): a file, '-' for stderr, 'off' for none", metavar="FILE")
     log_text: bool = setting(False, "the access log also holds the questions, contexts and answers (default: "
                              "never any text)")
     # A collection of documents to ask (rckit.retrieval).
@@ -104,4 +123,35 @@ class ServeConfig:
                              "a list of questions reads each on at least one window")
         if self.index is not None and not Path(self.index).is_file():
             raise FileNotFoundError(f"{self.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
+        self.check_access()
         return self
+
+    def check_access(self) -> None:
+        """Who may use the server and how it is reached: the keys (a key file is read), the
+        anonymous-listening rule, TLS's two files (loaded), CORS origins, the access log's place."""
+        keys = Keys(self.api_key, self.api_key_file)  # a ValueError naming the file and line of a bad key file
+        if not keys.required and not self.allow_anonymous and not is_loopback(self.host):
+            raise ValueError(f"host {self.host} is reachable from other machines and this server has no key: give "
+                             "it one (--api-key-file FILE, $RCKIT_API_KEY or --api-key), or, to let anyone who can "
+                             "reach it use it, --allow-anonymous")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together: give both (HTTPS) or neither (HTTP)")
+        if self.ssl_certfile is not None:
+            for name in ("ssl_certfile", "ssl_keyfile"):
+                if not Path(getattr(self, name)).is_file():
+                    raise FileNotFoundError(f"{name} {getattr(self, name)}: no such file")
+            try:  # a certificate that does not load is told now, not at the first connection
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.ssl_certfile, self.ssl_keyfile,
+                                                                         password="")
+            except ssl.SSLError as e:
+                raise ValueError(f"ssl_certfile {self.ssl_certfile} with ssl_keyfile {self.ssl_keyfile}: not a PEM "
+                                 f"certificate and its unencrypted private key ({e.reason or e})") from None
+        for origin in self.cors_origin:
+            if not ORIGIN.fullmatch(origin):
+                raise ValueError(f"cors_origin must be an origin, scheme://host[:port] with no path (as a browser "
+                                 f"sends it, e.g. https://example.org), not {origin!r}")
+        if self.access_log not in ("-", "off"):
+            place = Path(self.access_log)
+            if place.is_dir() or not place.parent.is_dir():
+                raise ValueError(f"access_log {self.access_log}: not a file in an existing directory "
+                                 "(or '-' for stderr, 'off')")

@@ -3,7 +3,43 @@
 "use strict";
 
 const TOP_K = 5;
+const KEY = "rckit-key";  // sessionStorage: the server's key, kept for this tab only
 const $ = (id) => document.getElementById(id);
+
+// A server started with a key answers 401 to every API call without it: the page asks for the
+// key once, keeps it for the tab and sends it as a Bearer header; a 401 forgets it and asks again.
+function askForKey(message) {
+  $("key-hint").textContent = message;
+  $("key-form").hidden = false;
+  $("key").focus();
+  setState("key");
+}
+
+async function api(path, options = {}) {
+  const key = sessionStorage.getItem(KEY);
+  const headers = { ...(options.headers || {}), ...(key ? { Authorization: `Bearer ${key}` } : {}) };
+  const response = await fetch(path, { ...options, headers });
+  if (response.status === 401) {
+    sessionStorage.removeItem(KEY);
+    askForKey(key ? "That key was not accepted: enter the server's key again." :
+      "This server needs a key. The page keeps it for this tab only.");
+    throw new Error("this server needs a key: enter it above, then ask again");
+  }
+  return response;
+}
+
+async function useKey(event) {
+  event.preventDefault();
+  const key = $("key").value.trim();
+  if (!key) return;
+  sessionStorage.setItem(KEY, key);
+  $("key").value = "";
+  $("key-form").hidden = true;
+  setState("");
+  if (!(await showModel())) return;  // refused: the form is back, saying so
+  await showIndex();
+  setState("ready");
+}
 
 // The server's offsets count Unicode code points (Python strings); JavaScript strings count
 // UTF-16 units, so slice by code points or a passage with an emoji would be marked off by one.
@@ -24,7 +60,7 @@ function setState(state) {
 
 // POST a JSON body; the parsed answer, or an Error saying what the server said.
 async function postJSON(path, payload) {
-  const response = await fetch(path, {
+  const response = await api(path, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(payload),
@@ -194,7 +230,7 @@ async function askCollection(event) {
 
 async function showIndex() {
   try {
-    const response = await fetch("/v1/index");
+    const response = await api("/v1/index");
     if (!response.ok) return;  // no index: the page keeps its one tab
     const index = await response.json();
     $("tabs").hidden = false;
@@ -204,19 +240,22 @@ async function showIndex() {
   }
 }
 
+// The model's name in the footer; whether the server answered (false: no key, or no answer).
 async function showModel() {
   try {
-    const response = await fetch("/v1/model");
-    if (!response.ok) return;
+    const response = await api("/v1/model");
+    if (!response.ok) return false;
     const info = await response.json();
     const name = info.model || info.name;
     if (name) $("model").textContent = ` · model: ${typeof name === "string" ? name : JSON.stringify(name)}`;
+    return true;
   } catch {
-    // The footer stays plain; asking still works or says why not.
+    return false;  // the footer stays plain; asking still works or says why not
   }
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  $("key-form").addEventListener("submit", useKey);
   $("ask-form").addEventListener("submit", ask);
   $("context").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) ask(e);
