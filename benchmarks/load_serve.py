@@ -3,6 +3,7 @@ under mixed load (long documents beside paragraph questions).
 
     python benchmarks/load_serve.py [RUN|FILE] [--levels 1,8,32] [--seconds 20] [--max-requests 5000] [--json]
     python benchmarks/load_serve.py [RUN|FILE] --mixed 4,8 [--long-words 20000] [--seconds 60]
+    python benchmarks/load_serve.py [RUN|FILE] --greedy 8 --levels 8 [--serve-arg=--max-in-flight=2 ...]
 
 Starts a real ``rckit serve`` on 127.0.0.1 (a free port) with the given model (default: the
 installed one, or ``$RCKIT_MODEL``), then for each level runs that many client threads, each
@@ -21,6 +22,20 @@ any request failed.
 questions, all for ``--seconds``; then the ``L`` long-document clients alone, for their
 throughput without the paragraphs. Each class gets its own row (requests, requests/s, p50, p99,
 max ms). ``--serve-arg`` passes a setting on to ``rckit serve`` (``--serve-arg=--policy=round-robin``).
+
+``--greedy N`` measures whether one client can crowd out the others (issue 42): the server gets
+a file of keys (``--api-key-file``), one for each ordinary client and one for the greedy client,
+and the limits ``--serve-arg`` gives it (``--serve-arg=--max-in-flight=2
+--serve-arg=--rate-limit=50``). For each level the ordinary clients, each with its own key, run
+alone for ``--seconds``; then again beside the greedy client: its own process (so that its
+threads do not hold the ordinary clients' interpreter lock), N keep-alive connections under one
+key, each sending the next request as soon as it has the answer to the last, a 429 included (it
+ignores Retry-After unless ``--greedy-waits``: the worst a client can do). One row each: the
+ordinary clients' questions/s, p50 and p99 alone and beside the greedy client, and the ratio of
+the p50s; the greedy client's requests answered (200) and refused (429) while the ordinary clients
+ran; the CPU used meanwhile by the server, its event loop (its main thread), the ordinary clients
+and the greedy client, in % of one core. An ordinary client's 429 counts as an error (the limits
+are then too tight for an ordinary client).
 """
 
 from __future__ import annotations
@@ -28,16 +43,20 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import platform
 import re
+import secrets
 import selectors
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 PARAGRAPH = (
@@ -59,6 +78,14 @@ QUESTIONS = [
 ]
 
 
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """The CPU time the process (or one of its threads) has used, user and system, seconds
+    (``/proc/PID/stat``, ``/proc/PID/task/TID/stat``)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> dict[str, float]:
     """The process's resident memory now and at its peak, MiB."""
     fields = dict(re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M))
@@ -72,6 +99,8 @@ def start_server(args) -> tuple[subprocess.Popen, str, int]:
            "--max-questions", str(max(64, args.questions_per_request))]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    if getattr(args, "key_file", None):
+        cmd += ["--api-key-file", args.key_file]
     cmd += args.serve_arg
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sel = selectors.DefaultSelector()
@@ -98,10 +127,10 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def get_json(host: str, port: int, path: str) -> dict:
+def get_json(host: str, port: int, path: str, key: str | None = None) -> dict:
     conn = http.client.HTTPConnection(host, port, timeout=30)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
         return json.loads(conn.getresponse().read())
     finally:
         conn.close()
@@ -111,8 +140,9 @@ class Level:
     """One load level: ``clients`` threads sharing a request budget and a deadline."""
 
     def __init__(self, host: str, port: int, clients: int, seconds: float, max_requests: int, per_request: int,
-                 context: str = PARAGRAPH, questions: list[str] = QUESTIONS):
+                 context: str = PARAGRAPH, questions: list[str] = QUESTIONS, keys: list[str] | None = None):
         self.host, self.port, self.clients = host, port, clients
+        self.keys = keys  # client i sends keys[i]; None: no key
         self.seconds, self.max_requests, self.per_request = seconds, max_requests, per_request
         self.context, self.questions_asked = context, questions
         self.lock = threading.Lock()
@@ -136,9 +166,11 @@ class Level:
             self.sent += 1
             return self.sent
 
-    def client(self, start: threading.Barrier) -> None:
+    def client(self, start: threading.Barrier, number: int = 0) -> None:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
         headers = {"Content-Type": "application/json"}
+        if self.keys:
+            headers["Authorization"] = f"Bearer {self.keys[number]}"
         start.wait()
         while (i := self.claim()) is not None:
             body = self.body(i)
@@ -169,7 +201,7 @@ class Level:
 def run_together(levels: list[Level]) -> float:
     """The clients of every level at once, each level to its own deadline; the seconds it took."""
     start = threading.Barrier(sum(lv.clients for lv in levels) + 1)
-    threads = [threading.Thread(target=lv.client, args=(start,)) for lv in levels for _ in range(lv.clients)]
+    threads = [threading.Thread(target=lv.client, args=(start, n)) for lv in levels for n in range(lv.clients)]
     for t in threads:
         t.start()
     for lv in levels:
@@ -206,6 +238,166 @@ def mixed(host: str, port: int, args) -> list[dict]:
                      "max_ms": _round(max(lv.latencies, default=None) if lv.latencies else None),
                      "errors": len(lv.errors), "first_errors": lv.errors[:5]})
     return rows
+
+
+def greedy_client(host: str, port: int, key: str, connections: int, waits: bool, body: bytes, ready, counting,
+                  stop, out) -> None:
+    """The greedy client (module docstring), in a process of its own: ``connections`` threads, each
+    posting ``body`` as soon as the last answer came (after a 429, ``waits``: once its Retry-After
+    has passed), until ``stop``; the statuses that came back while ``counting`` was set, and the
+    answered requests' p50, are put on ``out``."""
+    lock = threading.Lock()
+    statuses: Counter = Counter()
+    latencies: list[float] = []
+
+    def one() -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=120)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                conn.request("POST", "/v1/answer", body, headers)
+                r = conn.getresponse()
+                r.read()
+                status = str(r.status)
+                if waits and r.status == 429:
+                    stop.wait(float(r.getheader("Retry-After") or 1))
+            except Exception as e:  # noqa: BLE001 - a broken connection is counted and opened again
+                status = type(e).__name__
+                conn.close()
+                conn = http.client.HTTPConnection(host, port, timeout=120)
+            if counting.is_set():
+                with lock:
+                    statuses[status] += 1
+                    if status == "200":
+                        latencies.append((time.perf_counter() - t0) * 1000)
+        conn.close()
+
+    threads = [threading.Thread(target=one) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    ready.set()
+    while not counting.wait(0.5) and not stop.is_set():
+        pass
+    cpu0 = time.process_time()
+    stop.wait()
+    cpu = time.process_time() - cpu0
+    for t in threads:
+        t.join()
+    out.put({"statuses": dict(statuses), "p50_ms": percentile(latencies, 50), "cpu_s": cpu})
+
+
+def ordinary_row(lv: Level, seconds: float, server_cpu: tuple[float, float], clients_cpu: float) -> dict:
+    """The ordinary clients' figures for one run (``server_cpu``: the CPU seconds the server and its
+    main thread, the event loop's, used meanwhile; ``clients_cpu``: this process's, the ordinary
+    clients')."""
+    return {"requests": len(lv.latencies), "seconds": round(seconds, 3),
+            "server_cpu_percent": round(100 * server_cpu[0] / seconds, 1),
+            "event_loop_cpu_percent": round(100 * server_cpu[1] / seconds, 1),
+            "clients_cpu_percent": round(100 * clients_cpu / seconds, 1),
+            "questions_per_s": round(lv.questions / seconds, 2) if seconds > 0 else None,
+            "p50_ms": _round(percentile(lv.latencies, 50)), "p99_ms": _round(percentile(lv.latencies, 99)),
+            "errors": len(lv.errors), "first_errors": lv.errors[:5]}
+
+
+def server_cpu(pid: int, since: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+    """The server's CPU seconds and its main thread's (uvicorn's event loop), less ``since``."""
+    return cpu_seconds(pid) - since[0], cpu_seconds(pid, pid) - since[1]
+
+
+def beside_greedy(host: str, port: int, pid: int, clients: int, args, keys: list[str], greedy_key: str) -> dict:
+    """``clients`` ordinary clients alone, then beside the greedy client (module docstring); ``pid``:
+    the server's, whose CPU time is read around each run."""
+    per = args.questions_per_request
+    warm = Level(host, port, clients, 60, clients, per, keys=keys)  # one request per client
+    warm.run()
+    alone = Level(host, port, clients, args.seconds, args.max_requests, per, keys=keys)
+    cpu0, own0 = server_cpu(pid), time.process_time()
+    alone_seconds = alone.run()
+    alone_cpu, alone_own = server_cpu(pid, cpu0), time.process_time() - own0
+    spawn = multiprocessing.get_context("spawn")
+    ready, counting, stop, out = spawn.Event(), spawn.Event(), spawn.Event(), spawn.Queue()
+    proc = spawn.Process(target=greedy_client, args=(host, port, greedy_key, args.greedy, args.greedy_waits,
+                                                     alone.body(1), ready, counting, stop, out))
+    proc.start()
+    try:
+        if not ready.wait(120):
+            raise SystemExit("the greedy client did not start")
+        time.sleep(1)  # at full speed before the ordinary clients start
+        beside = Level(host, port, clients, args.seconds, args.max_requests, per, keys=keys)
+        cpu0, own0 = server_cpu(pid), time.process_time()
+        counting.set()
+        beside_seconds = beside.run()
+        counting.clear()
+        beside_cpu, beside_own = server_cpu(pid, cpu0), time.process_time() - own0
+        stop.set()
+        greedy = out.get(timeout=180)
+    finally:
+        stop.set()
+        proc.join(timeout=180)
+        if proc.is_alive():
+            proc.kill()
+    statuses = greedy["statuses"]
+    row_alone = ordinary_row(alone, alone_seconds, alone_cpu, alone_own)
+    row_beside = ordinary_row(beside, beside_seconds, beside_cpu, beside_own)
+    ratio = (row_beside["p50_ms"] / row_alone["p50_ms"]) if row_alone["p50_ms"] and row_beside["p50_ms"] else None
+    return {"clients": clients, "greedy_connections": args.greedy, "greedy_waits": args.greedy_waits,
+            "alone": row_alone, "beside_greedy": row_beside,
+            "greedy": {"answered": statuses.get("200", 0), "refused_429": statuses.get("429", 0),
+                       "other": {k: v for k, v in statuses.items() if k not in ("200", "429")},
+                       "answered_per_s": round(statuses.get("200", 0) / beside_seconds, 2),
+                       "refused_per_s": round(statuses.get("429", 0) / beside_seconds, 2),
+                       "answered_p50_ms": _round(greedy["p50_ms"]),
+                       "cpu_percent": round(100 * greedy["cpu_s"] / beside_seconds, 1)},
+            "p50_ratio": round(ratio, 3) if ratio else None}
+
+
+def greedy_main(args, levels: list[int]) -> int:
+    """``--greedy``: a server with a key for each client, each level alone and beside the greedy client."""
+    keys = [secrets.token_urlsafe(24) for _ in range(max(levels))]
+    greedy_key = secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory() as tmp:
+        args.key_file = str(Path(tmp) / "keys")
+        lines = [f"client-{i} {key}" for i, key in enumerate(keys)] + [f"greedy {greedy_key}"]
+        Path(args.key_file).write_text("\n".join(lines) + "\n")
+        proc, host, port = start_server(args)
+        try:
+            info = get_json(host, port, "/v1/model", keys[0])
+            results = []
+            for clients in levels:
+                results.append(beside_greedy(host, port, proc.pid, clients, args, keys, greedy_key))
+                if not args.json:
+                    print_greedy(results[-1], info, args, first=len(results) == 1)
+        finally:
+            stop_server(proc)
+    if args.json:
+        print(json.dumps({"model": info.get("model"), "source": info.get("source"), "greedy": args.greedy,
+                          "serve_args": args.serve_arg, "seconds": args.seconds,
+                          "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
+                          "levels": results}, indent=1))
+    return 1 if any(r["alone"]["errors"] or r["beside_greedy"]["errors"] for r in results) else 0
+
+
+def print_greedy(r: dict, info: dict, args, first: bool) -> None:
+    if first:
+        print(f"model {info.get('model')} from {info.get('source')}; {args.seconds:g} s a run; greedy client: "
+              f"{args.greedy} connections, one key, {'waiting out' if args.greedy_waits else 'ignoring'} Retry-After; "
+              f"server settings: {' '.join(args.serve_arg) or 'defaults'}")
+        print(f"{'clients':>7} {'ordinary clients':<17} {'requests':>8} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'errors':>6} {'CPU %: server':>13} {'loop':>5} {'clients':>7}   {'greedy 200':>10} {'429':>7} "
+              f"{'other':>5} {'CPU %':>6}   {'p50 ratio':>9}")
+    g = r["greedy"]
+    for name, row in (("alone", r["alone"]), ("beside greedy", r["beside_greedy"])):
+        line = (f"{r['clients']:>7} {name:<17} {row['requests']:>8} {row['questions_per_s']!s:>8} "
+                f"{row['p50_ms']!s:>8} {row['p99_ms']!s:>8} {row['errors']:>6} {row['server_cpu_percent']!s:>13} "
+                f"{row['event_loop_cpu_percent']!s:>5} {row['clients_cpu_percent']!s:>7}")
+        if name != "alone":
+            line += (f"   {g['answered']:>10} {g['refused_429']:>7} {sum(g['other'].values()):>5} "
+                     f"{g['cpu_percent']!s:>6}   {r['p50_ratio']!s:>9}")
+        print(line, flush=True)
+        for e in row["first_errors"]:
+            print(f"        error: {e}")
 
 
 def percentile(values: list[float], q: int) -> float | None:
@@ -259,12 +451,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, help="as rckit serve --threads")
     ap.add_argument("--mixed", metavar="L,S", help="L long-document clients beside S paragraph clients (docstring)")
     ap.add_argument("--long-words", type=int, default=20000, help="--mixed: words in each long document")
+    ap.add_argument("--greedy", type=int, metavar="N", help="beside each level's clients, one client with N "
+                    "connections at full speed (docstring); every client has its own key")
+    ap.add_argument("--greedy-waits", action="store_true", help="--greedy: the greedy client waits out each 429's "
+                    "Retry-After (by default it sends again at once)")
     ap.add_argument("--serve-arg", action="append", default=[], help="another rckit serve setting, e.g. "
                     "--serve-arg=--policy=round-robin")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
 
+    if args.greedy:
+        return greedy_main(args, levels)
     proc, host, port = start_server(args)
     if args.mixed:
         try:
