@@ -635,7 +635,7 @@ def test_state_dict_layout_is_unchanged_so_old_checkpoints_load():
         model.load_state_dict({**old, **extra})
 
 
-if __name__ == "__main__":  # python tests/test_kernels.py: rewrite the fixture (only when a rename is intended)
+if __name__ == "__main__":  # python -m tests.kernels.test_kernels: rewrite the fixture (only when a rename is intended)
     models = [f"  {json.dumps(name)}: [\n" + ",\n".join(f"    {json.dumps(entry)}" for entry in layout) + "\n  ]"
               for name, layout in state_dict_layout().items()]
     LAYOUT.write_text("{\n" + ",\n".join(models) + "\n}\n")
