@@ -106,9 +106,23 @@ def test_rank_combines_reader_and_retriever_and_says_no_answer_where_every_passa
     nothing = rank([(hit(1, 3.0), [abstain, span(0.1)]), (hit(2, 2.0), [dict(abstain, no_answer_probability=0.6)])],
                    1, 0.0)
     assert nothing == [{"answer": "", "score": 0.6, "start": None, "end": None, "source": None, "key": None,
-                        "title": None, "passage": None, "reader_score": None, "retriever_score": None,
-                        "no_answer_probability": 0.6}]
+                        "title": None, "page": None, "section": None, "passage": None, "reader_score": None,
+                        "retriever_score": None, "no_answer_probability": 0.6}]
     assert rank([], 1, 0.0)[0]["answer"] == "" and rank([], 1, 0.0)[0]["start"] is None
+    assert top[0]["page"] is None and top[0]["section"] is None  # a text file has neither
+
+
+def test_an_answer_is_on_the_page_and_under_the_heading_where_it_starts():
+    """A passage across a page break: the answer's page is the one its first character is on."""
+    from rckit.retrieval.documents import Region
+    from rckit.retrieval.store import Hit
+
+    regions = (Region(80, page=1, section="Intro"), Region(120, page=2, section="Intro"), Region(140, 2, "Use"))
+    hit = Hit(7, "/d/a.pdf", None, "a.pdf", 100, 150, "x" * 50, 1.0, regions)
+    for start, page, section in [(105, 1, "Intro"), (120, 2, "Intro"), (139, 2, "Intro"), (140, 2, "Use")]:
+        a = {"answer": "xx", "score": 0.5, "start": start - 100, "end": start - 98, "no_answer_probability": None}
+        found = rank([(hit, [a])], 1, 0.0)[0]
+        assert (found["start"], found["page"], found["section"]) == (start, page, section)
 
 
 def test_index_class_opens_adds_and_asks(folder, tmp_path, tiny_run):

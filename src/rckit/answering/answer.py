@@ -44,6 +44,9 @@ class FoundAnswer(Answer):
     key: Annotated[str | None, "the record (JSON lines) or paragraph (SQuAD JSON, article/paragraph) of that "
                                "file; null for a text file"]
     title: Annotated[str | None, "the document's title"]
+    page: Annotated[int | None, "the page the answer is on (PDF, counted from 1); null for a document without pages"]
+    section: Annotated[str | None, "the heading of the section the answer is in (HTML, Markdown, reStructuredText, "
+                                   "Word, EPUB); null where there is none"]
     passage: Annotated[Passage | None, "the passage the answer was read in"]
     reader_score: Annotated[float | None, "the reader's probability of the span in its passage"]
     retriever_score: Annotated[float | None, "the passage's BM25 score"]

@@ -20,7 +20,8 @@ question) pairs to read, whoever reads them (:meth:`Collection.ask_many` with
 was read.
 
 Each answer (:class:`rckit.answering.answer.FoundAnswer`) says where it is: ``source`` (the file),
-``key`` (the record or SQuAD paragraph of that file, or None), ``title``, ``start``/``end`` as
+``key`` (the record or SQuAD paragraph of that file, or None), ``title``, ``page`` (PDF) and
+``section`` (the heading above it, for formats with headings), ``start``/``end`` as
 character offsets into that document's text (for a text file: into the file's own text, so
 ``open(source).read()[start:end] == answer``), and ``passage`` (the passage's own offsets). A
 reader that can abstain (SQuAD v2.0) reads passages where it finds nothing; where it abstains on
@@ -147,8 +148,11 @@ def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: flo
 def found_in(hit: Hit, a: Answer, score: float) -> FoundAnswer:
     """The reader's span ``a`` of ``hit``'s passage as an answer of the collection, ranked by
     ``score``: its offsets moved from the passage into the passage's document."""
-    return FoundAnswer(answer=a["answer"], score=score, start=hit.start + a["start"], end=hit.start + a["end"],
+    start = hit.start + a["start"]
+    region = hit.region_at(start)
+    return FoundAnswer(answer=a["answer"], score=score, start=start, end=hit.start + a["end"],
                        source=hit.source, key=hit.key, title=hit.title,
+                       page=region and region.page, section=region and region.section,
                        passage=Passage(id=hit.passage_id, start=hit.start, end=hit.end, text=hit.text),
                        reader_score=a["score"], retriever_score=hit.score,
                        no_answer_probability=a["no_answer_probability"])
@@ -158,4 +162,5 @@ def no_answer(p_null: float | None) -> FoundAnswer:
     """No answer in these documents, with the lowest no-answer probability over the passages read
     (:func:`rckit.answering.answer.no_answer` with nowhere to point)."""
     return FoundAnswer(answer="", score=p_null, start=None, end=None, source=None, key=None, title=None,
-                       passage=None, reader_score=None, retriever_score=None, no_answer_probability=p_null)
+                       page=None, section=None, passage=None, reader_score=None, retriever_score=None,
+                       no_answer_probability=p_null)

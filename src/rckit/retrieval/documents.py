@@ -38,11 +38,23 @@ class IndexInputError(ValueError):
         super().__init__(f"{path}: {why}; {hint}" if hint else f"{path}: {why}")
 
 
+class Region(NamedTuple):
+    """Where a stretch of a document's text comes from: from ``start`` (a character offset into the
+    document's text) to the next region's start, the text is on ``page`` (1-based, PDF) and under
+    the heading ``section`` (HTML, Markdown, reStructuredText, Word, EPUB); None where the format
+    has no such thing."""
+
+    start: int
+    page: int | None = None
+    section: str | None = None
+
+
 class Document(NamedTuple):
     where: str  # where it is in its file, for messages: "line 3", "article 0 paragraph 2"
     key: str | None  # unique within its file (see the module docstring); None for a whole text file
     title: str
     text: str
+    regions: tuple[Region, ...] = ()  # in order of start; none for a format without pages or sections
 
 
 def _decode(path: Path, data: bytes) -> str:
@@ -153,7 +165,8 @@ def read_documents(path: Path, data: bytes) -> tuple[str, list[Document]]:
     fmt = format_of(path)
     docs = fmt.read(path, data)
     for doc in docs:
-        if not (_storable(doc.key) and _storable(doc.title) and _storable(doc.text)):
+        if not (_storable(doc.key) and _storable(doc.title) and _storable(doc.text)
+                and all(_storable(r.section) for r in doc.regions)):
             raise IndexInputError(path, f"{doc.where}: holds a NUL character or an unpaired surrogate")
     return fmt.kind, docs
 

@@ -33,15 +33,15 @@ import os
 import re
 import sqlite3
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
-from rckit.retrieval.documents import IndexInputError, read_documents, walk
+from rckit.retrieval.documents import IndexInputError, Region, read_documents, walk
 from rckit.retrieval.passages import cut_passages
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FORMAT = "rckit passage index"
 
 # Words too common to help ranking; dropped from a question unless nothing else is left.
@@ -50,6 +50,12 @@ a an and are as at be been but by can did do does for from had has have he her h
 into is it its me my no not of on or our she so than that the their them then there these they
 this those to was we were what when where which who whom whose why will with you your
 """.split())
+
+# Schema 2 added the table of regions (pages, sections); a schema-1 index gains it when opened.
+_REGIONS = """
+CREATE TABLE regions (document_id INTEGER NOT NULL REFERENCES documents(id), start INTEGER NOT NULL,
+                      page INTEGER, section TEXT, PRIMARY KEY (document_id, start)) WITHOUT ROWID;
+"""
 
 _SCHEMA = f"""
 BEGIN;
@@ -63,6 +69,7 @@ CREATE TABLE passages (id INTEGER PRIMARY KEY AUTOINCREMENT,
                        document_id INTEGER NOT NULL REFERENCES documents(id),
                        ordinal INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL);
 CREATE INDEX passages_by_document ON passages(document_id);
+{_REGIONS}
 CREATE VIEW passage_text (id, document_id, text, title) AS
     SELECT p.id, p.document_id, substr(d.text, p.start + 1, p."end" - p.start), d.title
     FROM passages p JOIN documents d ON d.id = p.document_id;
@@ -75,10 +82,17 @@ INSERT INTO meta VALUES ('format', '{FORMAT}'), ('schema', '{SCHEMA_VERSION}');
 
 _SEARCH = """
 WITH top AS (SELECT rowid AS id, rank FROM passages_fts WHERE passages_fts MATCH ? ORDER BY rank LIMIT ?)
-SELECT p.id, s.path, d.key, d.title, p.start, p."end", substr(d.text, p.start + 1, p."end" - p.start), -top.rank
+SELECT p.id, s.path, d.key, d.title, p.start, p."end", substr(d.text, p.start + 1, p."end" - p.start), -top.rank,
+       p.document_id, EXISTS (SELECT 1 FROM regions r WHERE r.document_id = p.document_id)
 FROM top JOIN passages p ON p.id = top.id JOIN documents d ON d.id = p.document_id
          JOIN sources s ON s.id = d.source_id
 ORDER BY top.rank, p.id
+"""
+
+# The regions a passage's text lies in: the one in force at its start, and those starting inside it.
+_REGIONS_OF = """
+SELECT start, page, section FROM regions WHERE document_id = ?1 AND start < ?3 AND start >= coalesce(
+    (SELECT max(start) FROM regions WHERE document_id = ?1 AND start <= ?2), 0) ORDER BY start
 """
 
 
@@ -92,6 +106,17 @@ class Hit:
     end: int
     text: str
     score: float  # BM25, higher is better
+    regions: tuple[Region, ...] = ()  # the pages/sections the passage lies in (see Hit.region_at)
+
+    def region_at(self, offset: int) -> Region | None:
+        """The page and section of the document's text at ``offset`` (within this passage), or
+        None for a document without them."""
+        found = None
+        for r in self.regions:
+            if r.start > offset:
+                break
+            found = r
+        return found
 
 
 class PassageStore:
@@ -111,9 +136,13 @@ class PassageStore:
         new = not self.path.exists() or self.path.stat().st_size == 0
         if new and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1):
             raise ValueError(f"max_words should be a positive integer, got {max_words!r}")
-        self._db = sqlite3.connect(self.path, isolation_level=None)  # transactions are explicit
+        # Transactions are explicit; a reader waits up to 30 s for a writer's lock instead of failing.
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
         try:
             if new:
+                # Write-ahead logging: a server reading the index is never blocked by `rckit index`
+                # writing to it, and sees its changes whole once they commit.
+                self._db.execute("PRAGMA journal_mode = WAL")
                 self._db.executescript(_SCHEMA + f"INSERT INTO meta VALUES ('max_words', '{max_words}'); COMMIT;")
             try:
                 meta = dict(self._db.execute("SELECT key, value FROM meta"))
@@ -121,6 +150,11 @@ class PassageStore:
                 raise IndexInputError(self.path, f"not an rckit passage index ({e})", hint="") from None
             if meta.get("format") != FORMAT:
                 raise IndexInputError(self.path, "not an rckit passage index (its meta table names no format)", hint="")
+            if meta.get("schema") == "1":  # schema 1 lacked regions: nothing stored changes meaning
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.executescript(f"BEGIN IMMEDIATE; {_REGIONS} UPDATE meta SET value = '{SCHEMA_VERSION}' "
+                                       "WHERE key = 'schema'; COMMIT;")
+                meta["schema"] = str(SCHEMA_VERSION)
             if meta.get("schema") != str(SCHEMA_VERSION):
                 raise IndexInputError(self.path, f"index schema {meta.get('schema')}, this rckit reads "
                                                  f"{SCHEMA_VERSION}; index the files again into a new file", hint="")
@@ -143,7 +177,7 @@ class PassageStore:
         report = {"added": 0, "updated": 0, "unchanged": 0, "removed": 0, "skipped": []}
         files: dict[Path, bool] = {}  # path -> given by name (errors raise) rather than found in a folder
         folders = []
-        own = {self.path.resolve(), Path(f"{self.path.resolve()}-journal")}  # never index the index
+        own = {Path(f"{self.path.resolve()}{end}") for end in ("", "-journal", "-wal", "-shm")}  # never the index
         for given in paths:
             if not Path(given).expanduser().exists():
                 raise FileNotFoundError(f"{given}: no such file or folder")
@@ -170,6 +204,8 @@ class PassageStore:
                         self._remove(source_id, keep_source=False)
                         report["removed"] += 1
             self._db.execute("COMMIT")
+            # Into the file itself, the log emptied: waits only for readers of an older snapshot.
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except BaseException:
             if self._db.in_transaction:  # SQLite may already have rolled back (a full disk)
                 self._db.execute("ROLLBACK")
@@ -211,6 +247,8 @@ class PassageStore:
                                       (source_id, doc.key, doc.title, doc.text)).lastrowid
             self._db.executemany('INSERT INTO passages (document_id, ordinal, start, "end") VALUES (?, ?, ?, ?)',
                                  [(doc_id, i, s, e) for i, (s, e) in enumerate(cut_passages(doc.text, self.max_words))])
+            self._db.executemany("INSERT OR REPLACE INTO regions (document_id, start, page, section) VALUES (?, ?, ?, ?)",
+                                 [(doc_id, *r) for r in doc.regions])
         self._db.execute("INSERT INTO passages_fts (rowid, text, title) SELECT id, text, title FROM passage_text "
                          "WHERE document_id IN (SELECT id FROM documents WHERE source_id = ?)", (source_id,))
 
@@ -222,6 +260,7 @@ class PassageStore:
                          f"SELECT 'delete', id, text, title FROM passage_text WHERE document_id IN {docs}",
                          (source_id,))
         self._db.execute(f"DELETE FROM passages WHERE document_id IN {docs}", (source_id,))
+        self._db.execute(f"DELETE FROM regions WHERE document_id IN {docs}", (source_id,))
         self._db.execute("DELETE FROM documents WHERE source_id = ?", (source_id,))
         if not keep_source:
             self._db.execute("DELETE FROM sources WHERE id = ?", (source_id,))
@@ -239,7 +278,14 @@ class PassageStore:
         if not words or k < 1:
             return []
         match = " OR ".join(f'"{w}"' for w in words)
-        return [Hit(*row) for row in self._db.execute(_SEARCH, (match, k))]
+        hits = []
+        for *row, document_id, has_regions in self._db.execute(_SEARCH, (match, k)).fetchall():
+            hit = Hit(*row)
+            if has_regions:
+                regions = self._db.execute(_REGIONS_OF, (document_id, hit.start, hit.end)).fetchall()
+                hit = replace(hit, regions=tuple(Region(*r) for r in regions))
+            hits.append(hit)
+        return hits
 
     def document_text(self, source: str, key: str | None) -> str:
         """The stored text of a document, the text a :class:`Hit`'s offsets point into."""
@@ -253,8 +299,10 @@ class PassageStore:
         def count(table: str) -> int:
             return self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
+        wal = Path(f"{self.path}-wal")  # changes not yet copied into the file itself
+        size = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
         return {"documents": count("documents"), "passages": count("passages"), "sources": count("sources"),
-                "bytes": self.path.stat().st_size, "max_words": self.max_words}
+                "bytes": size, "max_words": self.max_words}
 
     def close(self) -> None:
         self._db.close()
