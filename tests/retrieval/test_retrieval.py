@@ -248,10 +248,11 @@ def test_a_file_is_read_as_the_format_its_name_says(tmp_path):
 
     kinds = {name: format_of(tmp_path / name).kind for name in (
         "a.txt", "README", "b.md", "c.jsonl", "d.json", "E.JSON.GZ", "f.json.txt", "g.jsonl.bak")}
-    assert kinds == {"a.txt": "text", "README": "text", "b.md": "text", "c.jsonl": "jsonl", "d.json": "squad",
+    assert kinds == {"a.txt": "text", "README": "text", "b.md": "markdown", "c.jsonl": "jsonl", "d.json": "squad",
                      "E.JSON.GZ": "squad", "f.json.txt": "text", "g.jsonl.bak": "text"}
-    assert READS == "reads: plain UTF-8 text, Markdown, JSON Lines {id, title, text}, SQuAD JSON"
-    assert [f.kind for f in FORMATS] == ["text", "jsonl", "squad"]
+    assert READS.startswith("reads: plain UTF-8 text, Markdown, reStructuredText, JSON Lines {id, title, text}, "
+                            "SQuAD JSON, ")  # and the formats of tests/retrieval/test_documents.py
+    assert [f.kind for f in FORMATS][:5] == ["text", "markdown", "rst", "jsonl", "squad"]
     kind, docs = read_documents(tmp_path / "r.jsonl", b'{"id": 4, "title": "T", "text": "x y"}\n')
     assert kind == "jsonl" and [(d.key, d.title, d.text) for d in docs] == [("4", "T", "x y")]
     with pytest.raises(IndexInputError, match="line 1: holds a NUL"):

@@ -11,9 +11,12 @@ from rckit.retrieval.store import PassageStore
 def add_arguments(p) -> None:
     p.description = (
         "Cut documents into passages and keep them in one SQLite file with a BM25 full-text index. "
-        "Reads plain UTF-8 text (any name), Markdown, JSON Lines ({\"id\", \"title\", \"text\"} a line) and SQuAD "
-        "JSON (its paragraphs); folders recursively. Indexing again updates the index: new files added, changed "
-        "ones re-read, removed ones dropped; an interrupted run leaves the index as it was."
+        "Reads plain UTF-8 text (any name), Markdown (.md), reStructuredText (.rst), JSON Lines (.jsonl: "
+        "{\"id\", \"title\", \"text\"} a line), SQuAD JSON (.json, .json.gz: its paragraphs), and with "
+        "pip install 'rckit[documents]' HTML (.html, .htm, .xhtml: the main text), EPUB, Word (.docx) and PDF "
+        "(its text layer; a scan needs OCR first); any of these gzip-compressed (.gz); folders recursively. "
+        "Indexing again updates the index: new files added, changed ones re-read, removed ones dropped; an "
+        "interrupted run leaves the index as it was."
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     p.add_argument("--out", required=True, metavar="INDEX", help="the index file (created if missing)")
