@@ -3,7 +3,7 @@
     python benchmarks/make_collection.py ... --passages 1000000 --out C1M     # the documents
     rckit index C1M --out C1M.sqlite                                           # the index
     python benchmarks/collection_scale.py --dev DEV.json.gz C22K.sqlite C200K.sqlite C1M.sqlite
-        [--search 1000] [--ask 200] [--model RUN|FILE] [--passages 20]
+        [--search 1000] [--ask 200] [--model RUN|FILE] [--passages 20] [--ranked N|all]
 
 For each index: its passages and size on disk; ``search`` (BM25, the top ``--passages``) p50 / p99
 / mean over the first ``--search`` questions of SQuAD v1.1 dev, after 20 unmeasured ones; the share
@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--ask", type=int, default=200)
     ap.add_argument("--model", help="the reader (default: the installed model)")
     ap.add_argument("--passages", type=int, default=20)
+    ap.add_argument("--ranked", default=None, metavar="N|all",
+                    help="PassageStore.ranked_passages (default: the store's own; all: rank every passage)")
     args = ap.parse_args()
     questions = [{"question": qa["question"], "answers": [a["text"] for a in qa["answers"]]}
                  for art in load_json(args.dev)["data"] for p in art["paragraphs"] for qa in p["qas"]]
@@ -55,6 +57,9 @@ def main() -> None:
     for path in args.indexes:
         res: dict = {"index": str(path)}
         with PassageStore(path) as store:
+            if args.ranked is not None:
+                store.ranked_passages = None if args.ranked == "all" else int(args.ranked)
+            res["ranked_passages"] = store.ranked_passages
             stats = store.stats()
             res.update(passages=stats["passages"], documents=stats["documents"], mib=round(stats["bytes"] / 2**20, 1))
             for q in questions[:20]:

@@ -301,3 +301,54 @@ def test_the_page_asks_for_the_key_once_keeps_it_for_the_tab_and_again_after_a_4
     assert by_id("key-form").is_displayed() and "not accepted" in _text(by_id("key-hint")) and stored() is None
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "page-key.png"))
+
+
+@pytest.fixture(scope="module")
+def facts_server(tmp_path_factory):
+    """``rckit serve --index`` of write_facts' files (a two-page PDF among them), with the installed model; its URL."""
+    from rckit.cli import main
+    from tests.retrieval.test_formats_answered import write_facts
+
+    root = tmp_path_factory.mktemp("facts")
+    write_facts(root / "docs")
+    assert main(["index", str(root / "docs"), "--out", str(root / "docs.sqlite"), "--no-progress"]) == 0
+    proc, url = start_server(["--index", str(root / "docs.sqlite")], root / "serve.log")
+    yield url
+    stop_server(proc)
+
+
+@pytest.mark.browser
+def test_the_page_says_the_page_or_section_beside_the_file(facts_server, browser):
+    """An answer on a PDF's second page says "page 2" beside the file's name; one under a heading, its section."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from tests.retrieval.test_collection import _call
+
+    browser.get(facts_server)
+    tab = _wait(browser, lambda d: d.find_element(By.ID, "tab-collection").is_displayed()
+                and d.find_element(By.ID, "tab-collection"))
+    tab.click()
+
+    def ask(question):
+        browser.execute_script("document.body.dataset.state = ''")
+        box = browser.find_element(By.ID, "collection-question")
+        box.clear()
+        box.send_keys(question, Keys.ENTER)
+        _wait(browser, lambda d: d.execute_script("return document.body.dataset.state") in ("answered", "error"))
+        status, api = _call(facts_server, "v1/ask", {"question": question, "top_k": 3})
+        assert status == 200 and browser.execute_script("return document.body.dataset.state") == "answered"
+        best = browser.find_element(By.ID, "found").find_elements(By.TAG_NAME, "li")[0]
+        return best, api["answers"][0]
+
+    best, api = ask("When does the apple harvest in Kent begin?")
+    assert (api["answer"], api["section"]) == ("late August", "Harvest")
+    assert _text(best.find_element(By.CLASS_NAME, "doc")) == "Kent Orchards · orchards.html · § Harvest"
+
+    best, api = ask("How many gales did the weather station record in 1890?")
+    assert (api["answer"], api["page"], api["section"]) == ("261", 2, None)
+    assert _text(best.find_element(By.CSS_SELECTOR, ".passage mark")) == "261"
+    assert _text(best.find_element(By.CLASS_NAME, "doc")) == "Observatory Log · observatory.pdf · page 2"
+    where = best.find_element(By.CLASS_NAME, "where")
+    assert _text(where) == "page 2" and where.is_displayed()
+    browser.save_screenshot("/tmp/rckit-page-where.png")

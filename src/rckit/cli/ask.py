@@ -1,13 +1,28 @@
-"""``rckit ask``: retrieve passages from an index, read them, and print the best answer."""
+"""``rckit ask``: retrieve passages from an index, read them, and print the best answer.
+
+Text output: each answer on one tab-separated line (answer, score, title, source, key, offsets),
+then, indented, where it is (the file, its page or section) and the passage around it with the
+answer marked (``**`` around it, or bold where stdout is a terminal and NO_COLOR is not set).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import sys
+import textwrap
 from pathlib import Path
 
 from rckit.answering.questions import read_records, write_records
 from rckit.answering.reader import Reader
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, Collection
+
+CONTEXT_WORDS = 30  # words of the passage shown on each side of the answer
+INDENT = "    "
+_WORD = re.compile(r"\S+")
+_SPACES = re.compile(r"\s+")  # a PDF's line breaks, runs of spaces: one space each when shown
 
 
 def add_arguments(p) -> None:
@@ -42,9 +57,42 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(answers[0] if args.top_k == 1 else answers, ensure_ascii=False))
         return 0
+    bold = ("\033[1m", "\033[0m") if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else ("**", "**")
+    width = min(shutil.get_terminal_size((100, 24)).columns, 100)
     for a in answers:
-        where = "(no answer in these documents)" if a["start"] is None else (
-            f"{a['answer']}\t{a['score']:.4f}\t{a['title']}\t{a['source']}" + (f" [{a['key']}]" if a["key"] else "")
-            + f" chars {a['start']}-{a['end']}")
-        print(where)
+        if a["start"] is None:
+            print("(no answer in these documents)")
+            continue
+        print(f"{a['answer']}\t{a['score']:.4f}\t{a['title']}\t{a['source']}" + (f" [{a['key']}]" if a["key"] else "")
+              + f" chars {a['start']}-{a['end']}")
+        print(INDENT + location(a))
+        p = a["passage"]
+        print(textwrap.fill(around(p["text"], a["start"] - p["start"], a["end"] - p["start"], *bold), width,
+                            initial_indent=INDENT, subsequent_indent=INDENT, break_long_words=False,
+                            break_on_hyphens=False))
     return 0
+
+
+def location(answer) -> str:
+    """Where an answer is, for a person: its file's name (and record), and its page or section."""
+    where = [Path(answer["source"]).name + (f" [{answer['key']}]" if answer["key"] else "")]
+    if answer["page"] is not None:
+        where.append(f"page {answer['page']}")
+    if answer["section"]:
+        where.append(f"section {json.dumps(answer['section'], ensure_ascii=False)}")
+    return ", ".join(where)
+
+
+def around(text: str, start: int, end: int, before: str = "**", after: str = "**",
+           words: int = CONTEXT_WORDS) -> str:
+    """``text[start:end]`` between ``before`` and ``after``, with up to ``words`` words of ``text``
+    on each side (cut at word boundaries, "…" where cut), each run of whitespace one space."""
+    left, right = text[:start], text[end:]
+    kept = list(_WORD.finditer(left))
+    if len(kept) > words:
+        left = "… " + left[kept[-words].start():]
+    kept = list(_WORD.finditer(right))
+    if len(kept) > words:
+        right = right[:kept[words - 1].end()] + " …"
+    return (_SPACES.sub(" ", left).lstrip() + before + _SPACES.sub(" ", text[start:end]).strip() + after
+            + _SPACES.sub(" ", right).rstrip())

@@ -29,20 +29,34 @@ its new path; its old entries stay until the store is rebuilt.)
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import re
 import sqlite3
 import sys
+import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 from tqdm import tqdm
 
-from rckit.retrieval.documents import IndexInputError, Region, read_documents, walk
+from rckit.retrieval.documents import Document, IndexInputError, Region, read_documents, walk
 from rckit.retrieval.passages import cut_passages
 
 SCHEMA_VERSION = 2
 FORMAT = "rckit passage index"
+
+# Beyond this many passages holding a question's words, search ranks only those holding its rarer
+# words (PassageStore.search); chosen by measurement (BENCHMARKS.md, "Asking a collection at scale").
+RANKED_PASSAGES = 20_000
+
+# rckit index reads files in worker processes when they come to this many bytes (PassageStore.add).
+PARALLEL_BYTES = 16 * 2**20
+# ... and commits what it wrote every this many seconds of work, so a killed run keeps its work.
+COMMIT_SECONDS = 5.0
 
 # Words too common to help ranking; dropped from a question unless nothing else is left.
 STOPWORDS = frozenset("""
@@ -80,14 +94,28 @@ INSERT INTO passages_fts(passages_fts, rank) VALUES ('rank', 'bm25(1.0, 0.5)');
 INSERT INTO meta VALUES ('format', '{FORMAT}'), ('schema', '{SCHEMA_VERSION}');
 """
 
+# The best passages by BM25 (FTS5's rank, higher is better negated), two ways (see PassageStore.search):
+# every passage holding any of the question's words ranked, or only those holding one of its rarer
+# words. For the latter FTS5 scores "(rare) AND (all)" -- each rare word counted twice -- and the
+# score of "rare" alone, read off the same rows, is subtracted: BM25 is a sum over the query's words.
+_RANK_ALL = "SELECT rowid AS id, rank FROM passages_fts WHERE passages_fts MATCH ?1 ORDER BY rank LIMIT ?3"
+_RANK_SOME = """
+WITH twice(id, s) AS MATERIALIZED (SELECT rowid, bm25(passages_fts, 1.0, 0.5) FROM passages_fts
+                                   WHERE passages_fts MATCH '(' || ?2 || ') AND (' || ?1 || ')'),
+     once(id, s) AS MATERIALIZED (SELECT rowid, bm25(passages_fts, 1.0, 0.5) FROM passages_fts
+                                  WHERE passages_fts MATCH ?2)
+SELECT twice.id AS id, twice.s - once.s AS rank FROM twice JOIN once ON once.id = twice.id
+ORDER BY rank, id LIMIT ?3
+"""
 _SEARCH = """
-WITH top AS (SELECT rowid AS id, rank FROM passages_fts WHERE passages_fts MATCH ? ORDER BY rank LIMIT ?)
+WITH top AS ({rank})
 SELECT p.id, s.path, d.key, d.title, p.start, p."end", substr(d.text, p.start + 1, p."end" - p.start), -top.rank,
        p.document_id, EXISTS (SELECT 1 FROM regions r WHERE r.document_id = p.document_id)
 FROM top JOIN passages p ON p.id = top.id JOIN documents d ON d.id = p.document_id
          JOIN sources s ON s.id = d.source_id
 ORDER BY top.rank, p.id
 """
+SEARCH_ALL, SEARCH_SOME = _SEARCH.format(rank=_RANK_ALL), _SEARCH.format(rank=_RANK_SOME)
 
 # The regions a passage's text lies in: the one in force at its start, and those starting inside it.
 _REGIONS_OF = """
@@ -159,11 +187,16 @@ class PassageStore:
                 raise IndexInputError(self.path, f"index schema {meta.get('schema')}, this rckit reads "
                                                  f"{SCHEMA_VERSION}; index the files again into a new file", hint="")
             self.max_words = int(meta["max_words"])
+            self.ranked_passages: int | None = RANKED_PASSAGES
+            self._counted: dict[str, int] = {}  # word -> passages holding it (search)
+            self._counted_version = None
+            self.commit_seconds = COMMIT_SECONDS
+            self._written = 0  # passages written by this object, for the progress bar
         except BaseException:
             self._db.close()
             raise
 
-    def add(self, paths: list[str | Path], progress: bool = False) -> dict:
+    def add(self, paths: list[str | Path], progress: bool = False, jobs: int | None = None) -> dict:
         """Index files and folders (recursively; a single path is taken as a list of one); index
         again to take in what changed.
 
@@ -171,6 +204,15 @@ class PassageStore:
         folder is skipped, named on stderr and listed in the report's ``"skipped"``. Returns
         ``{"added", "updated", "unchanged", "removed"}`` (file counts), ``"skipped"``
         (``[{"path", "why"}]``) and the index's total ``"documents"`` and ``"passages"``.
+
+        Files are read (hashed, parsed, cut into passages) by ``jobs`` worker processes while
+        this one writes what they read; 0 reads here. None (the default) takes one worker per
+        core but one, up to four, when the files come to :data:`PARALLEL_BYTES` or more, and
+        none below that, where starting a worker costs more than it saves. A few files are read
+        ahead of the writer, never all: memory stays bounded by the largest files, whatever the
+        collection's size. Written files are committed every :attr:`commit_seconds` of work,
+        each file whole: Ctrl-C or an error keeps the files committed so far (indexing again
+        goes on from there, as they are unchanged) and never a part of one.
         """
         if isinstance(paths, (str, Path)):
             paths = [paths]
@@ -191,11 +233,25 @@ class PassageStore:
                 files[root] = True
             else:
                 raise IndexInputError(root, "not a regular file")
-        self._db.execute("BEGIN IMMEDIATE")
+        sizes = {f: _size(f) for f in files}
+        if jobs is None:
+            jobs = min(4, (os.cpu_count() or 1) - 1) if sum(sizes.values()) >= PARALLEL_BYTES else 0
+        known = dict(self._db.execute("SELECT path, digest FROM sources").fetchall())
+        bar = tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, unit_divisor=1024, desc="indexing",
+                   file=sys.stderr, disable=None if progress else True)
+        done = 0
         try:
-            bar = tqdm(files.items(), unit="file", desc="indexing", file=sys.stderr, disable=None if progress else True)
-            for path, by_name in bar:
-                self._add_file(path, by_name, report)
+            self._db.execute("BEGIN IMMEDIATE")
+            began = time.monotonic()
+            for read in _read_files(list(files), known, self.max_words, jobs):
+                self._add_file(read, files[read.path], report)
+                done += 1
+                bar.update(sizes[read.path])
+                bar.set_postfix_str(f"{done:,}/{len(files):,} files, {self._written:,} passages", refresh=False)
+                if time.monotonic() - began >= self.commit_seconds:
+                    self._db.execute("COMMIT")
+                    self._db.execute("BEGIN IMMEDIATE")
+                    began = time.monotonic()
             for folder in folders:
                 prefix = os.path.join(str(folder), "")
                 for source_id, path in self._db.execute("SELECT id, path FROM sources WHERE substr(path, 1, ?) = ?",
@@ -210,22 +266,20 @@ class PassageStore:
             if self._db.in_transaction:  # SQLite may already have rolled back (a full disk)
                 self._db.execute("ROLLBACK")
             raise
+        finally:
+            bar.close()
+            self._counted.clear()
         stats = self.stats()
         report["documents"], report["passages"] = stats["documents"], stats["passages"]
         return report
 
-    def _add_file(self, path: Path, by_name: bool, report: dict) -> None:
+    def _add_file(self, read: "_Read", by_name: bool, report: dict) -> None:
+        path = read.path
         row = self._db.execute("SELECT id, digest FROM sources WHERE path = ?", (str(path),)).fetchone()
-        try:
-            data = path.read_bytes()
-            digest = hashlib.sha256(data).hexdigest()
-            if row and row[1] == digest:
-                report["unchanged"] += 1
-                return
-            kind, docs = read_documents(path, data)
-        except (OSError, IndexInputError) as e:
+        if read.error is not None:
             if by_name:
-                raise
+                raise read.error
+            e = read.error
             why = e.why if isinstance(e, IndexInputError) else e.strerror or str(e)
             report["skipped"].append({"path": str(path), "why": why})
             tqdm.write(f"rckit index: skipped {path}: {why}", file=sys.stderr)
@@ -233,22 +287,26 @@ class PassageStore:
                 self._remove(row[0], keep_source=False)
                 report["removed"] += 1
             return
+        if row and row[1] == read.digest:
+            report["unchanged"] += 1
+            return
         if row:
             source_id = row[0]
             self._remove(source_id, keep_source=True)
-            self._db.execute("UPDATE sources SET digest = ?, kind = ? WHERE id = ?", (digest, kind, source_id))
+            self._db.execute("UPDATE sources SET digest = ?, kind = ? WHERE id = ?", (read.digest, read.kind, source_id))
             report["updated"] += 1
         else:
             source_id = self._db.execute("INSERT INTO sources (path, digest, kind) VALUES (?, ?, ?)",
-                                         (str(path), digest, kind)).lastrowid
+                                         (str(path), read.digest, read.kind)).lastrowid
             report["added"] += 1
-        for doc in docs:
+        for doc, spans in read.documents:
             doc_id = self._db.execute("INSERT INTO documents (source_id, key, title, text) VALUES (?, ?, ?, ?)",
                                       (source_id, doc.key, doc.title, doc.text)).lastrowid
             self._db.executemany('INSERT INTO passages (document_id, ordinal, start, "end") VALUES (?, ?, ?, ?)',
-                                 [(doc_id, i, s, e) for i, (s, e) in enumerate(cut_passages(doc.text, self.max_words))])
+                                 [(doc_id, i, s, e) for i, (s, e) in enumerate(spans)])
             self._db.executemany("INSERT OR REPLACE INTO regions (document_id, start, page, section) VALUES (?, ?, ?, ?)",
                                  [(doc_id, *r) for r in doc.regions])
+            self._written += len(spans)
         self._db.execute("INSERT INTO passages_fts (rowid, text, title) SELECT id, text, title FROM passage_text "
                          "WHERE document_id IN (SELECT id FROM documents WHERE source_id = ?)", (source_id,))
 
@@ -272,20 +330,57 @@ class PassageStore:
         an FTS5 string and OR-ed, so punctuation and FTS5 syntax (AND, NOT, NEAR, ``*``, quotes)
         in a question are only words. Words in :data:`STOPWORDS` are dropped unless nothing else
         is left. A question without words gives ``[]``.
+
+        Ranking costs FTS5 a BM25 score for every passage it ranks, so on a large index a
+        question's common words ("year", "team") would have it score hundreds of thousands of
+        passages. Where the passages holding any of its words number more than
+        :attr:`ranked_passages`, only those holding one of its rarer words are ranked: its words
+        are taken rarest first while the passages holding them stay within that number (at least
+        the rarest word), and those passages get their full BM25 score over every word of the
+        question. A passage holding only the question's common words is passed over; it is
+        rarely among the best (BENCHMARKS.md, "Asking a collection at scale", has how often the
+        top 20 is the same). Set ``ranked_passages`` to None to rank every passage.
         """
         words = list(dict.fromkeys(re.findall(r"[^\W_]+", question.lower())))
         words = [w for w in words if w not in STOPWORDS] or words
         if not words or k < 1:
             return []
         match = " OR ".join(f'"{w}"' for w in words)
+        sql, rare = SEARCH_ALL, ""
+        if self.ranked_passages is not None and len(words) > 1:
+            counts = self._passages_holding(words)
+            if sum(counts.values()) > self.ranked_passages:
+                by_rarity = sorted(words, key=counts.get)
+                kept, total = [], 0
+                for w in by_rarity:
+                    if kept and total + counts[w] > self.ranked_passages:
+                        break
+                    kept.append(w)
+                    total += counts[w]
+                sql, rare = SEARCH_SOME, " OR ".join(f'"{w}"' for w in kept)
         hits = []
-        for *row, document_id, has_regions in self._db.execute(_SEARCH, (match, k)).fetchall():
+        for *row, document_id, has_regions in self._db.execute(sql, (match, rare, k)).fetchall():
             hit = Hit(*row)
             if has_regions:
                 regions = self._db.execute(_REGIONS_OF, (document_id, hit.start, hit.end)).fetchall()
                 hit = replace(hit, regions=tuple(Region(*r) for r in regions))
             hits.append(hit)
         return hits
+
+    def _passages_holding(self, words: list[str]) -> dict[str, int]:
+        """How many passages hold each word, remembered until the index changes (``data_version``
+        tells of another connection's commits; :meth:`add` forgets its own)."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._counted_version:
+            self._counted.clear()
+            self._counted_version = version
+        for w in words:
+            if w not in self._counted:
+                if len(self._counted) >= 100_000:  # a long-running server asked many different words
+                    self._counted.clear()
+                self._counted[w] = self._db.execute("SELECT count(*) FROM passages_fts WHERE passages_fts MATCH ?",
+                                                    (f'"{w}"',)).fetchone()[0]
+        return {w: self._counted[w] for w in words}
 
     def document_text(self, source: str, key: str | None) -> str:
         """The stored text of a document, the text a :class:`Hit`'s offsets point into."""
@@ -312,3 +407,57 @@ class PassageStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Read(NamedTuple):
+    """One file as a reader process read it: its digest, and its documents cut into passages --
+    or the error that stopped it. ``documents`` is empty where the digest was the one stored."""
+
+    path: Path
+    digest: str | None
+    kind: str | None
+    documents: list[tuple[Document, list[tuple[int, int]]]]
+    error: Exception | None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def read_file(path: Path, known_digest: str | None, max_words: int) -> _Read:
+    """Read one file for the index: hash it, and unless its digest is ``known_digest`` (unchanged
+    since it was indexed), read its documents and cut them into passages."""
+    try:
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest == known_digest:
+            return _Read(path, digest, None, [], None)
+        kind, docs = read_documents(path, data)
+    except (OSError, IndexInputError) as e:
+        return _Read(path, None, None, [], e)
+    return _Read(path, digest, kind, [(d, cut_passages(d.text, max_words)) for d in docs], None)
+
+
+def _read_files(paths: list[Path], known: dict[str, str], max_words: int, jobs: int) -> Iterator[_Read]:
+    """:func:`read_file` of each path, in order: here, or by ``jobs`` worker processes reading at
+    most two files each ahead of the caller."""
+    if jobs < 1:
+        for path in paths:
+            yield read_file(path, known.get(str(path)), max_words)
+        return
+    # spawn, not fork: a process that has loaded PyTorch (rckit.Index beside a reader) must not fork.
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        ahead: deque = deque()
+        try:
+            for path in paths:
+                ahead.append(pool.submit(read_file, path, known.get(str(path)), max_words))
+                if len(ahead) > 2 * jobs:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
+        finally:
+            for f in ahead:
+                f.cancel()

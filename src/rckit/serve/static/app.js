@@ -185,6 +185,16 @@ function foundItem(a) {
   doc.textContent = a.title && a.title !== name ? `${a.title} · ${name}` : name;
   if (a.key) doc.textContent += ` [${a.key}]`;
   doc.title = a.source;
+  // Where in the file: the page (PDF) and the section (the heading above the answer).
+  const where = [];
+  if (a.page !== null && a.page !== undefined) where.push(`page ${a.page}`);
+  if (a.section) where.push(`§ ${a.section}`);
+  if (where.length) {
+    const place = document.createElement("span");
+    place.className = "where";
+    place.textContent = where.join(" · ");
+    doc.append(document.createTextNode(" · "), place);
+  }
   // The passage, the answer marked: offsets are code points of the document, the passage's own start first.
   const points = Array.from(a.passage.text);
   const s = a.start - a.passage.start, e = a.end - a.passage.start;
