@@ -21,6 +21,9 @@ def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     p.add_argument("--out", required=True, metavar="INDEX", help="the index file (created if missing)")
     p.add_argument("--max-words", type=int, default=200, help="passage size in words, for a new index (default 200)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes reading files while this one writes (default: one per core but one, "
+                        "up to 4, for 16 MiB of files or more; 0: read here)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -30,7 +33,7 @@ def run(args) -> int:
         raise FileNotFoundError(f"{out.parent}: no such directory for the index")
     t0 = time.perf_counter()
     with PassageStore(out, max_words=args.max_words) as store:
-        report = store.add(args.paths, progress=not args.no_progress)
+        report = store.add(args.paths, progress=not args.no_progress, jobs=args.jobs)
         stats = store.stats()
     print(f"{out}: {stats['documents']:,} documents, {stats['passages']:,} passages, "
           f"{stats['bytes'] / 2**20:.1f} MiB ({time.perf_counter() - t0:.1f}s: {report['added']} files added, "
