@@ -9,21 +9,25 @@ machine is not enough. Files are read by :mod:`rckit.retrieval.documents` and th
 into passages by :mod:`rckit.retrieval.passages`.
 
 What is stored. ``sources`` holds one row per file (its resolved absolute path, the SHA-256 of its
-bytes, its kind: ``text``, ``jsonl`` or ``squad``); ``documents`` one row per document (a text file,
-a JSON-lines record, a SQuAD paragraph) with its full text; ``passages`` only character offsets,
-half-open, into that text. A passage's text is therefore stored once: the view ``passage_text``
-slices it out of its document, and the FTS5 table ``passages_fts`` (columns ``text``, ``title``)
-is an *external-content* table over that view, keyed by passage id. Such a table keeps only the
+bytes, its kind: the format's name of :data:`rckit.retrieval.documents.FORMATS`); ``documents``
+one row per document (a file, a JSON-lines record, a SQuAD paragraph) with its full text (for
+PDF, HTML, Word and EPUB the clean text rckit made of it); ``regions`` where the pages and
+sections of a document's text begin; ``passages`` only character offsets, half-open, into that
+text. A passage's text is therefore stored once: the view ``passage_text`` slices it out of its
+document, and the FTS5 table ``passages_fts`` (columns ``text``, ``title``) is an
+*external-content* table over that view, keyed by passage id. Such a table keeps only the
 inverted index; rows are added with ``INSERT INTO passages_fts(rowid, text, title)`` and removed
 with FTS5's ``'delete'`` command given the same values, both read from the view, so the index
 always holds what the view shows. ``meta`` records the schema version and ``max_words``.
 
-Updating. :meth:`PassageStore.add` reads each file's bytes and compares their digest with the
-stored one: an unchanged file costs a hash, a changed one has its documents and passages replaced,
-a new one is added, and under each folder given, files indexed before that no longer exist (or
-that are now unreadable, hence skipped) are removed. The whole call is one transaction, so an
-error or Ctrl-C midway leaves the store as it was. (A folder that is moved is indexed anew under
-its new path; its old entries stay until the store is rebuilt.)
+Updating. :meth:`PassageStore.add` reads each file's bytes (in worker processes for a large
+collection) and compares their digest with the stored one: an unchanged file costs a hash, a
+changed one has its documents and passages replaced, a new one is added, and under each folder
+given, files indexed before that no longer exist (or that are now unreadable, hence skipped) are
+removed. Files are committed every few seconds of work, each file whole, so an error or Ctrl-C
+keeps the files committed so far and never part of one. The file keeps a write-ahead log: a
+server reading the index is never blocked by a writer and sees each commit whole. (A folder that
+is moved is indexed anew under its new path; its old entries stay until the store is rebuilt.)
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ score leave the allocator alone. The allocator reads the variable once, at its f
 allocation, so it must be set before torch is imported; a value the user set
 (``THP_MEM_ALLOC_ENABLE=0`` turns it off) wins.
 
-What each setting costs and saves, measured: BENCHMARKS.md, "Allocator".
+What each setting costs and saves, measured: docs/benchmark-history.md, "Allocator".
 """
 
 from __future__ import annotations
