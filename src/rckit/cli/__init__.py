@@ -25,6 +25,7 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
   rckit evaluate RUN                      official EM/F1 (SQuAD) or accuracy (cloze) of a trained run
   rckit predict [RUN] --context .. --question ..   answer a question (default: the installed model)
   rckit predict [RUN] --questions Q.jsonl --out A.jsonl   answer a file of questions
+  rckit explain [RUN] --context .. --question .. --json   why the model gives its answer
   rckit export RUN --out MODEL.safetensors   one file with the model, for answering and serving
   rckit models [DIR]                      the default model, and the exported models in DIR
   rckit index PATH... --out INDEX         index a folder of documents for asking (SQLite, BM25)
@@ -47,6 +48,7 @@ COMMANDS = {
     "train": ("train", "train a model"),
     "evaluate": ("evaluate", "official EM/F1 (or cloze accuracy) of a trained run"),
     "predict": ("predict", "answer questions about a text"),
+    "explain": ("explain", "why a span model gives its answer: probabilities, attention, saliency"),
     "export": ("export", "write a trained model to one file: .safetensors (PyTorch) or .onnx (onnxruntime)"),
     "models": ("models", "the default model, and exported models in a directory"),
     "index": ("index", "index documents for `rckit ask`"),

@@ -1,0 +1,87 @@
+"""``rckit explain``: why a span model gives its answer (:meth:`rckit.answering.reader.Reader.explain`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rckit.answering.answer import shown
+from rckit.answering.explain_figure import write_explanation
+from rckit.answering.explanation import DEFAULT_STEPS, Explanation
+from rckit.answering.reader import Reader, check_text
+from rckit.model_files.source import SUFFIXES, open_model
+
+
+def add_arguments(p) -> None:
+    p.description = (
+        "Explain a span model's answer to a question about a context: the window read, the start and end "
+        "probabilities of every token, the model's attention (QANet's context-query attention, DCN's coattention), "
+        "DCN's decoder iterations, and each word's saliency (gradient x input, integrated gradients). Needs the "
+        "PyTorch model (a run, a checkpoint or a .safetensors file); without RUN: $RCKIT_MODEL, else the model "
+        "installed with rckit."
+    )
+    p.add_argument("run", nargs="?", metavar="RUN|FILE",
+                   help="run directory, checkpoint or exported .safetensors file (default: the installed model)")
+    p.add_argument("--model", metavar="RUN|FILE", help="the same as RUN")
+    p.add_argument("--context", required=True, help="context text")
+    p.add_argument("--question", required=True, help="question text")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.add_argument("--out", metavar="FILE", help="write the explanation to FILE: .png (a figure: the passage shaded by "
+                   "start/end probability, the attention as a heat map, DCN's iterations, the saliency), .html (the "
+                   "same, one self-contained page with the numbers on hover) or .json")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
+                   help=f"integrated gradients' steps from the all-zero word vectors (default {DEFAULT_STEPS})")
+    p.add_argument("--max-answer-len", type=int, metavar="N", help="longest answer in tokens (default: the run's "
+                   "decode.max_answer_len)")
+    p.add_argument("--stride", type=int, metavar="N", help="tokens between the starts of two windows of a long "
+                   "context (default: half a window)")
+    p.add_argument("--device", default="auto")
+
+
+def run(args) -> int:
+    if args.run is not None and args.model is not None:
+        raise ValueError("give the model once: RUN or --model, not both")
+    if args.out is not None and Path(args.out).suffix.lower() not in (".png", ".html", ".json"):
+        raise ValueError(f"--out {args.out}: the explanation is written as .png, .html or .json")
+    check_text("context", args.context)
+    check_text("question", args.question)
+    reader = Reader.load(torch_source(args.run if args.run is not None else args.model), args.device)
+    explanation = reader.explain(args.context, args.question, args.steps, args.max_answer_len, args.stride)
+    if args.out is not None:
+        write_explanation(explanation, Path(args.out))
+    if args.json:
+        print(json.dumps(explanation, ensure_ascii=False))
+    elif args.out is None:
+        print(summary(explanation))
+    return 0
+
+
+def torch_source(source: str | None) -> str | Path | None:
+    """``source``, or for the default model its PyTorch file where the default is an ONNX file with
+    one beside it (the installed model has both)."""
+    if source is not None:
+        return source
+    found = open_model(None)
+    beside = found.path.with_suffix(SUFFIXES["safetensors"])
+    return beside if found.kind == "onnx" and beside.is_file() else found.path
+
+
+def summary(e: Explanation, top: int = 5) -> str:
+    """The explanation for a person: the answer, the likeliest starts and ends, the most salient words."""
+    tokens = e["context_tokens"]
+
+    def best(values: list[float], words: list[str]) -> str:
+        order = sorted(range(len(values)), key=lambda i: -abs(values[i]))[:top]
+        return ", ".join(f"{words[i]} {values[i]:+.3f}" if min(values) < 0 else f"{words[i]} {values[i]:.3f}"
+                         for i in order)
+
+    ig = e["saliency"]["integrated_gradients"]
+    lines = [f"answer: {shown(e['answer'])}",
+             f"window: characters {e['window']['start']} to {e['window']['end']} ({len(tokens)} tokens)",
+             f"start: {best(e['start_probs'], tokens)}",
+             f"end: {best(e['end_probs'], tokens)}",
+             f"salient context words (integrated gradients): {best(ig['context'], tokens)}",
+             f"salient question words: {best(ig['question'], e['question_tokens'])}"]
+    if e["null_prob"] is not None:
+        lines.insert(1, f"p(no answer): {e['null_prob']:.3f}")
+    return "\n".join(lines + [f"note: {n}" for n in e["notes"]])
