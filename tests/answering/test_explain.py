@@ -278,3 +278,39 @@ def test_without_a_model_rckit_explain_takes_the_installed_models_pytorch_file(m
 
     monkeypatch.delenv("RCKIT_MODEL", raising=False)
     assert torch_source(None) == BUNDLED  # the default may be its ONNX file, which cannot explain
+
+
+@pytest.mark.parametrize("model", ["attentive_reader", "impatient_reader"])
+def test_rckit_explain_example_shows_a_cloze_readers_attention_over_a_document(model, tmp_path, tiny_glove, capsys):
+    """Hermann et al.'s Figure 3 for a run trained here: the attention over one dev document."""
+    from tests.training.test_cloze_training import cloze_examples
+    from rckit.data.cloze import write_cloze_jsonl
+
+    root = tmp_path / "cloze"
+    root.mkdir()
+    write_cloze_jsonl(root / "train.jsonl", cloze_examples(16, 0, "t"))
+    write_cloze_jsonl(root / "dev.jsonl", cloze_examples(6, 1, "d"))
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"model": {"hidden": 6, "attention": 5, "dropout": 0.0},
+                                  "train": {"batch_size": 4, "warmup_steps": 0, "eval_every": 2, "log_every": 1,
+                                            "eval_questions": 0}}))
+    run = tmp_path / "run"
+    assert main(["train", model, "--out", str(run), "--max-steps", "2", "--cloze-data", str(root), "--embeddings",
+                 str(tiny_glove), "--preset", str(preset), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(run), "--example", "2", "--json"]) == 0
+    e = json.loads(capsys.readouterr().out)
+    doc, query = e["document_tokens"], e["query_tokens"]
+    assert e["id"] == "d2" and e["model"] == model and len(doc) == 8 and "@placeholder" in query
+    rows = [e["attention"]] if model == "attentive_reader" else e["attention"]
+    assert model == "attentive_reader" or e["attention_steps"] == list(range(len(query)))
+    for row in rows:
+        assert len(row) == len(doc) and sum(row) == pytest.approx(1.0, abs=1e-5)
+    probs = [c["probability"] for c in e["candidates"]]
+    assert probs == sorted(probs, reverse=True) and sum(probs) == pytest.approx(1.0, abs=1e-5)
+    assert {c["entity"] for c in e["candidates"]} == {t for t in doc if t.startswith("@entity")}
+    assert e["answer"] == e["candidates"][0]["entity"] and e["gold"] in doc
+    assert main(["explain", str(run), "--example", "d4", "--out", str(tmp_path / "fig.png")]) == 0
+    assert (tmp_path / "fig.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert main(["explain", str(run), "--example", "99"]) == 2
+    assert "example 99 is out of range" in capsys.readouterr().err

@@ -23,8 +23,13 @@ def add_arguments(p) -> None:
     p.add_argument("run", nargs="?", metavar="RUN|FILE",
                    help="run directory, checkpoint or exported .safetensors file (default: the installed model)")
     p.add_argument("--model", metavar="RUN|FILE", help="the same as RUN")
-    p.add_argument("--context", required=True, help="context text")
-    p.add_argument("--question", required=True, help="question text")
+    p.add_argument("--context", help="context text")
+    p.add_argument("--question", help="question text")
+    p.add_argument("--example", metavar="N|ID", help="a cloze run (Attentive, Impatient, Deep LSTM Reader): explain "
+                   "example N (or the example with this id) of its data: the attention over the document, as Hermann "
+                   "et al.'s Figure 3, and the candidates' probabilities")
+    p.add_argument("--data", metavar="DIR", help="with --example: the cloze data (default: the run's)")
+    p.add_argument("--split", help="with --example: the split (default: the one the run evaluated on)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
     p.add_argument("--out", metavar="FILE", help="write the explanation to FILE: .png (a figure: the passage shaded by "
                    "start/end probability, the attention as a heat map, DCN's iterations, the saliency), .html (the "
@@ -43,6 +48,10 @@ def run(args) -> int:
         raise ValueError("give the model once: RUN or --model, not both")
     if args.out is not None and Path(args.out).suffix.lower() not in (".png", ".html", ".json"):
         raise ValueError(f"--out {args.out}: the explanation is written as .png, .html or .json")
+    if args.example is not None:
+        return explain_example(args)
+    if args.context is None or args.question is None:
+        raise ValueError("give --context and --question (a span model), or --example N (a cloze run)")
     check_text("context", args.context)
     check_text("question", args.question)
     reader = Reader.load(torch_source(args.run if args.run is not None else args.model), args.device)
@@ -53,6 +62,27 @@ def run(args) -> int:
         print(json.dumps(explanation, ensure_ascii=False))
     elif args.out is None:
         print(summary(explanation))
+    return 0
+
+
+def explain_example(args) -> int:
+    """``--example``: a cloze run's attention over one document of its data."""
+    from rckit.evaluation.cloze_explain import explain_cloze, write_cloze
+
+    source = args.run if args.run is not None else args.model
+    if source is None:
+        raise ValueError("--example explains a cloze run: name it (rckit explain RUN --example N)")
+    if args.out is not None and Path(args.out).suffix.lower() not in (".png", ".json"):
+        raise ValueError(f"--out {args.out}: a cloze explanation is written as .png or .json")
+    e = explain_cloze(source, args.example, args.data, args.split, "cpu" if args.device == "auto" else args.device)
+    if args.out is not None:
+        write_cloze(e, args.out)
+    if args.json:
+        print(json.dumps(e, ensure_ascii=False))
+    elif args.out is None:
+        best = ", ".join(f"{c['entity']} {c['probability']:.3f}" for c in e["candidates"][:5])
+        print(f"example {e['example']} ({e['id']}): answer {e['answer']}, gold {e['gold']}\ncandidates: {best}"
+              + "".join(f"\nnote: {n}" for n in e["notes"]))
     return 0
 
 
