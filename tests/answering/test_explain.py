@@ -314,3 +314,20 @@ def test_rckit_explain_example_shows_a_cloze_readers_attention_over_a_document(m
     assert (tmp_path / "fig.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert main(["explain", str(run), "--example", "99"]) == 2
     assert "example 99 is out of range" in capsys.readouterr().err
+
+
+def test_attention_recorded_for_an_explanation_ignores_the_same_model_answering_in_another_thread(tiny_run):
+    """A server answers with the model it explains with: another thread's forward is not recorded."""
+    import threading
+
+    from rckit.answering.explain import recorded_attention
+
+    reader = Reader.load(tiny_run)
+    context = "alpha beta gamma delta epsilon zeta eta."
+    with recorded_attention(reader.model.model, 8) as seen:
+        other = threading.Thread(target=reader.answer, args=(context, "what follows gamma ?"))
+        other.start()
+        other.join()
+        assert seen == []
+        reader.answer(context, "what follows gamma ?")  # this thread's own forward is recorded
+        assert len(seen) == 1 and seen[0]["kind"] == "context-query"

@@ -352,3 +352,70 @@ def test_the_page_says_the_page_or_section_beside_the_file(facts_server, browser
     where = best.find_element(By.CLASS_NAME, "where")
     assert _text(where) == "page 2" and where.is_displayed()
     browser.save_screenshot("/tmp/rckit-page-where.png")
+
+
+@pytest.fixture(scope="module")
+def installed_server(tmp_path_factory):
+    """``rckit serve`` of the installed model (its ONNX file where onnxruntime is here, explained with the
+    ``.safetensors`` beside it); its URL."""
+    proc, url = start_server([], tmp_path_factory.mktemp("installed") / "serve.log")
+    yield url
+    stop_server(proc)
+
+
+@pytest.mark.browser
+def test_the_page_looks_inside_an_answer(installed_server, browser):
+    """"Inside" under an answer shows POST /v1/explain's page in a frame as tall as it: the answer
+    boxed in the shaded passage, attention cells whose hover text names the two words and the weight."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    browser.get(installed_server)
+    by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
+    state = lambda d: d.execute_script("return document.body.dataset.state")  # noqa: E731
+    assert not by_id("inside-button").is_displayed()  # no answer yet
+    by_id("ask").click()  # the example passage the page opens with
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#answer mark"))
+    answer = _text(browser.find_element(By.CSS_SELECTOR, "#answer mark"))
+    assert not by_id("inside").is_displayed()
+
+    by_id("inside-button").click()
+    _wait(browser, lambda d: state(d) in ("explained", "error"), timeout=120)
+    assert state(browser) == "explained" and not by_id("inside-error").is_displayed()
+    frame = by_id("inside-frame")
+    assert frame.is_displayed() and frame.get_attribute("sandbox") == "allow-same-origin"
+    sizes = browser.execute_script(
+        "const f = document.getElementById('inside-frame'); return {frame: f.clientHeight,"
+        " page: f.contentDocument.documentElement.scrollHeight, inner: window.innerWidth,"
+        " scroll: document.documentElement.scrollWidth, right: f.getBoundingClientRect().right};")
+    assert abs(sizes["frame"] - sizes["page"]) <= 2, sizes  # as tall as its page: nothing to scroll in it
+    assert sizes["scroll"] <= sizes["inner"] and sizes["right"] <= sizes["inner"], sizes
+
+    browser.switch_to.frame(frame)
+    try:
+        boxed = browser.find_element(By.CSS_SELECTOR, "p.text .answer")
+        assert _text(boxed) == answer and boxed.get_attribute("title") == "the answer"
+        assert "Q: Who deciphered the hieroglyphs?" in _text(browser.find_element(By.TAG_NAME, "h1"))
+        cells = browser.find_elements(By.CSS_SELECTOR, ".v-c2q .grid td[title]")
+        assert cells and all(c.get_attribute("title").startswith("passage \u201c") for c in cells[:5])
+        cell = next(c for c in cells if c.is_displayed())
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)  # the page's too
+        ActionChains(browser).move_to_element(cell).perform()  # the browser's tooltip shows this text
+        title = cell.get_attribute("title")
+        assert " \u00b7 question \u201c" in title and " \u00b7 weight 0." in title, title
+        assert not browser.execute_script("return typeof window.pwned !== 'undefined' || document.scripts.length")
+    finally:
+        browser.switch_to.default_content()
+
+    # A new question closes the panel: it explained the answer before.
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1280, min(4000, height + 140))  # the whole page in the screenshot
+    _wait(browser, lambda d: d.execute_script(  # refitted to the window: no scrollbar in the frame
+        "const f = document.getElementById('inside-frame'); const p = f.contentDocument.documentElement;"
+        "return p.scrollHeight <= f.clientHeight && p.scrollWidth <= f.clientWidth"), timeout=10)
+    by_id("inside").location_once_scrolled_into_view
+    browser.save_screenshot("/tmp/rckit-page-inside.png")
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "page-inside.png"))
+    _ask(browser, None, "When was the stone found?")
+    assert state(browser) == "answered" and not by_id("inside").is_displayed()

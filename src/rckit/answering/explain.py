@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -169,8 +170,12 @@ def recorded_attention(module: ReadingModel, tokens: int):
     """A list that fills, during the block, with the :class:`Attention` of every context-query or
     coattention layer of ``module`` as it is called, at row 0 of its batch, a window of ``tokens``."""
     seen: list[Attention] = []
+    # A server may answer with the same model in another thread meanwhile: its calls are not ours.
+    explaining = threading.get_ident()
 
     def context_query(layer: ContextQueryAttention, args, _output):
+        if threading.get_ident() != explaining:
+            return
         c, q, c_mask, q_mask = args
         s = layer.similarity(c, q)  # (B, Tc, Tq)
         s_bar = masked_softmax(s, q_mask.unsqueeze(1), dim=2)  # rows over the question
@@ -178,6 +183,8 @@ def recorded_attention(module: ReadingModel, tokens: int):
         seen.append(attention("context-query", s_bar[0], s_bbar[0], c_mask[0], q_mask[0], tokens))
 
     def coattention(layer: Coattention, args, _output):
+        if threading.get_ident() != explaining:
+            return
         D, Q, d_mask, q_mask = args
         m, n = D.shape[1], Q.shape[1]
         D0, d_mask0 = append_sentinel(D, d_mask, layer.d_sentinel)  # (B, m+1, h)

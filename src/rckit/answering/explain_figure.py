@@ -643,7 +643,13 @@ p{margin:2px 0}
 
 
 def write_html(explanation: Mapping[str, Any], path: str | Path) -> None:
-    """Write ``explanation`` as one HTML page that needs nothing else (inline CSS, no script, no link):
+    """Write ``explanation`` as one HTML page (:func:`html_of`)."""
+    page = html_of(explanation)
+    _write_atomically(Path(path), lambda tmp: tmp.write_text(page, encoding="utf-8"))
+
+
+def html_of(explanation: Mapping[str, Any]) -> str:
+    """``explanation`` as one HTML page that needs nothing else (inline CSS, no script, no link):
     the passage with start/end shading and the answer marked, the attention as a grid whose cells give
     the two words and the weight on hover, the decoder's iterations, and the saliency with a switch
     between gradient x input and integrated gradients. Every text of the explanation is escaped."""
@@ -659,7 +665,7 @@ def write_html(explanation: Mapping[str, Any], path: str | Path) -> None:
     if ex["saliency"]:
         parts.append(_html_saliency(ex))
     parts.append("</body>\n</html>\n")
-    _write_atomically(Path(path), lambda tmp: tmp.write_text("".join(parts), encoding="utf-8"))
+    return "".join(parts)
 
 
 def _e(text: Any) -> str:

@@ -24,6 +24,7 @@ import torch
 from rckit.data.cloze_data import detect_layout, load_eval_split, read_split
 from rckit.model_files.errors import MissingPackage
 from rckit.model_files.load import load_model
+from rckit.models.attentive_reader import AttentiveReader, ImpatientReader
 
 
 class Candidate(TypedDict):
@@ -72,7 +73,7 @@ def explain_cloze(source: str | Path, example: int | str, data: str | Path | Non
     notes = []
     with torch.inference_mode():
         out = model(batch)
-        seen = model.attend(batch) if hasattr(model, "attend") else None
+        seen = model.attend(batch) if isinstance(model, (AttentiveReader, ImpatientReader)) else None
     probs = torch.softmax(out.logits[0].float(), dim=-1)
     candidates = sorted(({"entity": c, "probability": float(probs[int(c[len("@entity"):])])}
                          for c in dict.fromkeys(ex.candidates)), key=lambda c: -c["probability"])

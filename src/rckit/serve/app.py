@@ -3,7 +3,12 @@
 ``POST /v1/answer`` takes ``{"context": ..., "question": ...}`` (or ``"questions": [...]``, with
 optional ``"top_k"`` and ``"max_answer_len"``) and returns ``{"answers": ..., "model": ...,
 "ms": ...}``; ``GET /v1/model`` describes the model, ``GET /health`` says the server is up,
-``/docs`` is FastAPI's OpenAPI page and ``/`` a page to ask questions from a browser. Started with
+``/docs`` is FastAPI's OpenAPI page and ``/`` a page to ask questions from a browser.
+``POST /v1/explain`` takes one ``question`` about a ``context`` (optional ``"steps"``,
+``"max_answer_len"``) and returns ``{"explanation": ..., "model": ..., "ms": ...}`` (with
+``?format=html`` the explanation drawn as one self-contained page instead), computed one at a time
+off the event loop (:class:`Explainer`); a server of an ONNX file explains with the
+``.safetensors`` file beside it, loaded on the first explanation, or answers 501. Started with
 an index of documents (``rckit serve --index INDEX``), ``POST /v1/ask`` takes ``{"question": ...}``
 (optional ``"top_k"``, ``"passages"``) and answers from every document (retrieve, then read).
 
@@ -23,11 +28,13 @@ key, 429 past a client's limit.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -36,21 +43,25 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rckit.retrieval.store import PassageStore
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
+from rckit.answering.explain_figure import html_of
+from rckit.answering.explanation import Explanation, needs_torch
 from rckit.answering.reader import Reader
-from rckit.model_files.source import open_model
+from rckit.model_files.source import SUFFIXES, installed, open_model
 from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_of
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 from rckit.serve.config import ServeConfig, is_loopback
 from rckit.serve.keys import Keys
-from rckit.serve.schema import AnswerResponse, ApiError, AskResponse, ErrorResponse, Requests, explain
+from rckit.serve.schema import (AnswerResponse, ApiError, AskResponse, ErrorResponse, ExplainResponse, Requests,
+                                explain)
 
 STATIC = Path(__file__).resolve().parent / "static"
+FORMATS = ("json", "html")  # what POST /v1/explain answers with: ?format=
 
 
 def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -74,6 +85,7 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
     keys, limits, log = Keys(config.api_key, config.api_key_file), limits_of(config), AccessLog(config.access_log)
     requests = Requests.of(config, reader.window)
     batcher = Batcher(reader, config)
+    explainer = Explainer(reader, config)
     retriever_weight = DEFAULT_RETRIEVER_WEIGHT if config.retriever_weight is None else config.retriever_weight
     info = reader.info
     name = model_name(info)
@@ -84,7 +96,9 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
         # connection to the thread that made it).
         app.state.index = PassageStore(config.index) if config.index is not None else None
         batcher.start()
+        explainer.start()
         yield
+        explainer.stop()
         await batcher.stop()
         if app.state.index is not None:
             app.state.index.close()
@@ -141,6 +155,35 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers if req.several else answers[0], "model": name, "ms": round(ms, 2)})
 
+    @app.post("/v1/explain", response_model=ExplainResponse, responses={
+        **errors, 200: {"description": "the explanation; with `?format=html` the same drawn as one self-contained "
+                        "HTML page (inline CSS, no script)", "content": {"text/html": {"schema": {"type": "string"}}}},
+        501: {"model": ErrorResponse, "description": "the server's model is an ONNX file, and explaining needs the "
+              "PyTorch model: its .safetensors file beside it, and PyTorch installed"}},
+        openapi_extra={"parameters": [{
+            "name": "format", "in": "query", "required": False,
+            "schema": {"type": "string", "enum": list(FORMATS), "default": "json"},
+            "description": "json: the explanation as JSON; html: the explanation drawn as one HTML page"}],
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": requests.explain_schema(),
+                "example": {"context": "The Eiffel Tower was completed in 1889 in Paris.",
+                            "question": "When was the Eiffel Tower completed?", "steps": 32}}}}})
+    async def explain_answer(request: Request):
+        """Why the model gives its answer to `question` about `context`: the window it read, its start
+        and end probabilities, its attention, DCN's decoder iterations and each word's saliency
+        (integrated gradients in `steps` steps). One explanation at a time: several wait their turn."""
+        t0 = time.perf_counter()
+        req = requests.parse_explain(await read_body(request, config.max_body_bytes))
+        kind = request.query_params.get("format", "json")
+        if kind not in FORMATS:
+            raise ApiError(422, f"'format' must be json or html, not {kind[:40]!r}")
+        explanation, page = await explainer.explain(req.context, req.question, req.steps, req.max_answer_len,
+                                                    kind == "html")
+        if page is not None:
+            return HTMLResponse(page)
+        ms = (time.perf_counter() - t0) * 1000
+        return JSONResponse({"explanation": explanation, "model": name, "ms": round(ms, 2)})
+
     @app.post("/v1/ask", response_model=AskResponse, responses={**errors, 404: {
         "model": ErrorResponse, "description": "the server has no index (rckit serve --index INDEX)"}},
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
@@ -184,6 +227,72 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+class Explainer:
+    """``POST /v1/explain``'s explanations (:meth:`Reader.explain <rckit.answering.reader.Reader.explain>`),
+    one at a time in a thread of their own.
+
+    Explaining reads ``steps + 1`` copies of a window with gradients and switches a process-wide
+    setting while it runs (``kernels.use``), so two must not overlap: one thread takes them in
+    turn, and the event loop, and with it the batcher's answers, goes on meanwhile. A PyTorch
+    reader explains itself; a reader of an ONNX file cannot (no gradients), so the ``.safetensors``
+    file beside it is loaded with PyTorch on the first explanation, or, where there is none or no
+    PyTorch, each request is refused with 501 and :func:`~rckit.answering.explanation.needs_torch`'s
+    line. A request waiting past ``config.request_timeout`` is dropped with 503 (one already
+    computing finishes unseen)."""
+
+    def __init__(self, reader, config: ServeConfig):
+        self.reader, self.config = reader, config
+        self.pytorch = None  # the reader that explains, once known
+        self.pool: ThreadPoolExecutor | None = None
+
+    def start(self) -> None:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="rckit-explain")
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+
+    async def explain(self, context: str, question: str, steps: int, max_answer_len: int | None,
+                      html: bool) -> tuple[Explanation, str | None]:
+        """The explanation, and with ``html`` the page that draws it (drawn in the same thread: a
+        long window's page is large), or the request's :class:`ApiError`."""
+        self.start()  # as the batcher does: an app driven without its lifespan explains too
+        work = asyncio.get_running_loop().run_in_executor(self.pool, self.run, context, question, steps,
+                                                          max_answer_len, html)
+        try:
+            async with asyncio.timeout(self.config.request_timeout):
+                return await work
+        except TimeoutError:
+            raise ApiError(503, str(RequestTimeout(self.config.request_timeout))) from None
+
+    def run(self, context: str, question: str, steps: int, max_answer_len: int | None,
+            html: bool) -> tuple[Explanation, str | None]:
+        reader = self.torch_reader()
+        try:
+            explanation = reader.explain(context, question, steps, max_answer_len)
+        except Exception as e:  # noqa: BLE001 - this request's 500; the server goes on
+            raise ApiError(500, f"the model failed to explain this request: {type(e).__name__}: {e}") from None
+        return explanation, html_of(explanation) if html else None
+
+    def torch_reader(self):
+        """The served reader where it is PyTorch's, else the PyTorch model beside its ONNX file (loaded once)."""
+        if self.pytorch is None and self.reader.info.get("backend") == "torch":
+            self.pytorch = self.reader
+        if self.pytorch is None:
+            source = self.reader.info.get("source")
+            beside = Path(source or "model.onnx").with_suffix(SUFFIXES["safetensors"])
+            if not beside.is_file() or not installed("torch"):
+                raise ApiError(501, needs_torch(source))
+            try:
+                self.pytorch = Reader.load(beside, "cpu", always_answer=self.config.always_answer,
+                                           threads=self.config.threads)
+            except Exception as e:  # noqa: BLE001 - each explanation says so; answering goes on
+                raise ApiError(500, f"cannot load {beside.name} to explain with: {type(e).__name__}: {e}") from None
+        return self.pytorch
 
 
 async def read(batcher: Batcher, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> list:

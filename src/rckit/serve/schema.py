@@ -4,7 +4,8 @@ checks come from it (``model_json_schema()`` states the rules that ``model_valid
 
 ``POST /v1/answer`` takes one of two bodies, :class:`OneQuestion` or :class:`SeveralQuestions`
 (the schema's ``oneOf``); :meth:`Requests.parse_answer` is the one place that chooses between
-them. A text field (:func:`text`) is checked by :func:`check_field`, which asks the reader's rule
+them. ``POST /v1/explain`` takes :class:`ExplainBody`, one question with the same fields and
+rules as :class:`OneQuestion` (:meth:`Requests.parse_explain`). A text field (:func:`text`) is checked by :func:`check_field`, which asks the reader's rule
 (:func:`rckit.answering.reader.text_problem`) and the field's length; the schema states the same
 rule as ``minLength``, ``pattern`` and ``maxLength`` (:data:`HAS_WORD`, made by
 :func:`letter_or_digit`: the characters ``str.isalnum`` accepts, spelled as JSON Schema's regular
@@ -29,7 +30,7 @@ from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_ty
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
-from rckit.answering import answer
+from rckit.answering import answer, explanation
 from rckit.answering.reader import text_problem
 from rckit.retrieval.collection import DEFAULT_PASSAGES
 from rckit.serve.config import ServeConfig
@@ -68,7 +69,8 @@ def letter_or_digit() -> str:
 HAS_WORD = letter_or_digit()  # every text of a request must match it, as text_problem asks
 RANGES = {"top_k": (1, 20),
           "max_answer_len": (1, 200),  # tokens; the decoder's cost grows with it
-          "passages": (1, 50)}  # passages the retriever gives the reader for one question of POST /v1/ask
+          "passages": (1, 50),  # passages the retriever gives the reader for one question of POST /v1/ask
+          "steps": (1, 128)}  # integrated gradients' steps for POST /v1/explain: (steps + 1) copies read, with gradients
 
 
 class ApiError(Exception):
@@ -139,6 +141,10 @@ class AskBody(Body):
     """``POST /v1/ask``: one question, asked of every document of the server's index."""
 
 
+class ExplainBody(Body):
+    """``POST /v1/explain``: one question about one context, its answer explained."""
+
+
 def answer_options() -> dict[str, Any]:
     """The fields both bodies of ``POST /v1/answer`` hold beside the context and the question(s)."""
     return {"top_k": (ranged("top_k"), Field(1, description="how many answers per question, best first")),
@@ -168,6 +174,7 @@ class Requests:
     one: type[OneQuestion]
     several: type[SeveralQuestions]
     ask: type[AskBody]
+    explaining: type[ExplainBody]
 
     @classmethod
     def of(cls, config: ServeConfig, window: int) -> "Requests":
@@ -188,15 +195,30 @@ class Requests:
             top_k=(ranged("top_k"), Field(1, description="how many answers, best first")),
             passages=(ranged("passages"), Field(DEFAULT_PASSAGES, description="how many passages the retriever "
                                                 "gives the reader")))
-        return cls(config, one, several, ask)
+        explaining = create_model(
+            "ExplainBody", __base__=ExplainBody, __doc__=None, context=text(one_chars, "the passage to read"),
+            question=text(config.max_question_chars, "one question"),
+            max_answer_len=answer_options()["max_answer_len"],
+            steps=(ranged("steps"), Field(explanation.DEFAULT_STEPS, description="integrated gradients' steps from "
+                                          "all-zero word vectors: the model reads steps + 1 copies, with gradients")))
+        return cls(config, one, several, ask, explaining)
 
-    def answer_schema(self) -> dict:
-        """The JSON schema of ``POST /v1/answer``'s body: every rule :meth:`parse_answer` enforces."""
+    def limits(self) -> str:
+        """The limits of a whole request, for a body's description."""
         limit = f"the whole body at most {self.config.max_body_bytes:,} bytes (413 above)"
         if self.config.request_timeout:
             limit += f", each request read within {self.config.request_timeout:g} s (503 after)"
+        return limit
+
+    def answer_schema(self) -> dict:
+        """The JSON schema of ``POST /v1/answer``'s body: every rule :meth:`parse_answer` enforces."""
         return {"oneOf": [self.one.model_json_schema(), self.several.model_json_schema()],
-                "description": f"One context and `question` or `questions`; {limit}"}
+                "description": f"One context and `question` or `questions`; {self.limits()}"}
+
+    def explain_schema(self) -> dict:
+        """The JSON schema of ``POST /v1/explain``'s body: every rule :meth:`parse_explain` enforces."""
+        return {**self.explaining.model_json_schema(),
+                "description": f"One context and one `question` (no `questions`); {self.limits()}"}
 
     def ask_schema(self) -> dict:
         """The JSON schema of ``POST /v1/ask``'s body: every rule :meth:`parse_ask` enforces."""
@@ -218,6 +240,15 @@ class Requests:
         if "question" in data and "questions" in data:
             raise ApiError(422, "give 'question' or 'questions', not both")
         return validated(self.one if "question" in data else self.several, data)
+
+    def parse_explain(self, body: bytes) -> ExplainBody:
+        """The checked ``POST /v1/explain`` request, or an :class:`ApiError` naming what is wrong:
+        :meth:`parse_answer`'s checks and messages for one question; ``questions`` is refused."""
+        data = json_object(body, '{"context": "...", "question": "..."}')
+        data = {k: v for k, v in data.items() if v is not None or k != "question"}
+        if "questions" in data:
+            raise ApiError(422, "'questions': POST /v1/explain explains one question; send it as 'question'")
+        return validated(self.explaining, data)
 
     def parse_ask(self, body: bytes) -> AskBody:
         """The checked ``POST /v1/ask`` request, or an :class:`ApiError` naming what is wrong."""
@@ -325,12 +356,15 @@ def with_models(kind: Any) -> Any:
         return MODELS.setdefault(kind, model_of(kind))
     if get_origin(kind) in (Union, types.UnionType):
         return Union[tuple(with_models(k) for k in get_args(kind))]
+    if get_origin(kind) is list:
+        return list[with_models(get_args(kind)[0])]
     return kind
 
 
 MODELS: dict[type, type[BaseModel]] = {}  # each TypedDict's model, made once
 Answer = with_models(answer.Answer)
 FoundAnswer = with_models(answer.FoundAnswer)
+Explanation = with_models(explanation.Explanation)
 
 
 class AnswerResponse(BaseModel):
@@ -345,6 +379,14 @@ class AskResponse(BaseModel):
                                        "in any passage it read")
     model: str
     ms: float
+
+
+class ExplainResponse(BaseModel):
+    explanation: Explanation = Field(description="why the model gives its answer: the window read, the start and "
+                                     "end probabilities, the attention, DCN's decoder iterations, each word's "
+                                     "saliency (rckit.answering.explanation)")
+    model: str
+    ms: float = Field(description="time spent in the server, milliseconds")
 
 
 class ErrorResponse(BaseModel):

@@ -1,5 +1,8 @@
-// The page of `rckit serve`: asks POST /v1/answer and marks the answer in the passage.
-// User text only ever enters the page as DOM text nodes, never as HTML.
+// The page of `rckit serve`: asks POST /v1/answer and marks the answer in the passage; "Inside"
+// shows POST /v1/explain's drawing of why the model chose it.
+// User text only ever enters the page as DOM text nodes, never as HTML; the one page of HTML it
+// shows, the explanation, is drawn by the server with every text escaped and shown in a sandboxed
+// frame where no script runs.
 "use strict";
 
 const TOP_K = 5;
@@ -58,21 +61,33 @@ function setState(state) {
   document.body.dataset.state = state;
 }
 
-// POST a JSON body; the parsed answer, or an Error saying what the server said.
-async function postJSON(path, payload) {
-  const response = await api(path, {
+function post(path, payload) {
+  return api(path, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(payload),
   });
-  let body;
+}
+
+// What a refused request's JSON line says, as an Error.
+async function refusal(response) {
   try {
-    body = await response.json();
+    const body = await response.json();
+    return new Error(body.error || `the server answered ${response.status}`);
+  } catch {
+    return new Error(`the server answered ${response.status} ${response.statusText}`);
+  }
+}
+
+// POST a JSON body; the parsed answer, or an Error saying what the server said.
+async function postJSON(path, payload) {
+  const response = await post(path, payload);
+  if (!response.ok) throw await refusal(response);
+  try {
+    return await response.json();
   } catch {
     throw new Error(`the server answered ${response.status} ${response.statusText}, not JSON`);
   }
-  if (!response.ok) throw new Error(body.error || `the server answered ${response.status}`);
-  return body;
 }
 
 function markPassage(context, span) {
@@ -120,12 +135,83 @@ function showTopk(context, answers) {
   });
 }
 
+// "Inside": the explanation of the answer shown, drawn by the server (POST /v1/explain?format=html)
+// as a page that needs nothing else, shown in a frame sized to it. `asked` is what the answer shown
+// answers; `explaining` counts the panel's requests, so that one overtaken by a new question is dropped.
+let asked = null;
+let explaining = 0;
+
+function hideInside() {
+  explaining += 1;
+  $("inside").hidden = true;
+  $("inside-frame").removeAttribute("srcdoc");
+  $("inside-button").disabled = false;
+  $("inside-button").textContent = "Inside";
+}
+
+// The frame as tall as its page, so that nothing in it scrolls but its wide heat maps. The page's
+// own height, not its scrollHeight: that is never less than the frame, so a frame made wider would
+// never shrink to its shorter page.
+function fitInside() {
+  const frame = $("inside-frame");
+  const page = frame.contentDocument && frame.contentDocument.documentElement;
+  const border = frame.offsetHeight - frame.clientHeight;  // its height is its border box's
+  if (page) frame.style.height = `${Math.ceil(page.getBoundingClientRect().height) + border}px`;
+}
+
+function loaded(frame, page) {
+  return new Promise((resolve) => {
+    frame.addEventListener("load", resolve, { once: true });
+    frame.srcdoc = page;
+  });
+}
+
+async function showInside() {
+  if (!asked) return;
+  const ticket = ++explaining;
+  const button = $("inside-button");
+  const frame = $("inside-frame");
+  const box = $("inside-error");
+  box.hidden = true;
+  frame.hidden = true;
+  $("inside-wait").hidden = false;
+  $("inside").hidden = false;
+  button.disabled = true;
+  button.textContent = "Looking inside…";
+  setState("explaining");
+  try {
+    const response = await post("/v1/explain?format=html", asked);
+    if (!response.ok) throw await refusal(response);
+    const page = await response.text();
+    if (ticket !== explaining) return;  // a new question came meanwhile
+    frame.hidden = false;
+    await loaded(frame, page);
+    fitInside();
+    // Its switches (the other attention, every passage word) change its height.
+    frame.contentDocument.addEventListener("change", () => requestAnimationFrame(fitInside));
+    setState("explained");
+  } catch (e) {
+    if (ticket !== explaining) return;
+    frame.hidden = true;
+    box.textContent = `Could not look inside: ${e.message}`;
+    box.hidden = false;
+    setState("error");
+  } finally {
+    if (ticket === explaining) {
+      $("inside-wait").hidden = true;
+      button.disabled = false;
+      button.textContent = "Inside";
+    }
+  }
+}
+
 async function ask(event) {
   if (event) event.preventDefault();
   const context = $("context").value;
   const question = $("question").value;
   const button = $("ask");
   showError("");
+  hideInside();
   if (!context.trim() || !question.trim()) {
     showError(!context.trim() ? "Write or paste a passage first." : "Write a question first.");
     setState("error");
@@ -141,6 +227,7 @@ async function ask(event) {
     if (!answers.length) throw new Error("the model gave no answer");
     markPassage(context, answers[0]);
     showTopk(context, answers);
+    asked = { context, question };
     const total = performance.now() - t0;
     $("took").textContent = `Answered in ${Math.round(total)} ms (${Math.round(body.ms)} ms in the server) by ${body.model}.`;
     $("result").hidden = false;
@@ -271,6 +358,8 @@ document.addEventListener("DOMContentLoaded", () => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) ask(e);
   });
   $("collection-form").addEventListener("submit", askCollection);
+  $("inside-button").addEventListener("click", showInside);
+  window.addEventListener("resize", () => requestAnimationFrame(fitInside));
   $("tab-passage").addEventListener("click", () => showTab("passage"));
   $("tab-collection").addEventListener("click", () => showTab("collection"));
   showModel();
