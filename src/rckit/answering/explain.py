@@ -36,7 +36,6 @@ import torch
 
 from rckit import kernels
 from rckit.answering.explanation import DEFAULT_STEPS, Attention, DecoderStep, Explanation, Saliency
-from rckit.answering.reader import Job, Reader
 from rckit.answering.torch_backend import TorchModel
 from rckit.data.batching import Batch
 from rckit.data.padding import INPUTS, answer_inputs
@@ -49,9 +48,11 @@ from rckit.models.contract import ReadingModel, SpanOutput
 from rckit.models.dcn import DCNOutput
 
 
-def explain(reader: Reader, context: str, question: str, steps: int = DEFAULT_STEPS, max_answer_len: int | None = None,
+def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max_answer_len: int | None = None,
             stride: int | None = None) -> Explanation:
-    """See the module docstring; ``steps``: integrated gradients' trapezoids (>= 1)."""
+    """See the module docstring; ``reader`` a :class:`rckit.answering.reader.Reader` (not imported
+    here: the Reader imports this module when asked to explain); ``steps``: integrated gradients'
+    trapezoids (>= 1)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if not isinstance(reader.model, TorchModel):
@@ -120,7 +121,7 @@ def explain(reader: Reader, context: str, question: str, steps: int = DEFAULT_ST
     }
 
 
-def answer_window(reader: Reader, job: Job, answer) -> tuple[tuple[int, int, int, int], int]:
+def answer_window(reader, job, answer) -> tuple[tuple[int, int, int, int], int]:
     """The item ``(pair, context, lo, hi)`` of the window that gave ``answer``, and how many windows
     the context has. Each window is read as a job of its own, so its best span and null are its alone."""
     groups = job.windows
@@ -128,7 +129,7 @@ def answer_window(reader: Reader, job: Job, answer) -> tuple[tuple[int, int, int
         return groups[0][0], 1
     best, best_score = groups[0][0], -np.inf
     for group in groups:
-        alone = Job(job.pairs, 1, job.max_answer_len, job.arrays, [group], job.first, job.no_answer_threshold)
+        alone = type(job)(job.pairs, 1, job.max_answer_len, job.arrays, [group], job.first, job.no_answer_threshold)
         reader.read([(alone, group)])
         if answer["start"] is None:  # the abstention: the window whose null is lowest, as the Reader keeps it
             score = -alone.null[0]

@@ -15,19 +15,17 @@ the Python API name the same fields:
   iterations, and the saliency of each word (gradient x input, integrated gradients);
 - notes on what is shown, or why something is not.
 
-This module imports no PyTorch: an ONNX reader is refused here in one line, before the
-computation (:mod:`rckit.answering.explain`, PyTorch) is imported.
+This module imports no PyTorch; :func:`needs_torch` is the one line that refuses an ONNX reader
+before the computation (:mod:`rckit.answering.explain`, PyTorch) is imported.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 from rckit.answering.answer import Answer
 
-if TYPE_CHECKING:
-    from rckit.answering.reader import Reader
 
 DEFAULT_STEPS = 32  # integrated gradients' steps along the path from the baseline
 
@@ -97,17 +95,6 @@ class Explanation(TypedDict):
     decoder: list[DecoderStep] | None  # DCN and DCN+: every iteration the decoder ran; None for others
     saliency: Saliency
     notes: list[str]
-
-
-def explain(reader: "Reader", context: str, question: str, steps: int = DEFAULT_STEPS,
-            max_answer_len: int | None = None, stride: int | None = None) -> Explanation:
-    """The :class:`Explanation` of ``reader``'s answer to ``question`` about ``context``
-    (:func:`rckit.answering.explain.explain`); a reader on an ONNX file is refused in one line."""
-    if reader.model.backend != "torch":
-        raise ValueError(needs_torch(reader.info.get("source")))
-    from rckit.answering.explain import explain as run  # PyTorch from here on
-
-    return run(reader, context, question, steps, max_answer_len, stride)
 
 
 def needs_torch(source: str | None) -> str:

@@ -49,7 +49,7 @@ from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import FormIndex, Vocabularies, tokenize_texts
 from rckit.answering.answer import Answer, no_answer, span
 from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores, topk_spans
-from rckit.answering.explanation import DEFAULT_STEPS, Explanation, explain
+from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
 from rckit.model_files.source import open_model
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
@@ -179,6 +179,10 @@ class Reader:
         """Why the reader gives its answer to ``question`` about ``context``: the window, the start
         and end probabilities, the attention, the saliency of each word (``steps``: integrated
         gradients'); :mod:`rckit.answering.explanation`. PyTorch models only."""
+        if self.model.backend != "torch":
+            raise ValueError(needs_torch(self.info.get("source")))
+        from rckit.answering.explain import explain  # PyTorch from here on
+
         return explain(self, context, question, steps, max_answer_len, stride)
 
     def plan(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
