@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rckit.retrieval import documents
-from rckit.retrieval.documents import IndexInputError, Region, format_of, read_documents
+from rckit.retrieval.documents import Document, IndexInputError, Region, format_of, read_documents
 from rckit.retrieval.store import PassageStore
 from tests.retrieval import make_documents as make
 
@@ -103,12 +103,19 @@ def test_html_encodings(tmp_path):
         assert read_documents(tmp_path / "p.xhtml", data)[1][0].text == text
 
 
-def test_docx_paragraphs_headings_and_tables(tmp_path):
-    kind, doc = read(make.write_docx(tmp_path))
-    assert (kind, doc.title, doc.text) == ("docx", make.DOCX_TITLE, make.DOCX_TEXT)
-    assert sections(doc) == list(make.DOCX_SECTIONS)
+def read_with_headings(path, kind: str, title: str, text: str, headings) -> Document:
+    """The file read as ``kind`` to exactly ``title`` and ``text``, its sections the ``headings``,
+    each region starting at its heading."""
+    got_kind, doc = read(path)
+    assert (got_kind, doc.title, doc.text) == (kind, title, text)
+    assert sections(doc) == list(headings)
     for r in doc.regions:
         assert doc.text[r.start:].startswith(r.section)
+    return doc
+
+
+def test_docx_paragraphs_headings_and_tables(tmp_path):
+    doc = read_with_headings(make.write_docx(tmp_path), "docx", make.DOCX_TITLE, make.DOCX_TEXT, make.DOCX_SECTIONS)
     assert doc.text.count("2.5 km") == 1
     without_core = tmp_path / "untitled.docx"  # no docProps/core.xml: titled by its name, not python-docx's default
     with zipfile.ZipFile(tmp_path / "bridges.docx") as z, zipfile.ZipFile(without_core, "w") as out:
@@ -122,11 +129,7 @@ def test_docx_paragraphs_headings_and_tables(tmp_path):
 
 
 def test_epub_chapters_in_reading_order(tmp_path):
-    kind, doc = read(make.write_epub(tmp_path))
-    assert (kind, doc.title, doc.text) == ("epub", make.EPUB_TITLE, make.EPUB_TEXT)
-    assert sections(doc) == list(make.EPUB_SECTIONS)
-    for r in doc.regions:
-        assert doc.text[r.start:].startswith(r.section)
+    read_with_headings(make.write_epub(tmp_path), "epub", make.EPUB_TITLE, make.EPUB_TEXT, make.EPUB_SECTIONS)
     fonts = make.write_epub(tmp_path, "fonts.epub", encryption="http://www.idpf.org/2008/embedding")
     assert read(fonts)[1].text == make.EPUB_TEXT  # obfuscated fonts are not DRM
     for name, data, why in [("zip.epub", b"PK\x05\x06" + bytes(18), "not an EPUB (no META-INF/container.xml)"),

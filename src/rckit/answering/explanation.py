@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from rckit.answering.answer import Answer
+from rckit.model_files.source import pytorch_beside
 
 
 DEFAULT_STEPS = 32  # integrated gradients' steps along the path from the baseline
@@ -100,7 +101,7 @@ class Explanation(TypedDict):
 def needs_torch(source: str | None) -> str:
     """Why an ONNX reader cannot explain, and what can: the ``.safetensors`` file beside it, if any."""
     path = Path(source or "model.onnx")
-    beside = path.with_suffix(".safetensors")
-    what = f"rckit explain {beside}" if beside.is_file() else "the run or the .safetensors file it was exported from"
+    beside = pytorch_beside(source)
+    what = f"rckit explain {beside}" if beside else "the run or the .safetensors file it was exported from"
     return (f"{path.name} is an ONNX file, and explaining needs the PyTorch model ({what}), "
             f"with pip install 'rckit[torch]'")

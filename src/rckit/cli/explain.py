@@ -9,7 +9,7 @@ from rckit.answering.answer import shown
 from rckit.answering.explain_figure import write_explanation
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
 from rckit.answering.reader import Reader, check_text
-from rckit.model_files.source import SUFFIXES, open_model
+from rckit.model_files.source import open_model, pytorch_beside
 
 
 def add_arguments(p) -> None:
@@ -92,8 +92,8 @@ def torch_source(source: str | None) -> str | Path | None:
     if source is not None:
         return source
     found = open_model(None)
-    beside = found.path.with_suffix(SUFFIXES["safetensors"])
-    return beside if found.kind == "onnx" and beside.is_file() else found.path
+    beside = pytorch_beside(found.path) if found.kind == "onnx" else None
+    return beside or found.path
 
 
 def summary(e: Explanation, top: int = 5) -> str:

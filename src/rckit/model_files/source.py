@@ -69,6 +69,15 @@ def open_model(source: str | Path | None = None) -> ModelFile:
     return ModelFile(path, "onnx" if path.suffix == SUFFIXES["onnx"] else "safetensors")
 
 
+def pytorch_beside(onnx: str | Path | None) -> Path | None:
+    """The ``.safetensors`` file exported beside an ``.onnx`` one (as the installed model has), or
+    None: what explaining an ONNX-served model reads, as the graph gives no gradients."""
+    if onnx is None:
+        return None
+    beside = Path(onnx).with_suffix(SUFFIXES["safetensors"])
+    return beside if beside.is_file() else None
+
+
 def export_format(out: str | Path, fmt: str | None = None) -> str:
     """The format ``rckit export`` writes to ``out``: ``fmt`` if given, else by the file's suffix
     (``.onnx``: onnx), else ``safetensors``."""

@@ -52,7 +52,7 @@ from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.answering.explain_figure import html_of
 from rckit.answering.explanation import Explanation, needs_torch
 from rckit.answering.reader import Reader
-from rckit.model_files.source import SUFFIXES, installed, open_model
+from rckit.model_files.source import installed, open_model, pytorch_beside
 from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_of
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 from rckit.serve.config import ServeConfig, is_loopback
@@ -284,8 +284,8 @@ class Explainer:
             self.pytorch = self.reader
         if self.pytorch is None:
             source = self.reader.info.get("source")
-            beside = Path(source or "model.onnx").with_suffix(SUFFIXES["safetensors"])
-            if not beside.is_file() or not installed("torch"):
+            beside = pytorch_beside(source)
+            if beside is None or not installed("torch"):
                 raise ApiError(501, needs_torch(source))
             try:
                 self.pytorch = Reader.load(beside, "cpu", always_answer=self.config.always_answer,
