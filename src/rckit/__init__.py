@@ -37,14 +37,15 @@ def _reader(source: str):
 def answer(context: str, question: str | list[str], top_k: int = 1, model=None) -> list[dict] | list[list[dict]]:
     """The ``top_k`` best answers to ``question`` about ``context`` (:meth:`Reader.answer`).
 
-    ``model``: None (the default model: ``$RCKIT_MODEL`` or the bundled one), a run directory
-    or exported file (loaded once and kept), or a :class:`Reader`.
+    ``model``: None (the default model: ``$RCKIT_MODEL`` or the installed ``qanet``), an installed
+    model's name (``"dcn"``; ``rckit models`` lists them), a run directory or exported file (loaded
+    once and kept), or a :class:`Reader`.
     """
     if model is not None and not isinstance(model, (str, bytes)) and hasattr(model, "answer_batch"):
         reader = model
     else:
-        from rckit.model_files.source import default_model_path
+        from rckit.model_files.source import open_model
 
         # Keyed by the path, so a changed $RCKIT_MODEL loads its model rather than the cached one.
-        reader = _reader(os.path.abspath(os.fspath(default_model_path() if model is None else model)))
+        reader = _reader(os.path.abspath(os.fspath(open_model(model).path)))
     return reader.answer(context, question, top_k=top_k)

@@ -58,3 +58,19 @@ def duration(text: str | None, flag: str) -> float | None:
         return parse_duration(text)
     except ValueError as e:
         raise ValueError(f"{flag}: {e}") from None
+
+
+MODEL_HELP = ("an installed model by name (`rckit models` lists them: qanet, dcn, dcn_plus, deep_lstm_reader, "
+              "qanet_paper), a run directory or an exported file; the same as RUN")
+
+
+def model_option(p: argparse.ArgumentParser, help: str = MODEL_HELP) -> None:
+    """``--model NAME|RUN|FILE``, the same as a command's RUN positional (:func:`model_source`)."""
+    p.add_argument("--model", metavar="NAME|RUN|FILE", help=help)
+
+
+def model_source(args: argparse.Namespace) -> str | None:
+    """The model a command was given, as RUN or as ``--model`` (not both); None for the default."""
+    if args.run is not None and args.model is not None:
+        raise ValueError(f"give the model once: RUN ({args.run}) or --model ({args.model}), not both")
+    return args.run if args.run is not None else args.model

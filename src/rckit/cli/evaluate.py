@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from rckit.cli.arguments import model_option, model_source
 from rckit.evaluation.evaluate import evaluate
 from rckit.model_files.source import open_model
 
@@ -13,7 +14,8 @@ def add_arguments(p) -> None:
     p.description = ("Predict every question of a SQuAD file with a trained run (or an exported .safetensors "
                      "file and --data) and print the official EM/F1; for a cloze run, the accuracy over every "
                      "example of its evaluation split.")
-    p.add_argument("run", metavar="RUN|FILE", help="run directory, or a file from `rckit export` (with --data)")
+    p.add_argument("run", nargs="?", metavar="RUN|FILE", help="run directory, or a file from `rckit export` (with --data)")
+    model_option(p)
     p.add_argument("--data", help="SQuAD file to evaluate on (default: the run's dev file); cloze: a cloze directory")
     p.add_argument("--split", default=None, help="cloze: which split of the directory (dev, test; default: the run's)")
     p.add_argument("--weights", default="ema", choices=["ema", "raw"],
@@ -29,6 +31,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    args.run = model_source(args)
+    if args.run is None:
+        raise ValueError("give the model to evaluate: RUN|FILE or --model NAME")
     if args.record and (open_model(args.run).kind != "safetensors" or not args.data or args.limit):
         raise ValueError("--record keeps the figures of every question of --data in an exported .safetensors file; "
                          "give the file and --data, without --limit")
@@ -38,6 +43,6 @@ def run(args) -> int:
     if args.record:
         from rckit.export.safetensors import record_score  # imports PyTorch
 
-        record_score(args.run, args.data, result)
+        record_score(open_model(args.run).path, args.data, result)
         print(f"recorded in {args.run}", file=sys.stderr)
     return 0

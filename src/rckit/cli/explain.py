@@ -9,6 +9,7 @@ from rckit.answering.answer import shown
 from rckit.answering.explain_figure import write_explanation
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
 from rckit.answering.reader import Reader, check_text
+from rckit.cli.arguments import model_option, model_source
 from rckit.model_files.source import open_model, pytorch_beside
 
 
@@ -22,7 +23,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument("run", nargs="?", metavar="RUN|FILE",
                    help="run directory, checkpoint or exported .safetensors file (default: the installed model)")
-    p.add_argument("--model", metavar="RUN|FILE", help="the same as RUN")
+    model_option(p)
     p.add_argument("--context", help="context text")
     p.add_argument("--question", help="question text")
     p.add_argument("--example", metavar="N|ID", help="a cloze run (Attentive, Impatient, Deep LSTM Reader): explain "
@@ -44,8 +45,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    if args.run is not None and args.model is not None:
-        raise ValueError("give the model once: RUN or --model, not both")
+    model_source(args)  # RUN or --model, not both
     if args.out is not None and Path(args.out).suffix.lower() not in (".png", ".html", ".json"):
         raise ValueError(f"--out {args.out}: the explanation is written as .png, .html or .json")
     if args.example is not None:
@@ -87,11 +87,11 @@ def explain_example(args) -> int:
 
 
 def torch_source(source: str | None) -> str | Path | None:
-    """``source``, or for the default model its PyTorch file where the default is an ONNX file with
-    one beside it (the installed model has both)."""
-    if source is not None:
+    """``source``, or its PyTorch file where it is an ONNX file with one beside it (as the installed
+    ``qanet`` has, the default model)."""
+    found = open_model(source)
+    if found.kind == "run":
         return source
-    found = open_model(None)
     beside = pytorch_beside(found.path) if found.kind == "onnx" else None
     return beside or found.path
 

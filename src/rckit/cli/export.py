@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rckit.cli.arguments import model_option, model_source
 from rckit.model_files.source import export_format, open_model
 
 
@@ -14,7 +15,9 @@ def add_arguments(p) -> None:
         "PyTorch to answer; --format onnx answers on onnxruntime without PyTorch (pip install 'rckit[onnx]'), and "
         "is checked against the PyTorch model before it is written. Prints the file's size and SHA-256."
     )
-    p.add_argument("run", metavar="SOURCE", help="run directory, checkpoint, exported .safetensors file, or 'bundled'")
+    p.add_argument("run", nargs="?", metavar="SOURCE", help="run directory, checkpoint, exported .safetensors file, "
+                   "or 'bundled'")
+    model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
     p.add_argument("--out", required=True, help="the file to write (.safetensors or .onnx)")
     p.add_argument("--format", choices=["safetensors", "onnx"], help="default: by --out's suffix, else safetensors")
     p.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"],
@@ -31,7 +34,10 @@ def run(args) -> int:
     fmt = export_format(args.out, args.format)
     if fmt != "onnx" and (args.int8 or args.check_data):
         raise ValueError("--int8 and --check-data are for --format onnx")
-    source = open_model(args.run).path  # 'bundled': the installed model
+    given = model_source(args)
+    if given is None:
+        raise ValueError("give what to export: SOURCE or --model NAME")
+    source = open_model(given).path  # 'bundled' or a name: an installed model
     if fmt == "onnx":
         from rckit.export.onnx import export_onnx  # imports PyTorch
 

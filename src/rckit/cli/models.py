@@ -1,7 +1,8 @@
-"""``rckit models``: the default model, and the exported models in a directory."""
+"""``rckit models``: the models installed with rckit, the default model, and the exported models in a directory."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -9,13 +10,17 @@ from rckit.answering.onnx_backend import read_metadata as onnx_metadata
 from rckit.cli import one_line
 from rckit.model_files.errors import CheckpointError, MissingPackage
 from rckit.model_files.metadata import read_metadata as safetensors_metadata
-from rckit.model_files.source import BUNDLED, BUNDLED_ONNX, ModelFile, exported_files, open_model
+from rckit.model_files.source import (BUNDLED, BUNDLED_ONNX, INSTALLED, ModelFile, exported_files, installed_files,
+                                      installed_models, installed_path, open_model)
+
+SPEED = INSTALLED / "speed.json"  # one question's milliseconds per installed model (benchmarks/installed_models.py)
 
 
 def add_arguments(p) -> None:
-    p.description = ("Say which model `rckit predict` and `rckit serve` use without RUN ($RCKIT_MODEL, else the "
-                     "model installed with rckit), and list the exported .safetensors and .onnx files in DIR: name, "
-                     "model, size, dev score.")
+    p.description = ("List the models installed with rckit (use one with --model NAME: predict, evaluate, serve, ask, "
+                     "explain, export, train --init-from) with their dev EM/F1, size and speed; say which model "
+                     "`rckit predict` and `rckit serve` use without one ($RCKIT_MODEL, else the installed qanet); and "
+                     "list the exported .safetensors and .onnx files in DIR: name, model, size, dev score.")
     p.add_argument("dir", nargs="?", help="a directory of exported models")
 
 
@@ -28,12 +33,37 @@ def run(args) -> int:
             print("  " + model_line(found))
     except (FileNotFoundError, MissingPackage) as e:
         print(f"default model: none ({one_line(e)}); the installed model would be {BUNDLED_ONNX} or {BUNDLED}")
+    print(installed_table())
     if args.dir:
         files = exported_files(args.dir)
         print(f"{len(files)} exported models in {Path(args.dir)}")
         for f in files:
             print("  " + model_line(f))
     return 0
+
+
+def installed_table() -> str:
+    """One row per installed model: its name, architecture, files and their sizes, its full-dev
+    EM/F1 as recorded in its file, one question's milliseconds (``speed.json``) and what answers
+    with it here."""
+    speed = json.loads(SPEED.read_text()) if SPEED.is_file() else {}
+    rows = [("name", "model", "files", "SQuAD v1.1 dev EM / F1", "ms a question", "answers here with")]
+    for name in installed_models():
+        files = installed_files(name)
+        meta = safetensors_metadata(files["safetensors"]) if "safetensors" in files else onnx_metadata(files["onnx"])
+        dev = next((s for s in meta.get("scores", []) if s.get("total") == 10570 and not s.get("always_answer")), None)
+        sizes = ", ".join(f"{path.suffix} {path.stat().st_size / 2**20:.1f} MiB" for path in files.values())
+        ms = speed.get("models", {}).get(name, {})
+        try:
+            backend = "onnxruntime" if installed_path(name).suffix == ".onnx" else "PyTorch"
+        except MissingPackage as e:
+            backend = f"nothing: {one_line(e)}"
+        rows.append((name, meta["model"], sizes, f"{dev['exact_match']:.2f} / {dev['f1']:.2f}" if dev else "not recorded",
+                     ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-", backend))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    note = f"  (speed: {speed['machine']}, {speed['date']})" if speed else ""
+    return f"installed models (--model NAME; the first is the default):{note}\n" + "\n".join("  " + x for x in lines)
 
 
 def model_line(found: ModelFile) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from rckit.answering.answer import shown
 from rckit.answering.questions import answer_questions_file, read_questions
 from rckit.answering.reader import Reader, check_text
+from rckit.cli.arguments import MODEL_HELP, model_option, model_source
+from rckit.model_files.source import model_names
 
 
 def add_arguments(p) -> None:
@@ -15,10 +18,12 @@ def add_arguments(p) -> None:
         "Answer a question about a context (--context, --question), or every record of a file "
         "(--questions FILE.json|.jsonl of {\"id\", \"context\", \"question\"}, answers to --out in the same order). "
         "A context longer than the model's window (the longest context it trained on) is read in overlapping "
-        "windows. Without RUN: $RCKIT_MODEL, else the model installed with rckit."
+        "windows. Without RUN: $RCKIT_MODEL, else the model installed with rckit. --model all (or dcn,qanet) "
+        "answers with each installed model and prints one table: answer, probability, milliseconds."
     )
     p.add_argument("run", nargs="?", metavar="RUN|FILE",
                    help="run directory, checkpoint, exported .safetensors or .onnx file (default: the installed model)")
+    model_option(p, MODEL_HELP + "; 'all' or names joined by commas: each answers, side by side")
     p.add_argument("--context", help="context text")
     p.add_argument("--question", help="question text")
     p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"context\", "
@@ -37,6 +42,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    source = model_source(args)
+    several = source is not None and (source == "all" or "," in source)
+    if several and args.questions:
+        raise ValueError(f"--model {source} compares the models on one --context and --question, not a --questions file")
     if args.questions:
         if args.context is not None or args.question is not None:
             raise ValueError("give either --questions FILE or --context and --question, not both")
@@ -48,7 +57,9 @@ def run(args) -> int:
             raise ValueError("--out is for --questions FILE; one answer goes to stdout")
         check_text("context", args.context)
         check_text("question", args.question)
-    reader = Reader.load(args.run, args.device, always_answer=args.always_answer)
+    if several:
+        return side_by_side(args, model_names(source))
+    reader = Reader.load(source, args.device, always_answer=args.always_answer)
     if args.questions:
         n = answer_questions_file(reader, records, args.out, args.top_k, args.max_answer_len, args.stride)
         if args.out:
@@ -62,4 +73,29 @@ def run(args) -> int:
     else:
         for a in answers:
             print(f"{a['score']:.4f}\t{shown(a)}")
+    return 0
+
+
+def side_by_side(args, names: list[str]) -> int:
+    """Each installed model of ``names`` answers the question: one table (``--json``: a list), each
+    answer with its model's milliseconds for it, timed on a second call (the first warms it up)."""
+    rows = []
+    for name in names:
+        reader = Reader.load(name, args.device, always_answer=args.always_answer)
+        reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
+        start = time.perf_counter()
+        answers = reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
+        ms = (time.perf_counter() - start) * 1e3
+        rows.append({"model": name, "backend": reader.info.get("backend"), "ms": round(ms, 1), "answers": answers})
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return 0
+    table = [("model", "answer", "probability", "ms")]
+    for row in rows:
+        best = row["answers"][0] if row["answers"] else None
+        table.append((row["model"], shown(best) if best else "", f"{best['score']:.3f}" if best else "",
+                      f"{row['ms']:.1f}"))
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    for r in table:
+        print("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths))))
     return 0

@@ -14,9 +14,13 @@ from rckit.serve.config import ServeConfig
 
 
 def add_arguments(p) -> None:
-    p.description = "Serve a model over HTTP (POST /v1/answer, GET /v1/model); concurrent requests are batched."
+    p.description = ("Serve a model, or several, over HTTP (POST /v1/answer, GET /v1/models); concurrent requests "
+                     "are batched.")
     p.add_argument("run", nargs="?", metavar="RUN|FILE",
                    help="run directory, exported .safetensors or .onnx file (default: the installed model)")
+    p.add_argument("--model", metavar="NAMES|RUN|FILE",
+                   help="the installed models to serve: all, or names joined by commas (dcn,qanet), the first "
+                        "answering requests that name none; or one run or file, as RUN|FILE")
     types = typing.get_type_hints(ServeConfig)
     for f in fields(ServeConfig):
         flag, kind = "--" + f.name.replace("_", "-"), value_type(types[f.name])
@@ -44,5 +48,7 @@ def run(args) -> int:
             given[f.name] = tuple(given[f.name] or ())
         elif given[f.name] is None and f.metadata.get("env"):  # e.g. the key from $RCKIT_API_KEY
             given[f.name] = os.environ.get(f.metadata["env"]) or None
-    serve(args.run, ServeConfig(**given))
+    if args.run is not None and args.model is not None:
+        raise ValueError(f"give the model once: RUN|FILE ({args.run}) or --model ({args.model}), not both")
+    serve(args.model if args.run is None else args.run, ServeConfig(**given))
     return 0

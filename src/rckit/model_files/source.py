@@ -8,8 +8,12 @@ A source is one of:
 - an exported ``.safetensors`` file (``safetensors``: PyTorch answers with it,
   :mod:`rckit.model_files.safetensors`);
 - an ONNX file (``onnx``: onnxruntime answers with it, without PyTorch);
-- ``"bundled"``: the model installed with rckit (its ``.safetensors`` file);
-- None: the default model, ``$RCKIT_MODEL`` if set, else the installed model
+- an installed model's name (:data:`INSTALLED_NAMES`: ``qanet``, ``dcn``, ``dcn_plus``,
+  ``deep_lstm_reader``, ``qanet_paper``), where no file or directory of that name is here: its
+  ONNX file where onnxruntime is installed and the model has one, else its ``.safetensors`` file
+  (:func:`installed_path`); ``"all"`` or ``"dcn,qanet"`` name several (:func:`model_names`);
+- ``"bundled"``: the default installed model's ``.safetensors`` file (``qanet``);
+- None: the default model, ``$RCKIT_MODEL`` if set, else the installed ``qanet``
   (:func:`default_model_path`).
 
 This module imports neither PyTorch nor onnxruntime: deciding what a file is costs a ``stat``.
@@ -19,14 +23,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from rckit.model_files.errors import MissingPackage
 
-BUNDLED = Path(__file__).resolve().parent.parent / "bundled" / "qanet-squad.safetensors"  # PyTorch
-BUNDLED_ONNX = BUNDLED.with_suffix(".onnx")  # the same model for onnxruntime (`rckit export bundled --format onnx`)
+INSTALLED = Path(__file__).resolve().parent.parent / "bundled"  # the models installed with rckit: NAME-squad.*
+# Their names, the default first; docs/models.md has a card for each.
+INSTALLED_NAMES = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader", "qanet_paper")
 SUFFIXES = {"safetensors": ".safetensors", "onnx": ".onnx"}  # the exported formats and their files' suffixes
+BUNDLED = INSTALLED / "qanet-squad.safetensors"  # the default model, for PyTorch
+BUNDLED_ONNX = BUNDLED.with_suffix(".onnx")  # the same model for onnxruntime (`rckit export bundled --format onnx`)
+NAME = re.compile(r"[A-Za-z0-9_]+")  # what could be a model's name rather than a path
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ def open_model(source: str | Path | None = None) -> ModelFile:
         path = default_model_path()
     elif str(source) == "bundled":
         path = BUNDLED
+    elif isinstance(source, str) and NAME.fullmatch(source) and not Path(source).exists():
+        path = installed_path(source)
     else:
         path = Path(source)
     if path.is_dir():
@@ -126,3 +137,53 @@ def default_model_path() -> Path:
                              "pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)")
     raise FileNotFoundError("no default model is installed: give a trained run or an exported file "
                             "(`rckit predict RUN ...`, `rckit export RUN --out FILE`), or set RCKIT_MODEL=FILE")
+
+
+def installed_files(name: str) -> dict[str, Path]:
+    """The files of installed model ``name`` that are here, by format (``safetensors``, ``onnx``)."""
+    files = {fmt: INSTALLED / f"{name}-squad{suffix}" for fmt, suffix in SUFFIXES.items()}
+    return {fmt: path for fmt, path in files.items() if path.is_file()}
+
+
+def installed_models() -> list[str]:
+    """The names of the installed models that have a file here, the default first."""
+    return [name for name in INSTALLED_NAMES if installed_files(name)]
+
+
+def installed_name(path: str | Path) -> str | None:
+    """The name of the installed model whose file ``path`` is, else None."""
+    path = Path(path).resolve()
+    return next((name for name in INSTALLED_NAMES if path in installed_files(name).values()), None)
+
+
+def installed_path(name: str) -> Path:
+    """The file installed model ``name`` answers with: its ONNX file where onnxruntime is installed
+    and it has one (the faster path), else its ``.safetensors`` file where PyTorch is.
+
+    An unknown name is a :class:`FileNotFoundError` of one line listing the installed models; a
+    model whose backend is missing is :class:`MissingPackage`, naming the install."""
+    files = installed_files(name)
+    if not files:
+        raise FileNotFoundError(f"{name}: no such run directory, model file or installed model "
+                                f"(installed: {', '.join(installed_models()) or 'none'})")
+    if "onnx" in files and installed("onnxruntime"):
+        return files["onnx"]
+    if "safetensors" in files and installed("torch"):
+        return files["safetensors"]
+    if "onnx" in files or not installed("onnxruntime"):
+        raise MissingPackage(f"the installed model {name} answers with onnxruntime or PyTorch, and neither is "
+                             "installed: pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)")
+    raise MissingPackage(f"the installed model {name} answers with PyTorch (it has no ONNX file): "
+                         "pip install 'rckit[torch]'")
+
+
+def model_names(spec: str) -> list[str]:
+    """The installed models ``spec`` names: ``all`` (every installed one), or names joined by commas.
+    An unknown name is a :class:`FileNotFoundError` listing the installed ones."""
+    names = installed_models() if spec == "all" else [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise FileNotFoundError(f"--model {spec!r}: no installed model (installed: none)")
+    for name in names:
+        if not installed_files(name):
+            installed_path(name)  # raises, listing the installed ones
+    return list(dict.fromkeys(names))

@@ -1,0 +1,97 @@
+"""One question, and one explanation, with each model installed with rckit, in one process.
+
+    python benchmarks/installed_models.py [--repeat 100] [--explain 10] [--record]
+
+For each installed model (``rckit models``) and each file it has (``.safetensors`` on PyTorch,
+``.onnx`` on onnxruntime), loaded with ``rckit.Reader.load`` and its default threads:
+
+- one question: ``reader.answer(paragraph, question)`` on load_serve.py's ~150-token paragraph,
+  its questions in turn, ``--repeat`` calls after 10 warm-up calls: median and p90 ms;
+- one explanation (PyTorch files): ``reader.explain`` of the first of those questions with 32
+  integrated-gradients steps, ``--explain`` calls after one warm-up: median seconds;
+- the load: seconds from ``Reader.load`` to its return, and the file's size.
+
+Prints a Markdown table. ``--record`` writes each model's median milliseconds to
+``src/rckit/bundled/speed.json``, with the machine and date, where ``rckit models`` reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load_serve import PARAGRAPH, QUESTIONS  # noqa: E402
+
+from rckit.answering.reader import Reader  # noqa: E402
+from rckit.cli.models import SPEED  # noqa: E402
+from rckit.model_files.source import installed_files, installed_models  # noqa: E402
+
+BACKENDS = {"safetensors": "PyTorch", "onnx": "onnxruntime"}
+
+
+def time_answers(reader, repeat: int) -> tuple[float, float]:
+    for i in range(10):
+        reader.answer(PARAGRAPH, QUESTIONS[i % len(QUESTIONS)])
+    times = []
+    for i in range(repeat):
+        start = time.perf_counter()
+        reader.answer(PARAGRAPH, QUESTIONS[i % len(QUESTIONS)])
+        times.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    return statistics.median(times), times[int(0.9 * (len(times) - 1))]
+
+
+def time_explain(reader, n: int) -> float:
+    reader.explain(PARAGRAPH, QUESTIONS[0])
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        reader.explain(PARAGRAPH, QUESTIONS[0])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--explain", type=int, default=10)
+    ap.add_argument("--models", default="all", help="names joined by commas (default: every installed model)")
+    ap.add_argument("--record", action="store_true")
+    args = ap.parse_args()
+    names = installed_models() if args.models == "all" else args.models.split(",")
+    rows, speed = [], {}
+    for name in names:
+        for fmt, path in installed_files(name).items():
+            start = time.perf_counter()
+            reader = Reader.load(path)
+            load_s = time.perf_counter() - start
+            median, p90 = time_answers(reader, args.repeat)
+            explain_s = time_explain(reader, args.explain) if fmt == "safetensors" and args.explain else None
+            speed.setdefault(name, {})[BACKENDS[fmt]] = round(median, 1)
+            rows.append((name, BACKENDS[fmt], f"{path.stat().st_size / 2**20:.1f}", f"{load_s:.2f}",
+                         f"{median:.1f} / {p90:.1f}", "-" if explain_s is None else f"{explain_s:.3f}"))
+            print(json.dumps({"model": name, "backend": BACKENDS[fmt], "mib": path.stat().st_size / 2**20,
+                              "load_s": load_s, "median_ms": median, "p90_ms": p90, "explain_s": explain_s}),
+                  file=sys.stderr)
+    print("| model | backend | file MiB | load s | one question, median / p90 ms | explain s (32 IG steps) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    if args.record:
+        machine = f"{os.cpu_count()}-core {platform.machine()} CPU"
+        record = {"machine": machine, "date": datetime.date.today().isoformat(), "paragraph": "benchmarks/load_serve.py",
+                  "models": speed}
+        SPEED.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"recorded in {SPEED}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
