@@ -132,7 +132,7 @@ def test_a_bad_request_is_refused_as_post_v1_answer_refuses_it(client, body):
     ({"context": CONTEXT}, "'question' is required"),
     ({"context": CONTEXT, "question": None}, "'question' is required"),
     ({"context": CONTEXT, "question": "Who?", "top_k": 3},
-     "unknown field 'top_k' (the fields are context, question, max_answer_len, steps)"),
+     "unknown field 'top_k' (the fields are context, question, max_answer_len, steps, model)"),
     ({"context": CONTEXT, "question": "Who?", "steps": 0}, "'steps' must be between 1 and 128, not 0"),
     ({"context": CONTEXT, "question": "Who?", "steps": 129}, "'steps' must be between 1 and 128, not 129"),
     ({"context": CONTEXT, "question": "Who?", "steps": 2.5}, "'steps' must be an integer, not a number (2.5)"),
@@ -149,7 +149,7 @@ def test_the_schema_states_the_body_its_limits_and_the_formats(client):
     op = spec["paths"]["/v1/explain"]["post"]
     schema = op["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["context", "question"] and not schema["additionalProperties"]
-    assert set(schema["properties"]) == {"context", "question", "max_answer_len", "steps"}
+    assert set(schema["properties"]) == {"context", "question", "max_answer_len", "steps", "model"}
     steps = schema["properties"]["steps"]
     assert (steps["minimum"], steps["maximum"], steps["default"]) == (1, 128, 32)
     assert schema["properties"]["context"]["maxLength"] == 600 and "3,000 bytes" in schema["description"]

@@ -9,6 +9,7 @@ Screenshots go to ``test-artifacts/``.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -419,3 +420,71 @@ def test_the_page_looks_inside_an_answer(installed_server, browser):
     browser.save_screenshot(str(ARTIFACTS / "page-inside.png"))
     _ask(browser, None, "When was the stone found?")
     assert state(browser) == "answered" and not by_id("inside").is_displayed()
+
+
+@pytest.fixture(scope="module")
+def two_models_server(tmp_path_factory):
+    """``rckit serve --model qanet,dcn``: two installed models, qanet the default; its URL."""
+    proc, url = start_server(["--model", "qanet,dcn"], tmp_path_factory.mktemp("two-models") / "serve.log")
+    yield url
+    stop_server(proc)
+
+
+@pytest.mark.browser
+def test_the_page_chooses_a_model_and_compares_every_served_model(two_models_server, browser):
+    """With two models served: a selector of both (the default chosen) whose choice answers; Compare
+    asks each the same question and shows one row a model, its answer marked as the API gives it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    url = two_models_server
+    browser.get(url)
+    by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
+    state = lambda d: d.execute_script("return document.body.dataset.state")  # noqa: E731
+    _wait(browser, lambda d: d.find_element(By.ID, "model-row").is_displayed())
+    served = json.load(urllib.request.urlopen(url + "v1/models", timeout=10))["models"]
+    select = Select(by_id("model-select"))
+    assert [o.get_attribute("value") for o in select.options] == [m["name"] for m in served] == ["qanet", "dcn"]
+    assert select.first_selected_option.get_attribute("value") == "qanet" and served[0]["default"]
+    f1 = next((s["f1"] for s in served[0]["scores"] if "f1" in s), served[0]["dev_score"]["dev_f1"])
+    assert _text(select.options[0]) == f"qanet · F1 {f1:.1f}"
+    assert by_id("compare-button").is_displayed() and _text(by_id("model")) == " · models: qanet, dcn"
+
+    # Compare, on the paragraph the page opens with: one row a model, in the server's order, each
+    # answer marked in an excerpt of the passage around it.
+    context, question = by_id("context").get_property("value"), by_id("question").get_property("value")
+    by_id("compare-button").click()
+    _wait(browser, lambda d: state(d) in ("compared", "error"))
+    assert state(browser) == "compared" and not by_id("result").is_displayed()
+    rows = browser.find_elements(By.CSS_SELECTOR, "#compare-rows .compare-row")
+    assert [r.get_attribute("data-model") for r in rows] == ["qanet", "dcn"]
+    for row in rows:
+        name = row.get_attribute("data-model")
+        status, api = post(url, {"context": context, "question": question, "model": name})
+        best = api["answers"][0]
+        assert status == 200 and api["model"] == name
+        assert _text(row.find_element(By.CSS_SELECTOR, ".compare-name strong")) == name
+        assert _text(row.find_element(By.CSS_SELECTOR, ".excerpt mark")) == best["answer"]
+        excerpt = _text(row.find_element(By.CLASS_NAME, "excerpt")).strip("…")
+        assert excerpt in context and len(excerpt) < len(context)  # the words around the answer, not all of it
+        assert _text(row.find_element(By.CLASS_NAME, "prob")) == f"{best['score'] * 100:.1f}%"
+        assert re.fullmatch(r"\d+ ms", _text(row.find_element(By.CLASS_NAME, "ms")))
+
+    # Read at a glance: each row a few lines (an excerpt, not the paragraph), nothing sideways.
+    sizes = browser.execute_script(
+        "const rows = [...document.querySelectorAll('#compare-rows .compare-row')];"
+        "return {rows: rows.map((r) => r.getBoundingClientRect().height), inner: window.innerWidth,"
+        "        scroll: document.documentElement.scrollWidth, page: document.documentElement.scrollHeight,"
+        "        line: parseFloat(getComputedStyle(rows[0]).lineHeight)};")
+    browser.set_window_size(1280, sizes["page"] + 150)  # the whole page in the screenshot
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "page-compare.png"))
+    assert all(h <= 5 * sizes["line"] for h in sizes["rows"]) and sizes["scroll"] <= sizes["inner"], sizes
+
+    # The chosen model answers, and the page says which; the comparison gives way to the answer.
+    select.select_by_value("dcn")
+    _ask(browser, CONTEXT, QUESTION)
+    status, api = post(url, {"context": CONTEXT, "question": QUESTION, "top_k": 5, "model": "dcn"})
+    assert status == 200 and api["model"] == "dcn" and state(browser) == "answered"
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][0]["answer"]
+    assert "by dcn" in _text(by_id("took")) and not by_id("compare").is_displayed()

@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("question", nargs="?", help="the question")
     p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"question\"}")
     p.add_argument("--out", help="with --questions: where the answers go (.json or .jsonl; default: stdout)")
-    p.add_argument("--model", metavar="RUN|FILE", help="the reader (default: $RCKIT_MODEL, else the installed model)")
+    p.add_argument("--model", metavar="NAME|RUN|FILE", help="the reader: an installed model's name (rckit models), a "
+                   "run or an exported file (default: $RCKIT_MODEL, else the installed qanet)")
     p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
     p.add_argument("--passages", type=int, default=20, metavar="N", help="passages retrieved and read (default 20)")
     p.add_argument("--retriever-weight", type=float, metavar="W",

@@ -10,7 +10,7 @@ from rckit.answering.explain_figure import write_explanation
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
 from rckit.answering.reader import Reader, check_text
 from rckit.cli.arguments import model_option, model_source
-from rckit.model_files.source import open_model, pytorch_beside
+from rckit.model_files.source import pytorch_source
 
 
 def add_arguments(p) -> None:
@@ -45,7 +45,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    model_source(args)  # RUN or --model, not both
     if args.out is not None and Path(args.out).suffix.lower() not in (".png", ".html", ".json"):
         raise ValueError(f"--out {args.out}: the explanation is written as .png, .html or .json")
     if args.example is not None:
@@ -54,7 +53,7 @@ def run(args) -> int:
         raise ValueError("give --context and --question (a span model), or --example N (a cloze run)")
     check_text("context", args.context)
     check_text("question", args.question)
-    reader = Reader.load(torch_source(args.run if args.run is not None else args.model), args.device)
+    reader = Reader.load(pytorch_source(model_source(args)), args.device)
     explanation = reader.explain(args.context, args.question, args.steps, args.max_answer_len, args.stride)
     if args.out is not None:
         write_explanation(explanation, Path(args.out))
@@ -69,7 +68,7 @@ def explain_example(args) -> int:
     """``--example``: a cloze run's attention over one document of its data."""
     from rckit.evaluation.cloze_explain import explain_cloze, write_cloze
 
-    source = args.run if args.run is not None else args.model
+    source = model_source(args)
     if source is None:
         raise ValueError("--example explains a cloze run: name it (rckit explain RUN --example N)")
     if args.out is not None and Path(args.out).suffix.lower() not in (".png", ".json"):
@@ -84,16 +83,6 @@ def explain_example(args) -> int:
         print(f"example {e['example']} ({e['id']}): answer {e['answer']}, gold {e['gold']}\ncandidates: {best}"
               + "".join(f"\nnote: {n}" for n in e["notes"]))
     return 0
-
-
-def torch_source(source: str | None) -> str | Path | None:
-    """``source``, or its PyTorch file where it is an ONNX file with one beside it (as the installed
-    ``qanet`` has, the default model)."""
-    found = open_model(source)
-    if found.kind == "run":
-        return source
-    beside = pytorch_beside(found.path) if found.kind == "onnx" else None
-    return beside or found.path
 
 
 def summary(e: Explanation, top: int = 5) -> str:

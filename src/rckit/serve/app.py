@@ -1,4 +1,4 @@
-"""The HTTP side of ``rckit serve``: a JSON API over a :class:`rckit.answering.reader.Reader`, and a page.
+"""The HTTP side of ``rckit serve``: a JSON API over one or several :class:`rckit.answering.reader.Reader`, and a page.
 
 ``POST /v1/answer`` takes ``{"context": ..., "question": ...}`` (or ``"questions": [...]``, with
 optional ``"top_k"`` and ``"max_answer_len"``) and returns ``{"answers": ..., "model": ...,
@@ -11,6 +11,10 @@ off the event loop (:class:`Explainer`); a server of an ONNX file explains with 
 ``.safetensors`` file beside it, loaded on the first explanation, or answers 501. Started with
 an index of documents (``rckit serve --index INDEX``), ``POST /v1/ask`` takes ``{"question": ...}``
 (optional ``"top_k"``, ``"passages"``) and answers from every document (retrieve, then read).
+
+A server may hold several models (``rckit serve --model all``, or ``--model dcn,qanet``): each
+with its own batcher and explainer, ``GET /v1/models`` lists them, and every request body may
+name the one that answers it (``"model"``; left out, the first), which its reply names.
 
 Every mistake in a request gets one JSON line ``{"error": "what is wrong, naming the field"}``
 and a 4xx status, and the server goes on serving: 400 for a body that is not JSON, 413 for a
@@ -36,7 +40,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +56,13 @@ from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.answering.explain_figure import html_of
 from rckit.answering.explanation import Explanation, needs_torch
 from rckit.answering.reader import Reader
-from rckit.model_files.source import installed, open_model, pytorch_beside
+from rckit.model_files.source import installed, installed_name, model_names, open_model, pytorch_beside
 from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_of
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 from rckit.serve.config import ServeConfig, is_loopback
 from rckit.serve.keys import Keys
-from rckit.serve.schema import (AnswerResponse, ApiError, AskResponse, ErrorResponse, ExplainResponse, Requests,
-                                explain)
+from rckit.serve.schema import (AnswerResponse, ApiError, AskResponse, ErrorResponse, ExplainResponse,
+                                ModelsResponse, Requests, explain, not_served)
 
 STATIC = Path(__file__).resolve().parent / "static"
 FORMATS = ("json", "html")  # what POST /v1/explain answers with: ?format=
@@ -73,40 +77,69 @@ def model_name(info: dict) -> str:
     return name if isinstance(name, str) else json.dumps(name)
 
 
-def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
-    """A FastAPI app answering with ``reader`` (a :class:`~rckit.answering.reader.Reader`, or anything
-    with its ``plan_many``, ``read``, ``window`` and ``info``), as ``config`` says: what a request
-    may ask (:class:`~rckit.serve.schema.Requests`), how model calls are formed
-    (:class:`~rckit.serve.batcher.Batcher`). With ``config.index`` (a file of ``rckit index``)
-    ``POST /v1/ask`` asks its documents (:mod:`rckit.retrieval.collection`), their passages read by
-    the same batcher as ``/v1/answer``'s requests. Every request passes :class:`~.access.Gate`
-    first (keys, per-client limits, CORS, the access log)."""
+@dataclass(frozen=True)
+class Served:
+    """One model of a server: the name requests give it, its reader, and its own batcher and explainer."""
+
+    name: str
+    reader: Any
+    batcher: Batcher
+    explainer: Explainer
+
+    def describe(self, default: bool) -> dict[str, Any]:
+        """Its entry of ``GET /v1/models`` (:class:`~rckit.serve.schema.ServedModel`), from the reader's ``info``."""
+        info = self.reader.info
+        return {"name": self.name, "model": model_name(info), "file": info.get("source"),
+                "backend": info.get("backend"), "default": default, "parameters": info.get("parameters"),
+                "window": int(self.reader.window), "dev_score": info.get("dev_score"),
+                "scores": info.get("scores") or []}
+
+
+def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, ServeConfig] | None = None) -> FastAPI:
+    """A FastAPI app answering with ``models``: one reader (a :class:`~rckit.answering.reader.Reader`,
+    or anything with its ``plan_many``, ``read``, ``window`` and ``info``), named by its ``info``, or
+    several, ``{name: reader}``, the first the default; as ``config`` says: what a request may ask
+    (:class:`~rckit.serve.schema.Requests`), how model calls are formed
+    (:class:`~rckit.serve.batcher.Batcher`, one per model, with its ``settings[name]`` where given:
+    :func:`serve` gives each model its backend's threads and workers). With ``config.index`` (a
+    file of ``rckit index``) ``POST /v1/ask`` asks its documents (:mod:`rckit.retrieval.collection`),
+    their passages read by the chosen model's batcher, as ``/v1/answer``'s requests are. Every
+    request passes :class:`~.access.Gate` first (keys, per-client limits, CORS, the access log)."""
     config.check()
+    readers = models if isinstance(models, dict) else {model_name(models.info): models}
+    if not readers:
+        raise ValueError("create_app needs at least one model")
+    settings = settings or {}
+    served = {name: Served(name, reader, Batcher(reader, settings.get(name, config)),
+                           Explainer(reader, settings.get(name, config))) for name, reader in readers.items()}
+    default = next(iter(served.values()))
     keys, limits, log = Keys(config.api_key, config.api_key_file), limits_of(config), AccessLog(config.access_log)
-    requests = Requests.of(config, reader.window)
-    batcher = Batcher(reader, config)
-    explainer = Explainer(reader, config)
+    requests = Requests.of(config, min(int(r.window) for r in readers.values()), tuple(served))
     retriever_weight = DEFAULT_RETRIEVER_WEIGHT if config.retriever_weight is None else config.retriever_weight
-    info = reader.info
-    name = model_name(info)
+
+    def chosen(name: str | None) -> Served:  # a request's model, its name checked by the schema
+        return default if name is None else served[name]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Opened here, in the event loop's thread, where /v1/ask searches it (SQLite keeps a
         # connection to the thread that made it).
         app.state.index = PassageStore(config.index) if config.index is not None else None
-        batcher.start()
-        explainer.start()
+        for m in served.values():
+            m.batcher.start()
+            m.explainer.start()
         yield
-        explainer.stop()
-        await batcher.stop()
+        for m in served.values():
+            m.explainer.stop()
+            await m.batcher.stop()
         if app.state.index is not None:
             app.state.index.close()
         log.close()
 
     app = FastAPI(title="rckit", summary="Answers questions about a passage with a reading-comprehension model.",
                   lifespan=lifespan)
-    app.state.batcher = batcher
+    app.state.batcher = default.batcher
+    app.state.models = served
     app.state.requests = requests
     app.add_middleware(Gate, keys=keys, limits=limits, log=log, config=config)
     plain_openapi = app.openapi
@@ -117,7 +150,8 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
     app.openapi = openapi
     errors = {status: {"model": ErrorResponse, "description": text} for status, text in (
         (400, "the body is not JSON"), (413, f"the body is over {config.max_body_bytes:,} bytes"),
-        (422, "a field is missing, of the wrong type, empty, too long or out of range"),
+        (422, "a field is missing, of the wrong type, empty, too long or out of range, or names a model not "
+              "served here"),
         (500, "the model failed"), (503, "the request was not answered within the server's time limit"))}
 
     @app.exception_handler(ApiError)
@@ -151,9 +185,10 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
         t0 = time.perf_counter()
         req = requests.parse_answer(await read_body(request, config.max_body_bytes))
         questions = req.questions if req.several else [req.question]
-        answers = await read(batcher, [(req.context, q) for q in questions], req.top_k, req.max_answer_len)
+        m = chosen(req.model)
+        answers = await read(m.batcher, [(req.context, q) for q in questions], req.top_k, req.max_answer_len)
         ms = (time.perf_counter() - t0) * 1000
-        return JSONResponse({"answers": answers if req.several else answers[0], "model": name, "ms": round(ms, 2)})
+        return JSONResponse({"answers": answers if req.several else answers[0], "model": m.name, "ms": round(ms, 2)})
 
     @app.post("/v1/explain", response_model=ExplainResponse, responses={
         **errors, 200: {"description": "the explanation; with `?format=html` the same drawn as one self-contained "
@@ -177,12 +212,13 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
         kind = request.query_params.get("format", "json")
         if kind not in FORMATS:
             raise ApiError(422, f"'format' must be json or html, not {kind[:40]!r}")
-        explanation, page = await explainer.explain(req.context, req.question, req.steps, req.max_answer_len,
-                                                    kind == "html")
+        m = chosen(req.model)
+        explanation, page = await m.explainer.explain(req.context, req.question, req.steps, req.max_answer_len,
+                                                      kind == "html")
         if page is not None:
             return HTMLResponse(page)
         ms = (time.perf_counter() - t0) * 1000
-        return JSONResponse({"explanation": explanation, "model": name, "ms": round(ms, 2)})
+        return JSONResponse({"explanation": explanation, "model": m.name, "ms": round(ms, 2)})
 
     @app.post("/v1/ask", response_model=AskResponse, responses={**errors, 404: {
         "model": ErrorResponse, "description": "the server has no index (rckit serve --index INDEX)"}},
@@ -196,11 +232,12 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
         if app.state.index is None:
             return error(404, "this server has no index of documents: start it with rckit serve --index INDEX")
         req = requests.parse_ask(await read_body(request, config.max_body_bytes))
+        m = chosen(req.model)
         found = retrieve(app.state.index, [req.question], req.passages)
-        spans = await read(batcher, found.pairs, req.top_k, None) if found.pairs else []
+        spans = await read(m.batcher, found.pairs, req.top_k, None) if found.pairs else []
         answers = found.rank(spans, req.top_k, retriever_weight)[0]
         ms = (time.perf_counter() - t0) * 1000
-        return JSONResponse({"answers": answers, "model": name, "ms": round(ms, 2)})
+        return JSONResponse({"answers": answers, "model": m.name, "ms": round(ms, 2)})
 
     @app.get("/v1/index", responses={404: {"model": ErrorResponse,
                                           "description": "the server has no index (rckit serve --index INDEX)"}})
@@ -210,16 +247,31 @@ def create_app(reader, config: ServeConfig = ServeConfig()) -> FastAPI:
             raise ApiError(404, "this server has no index of documents: start it with rckit serve --index INDEX")
         return {**app.state.index.stats(), "path": str(Path(config.index).resolve()), "retriever_weight": retriever_weight}
 
-    @app.get("/v1/model")
-    async def model() -> dict[str, Any]:
-        """What the model is: name, where it was loaded from, its configuration, its dev score if known."""
-        return info
+    @app.get("/v1/model", responses={422: {"model": ErrorResponse, "description": "`model` names a model not "
+                                           "served here"}}, openapi_extra={"parameters": [{
+        "name": "model", "in": "query", "required": False, "schema": {"type": "string", "enum": list(served)},
+        "description": f"which served model (default: {default.name})"}]})
+    async def model(request: Request) -> dict[str, Any]:
+        """What the model is (the default one, or `?model=NAME`): name, where it was loaded from, its
+        configuration, its dev score if known."""
+        name = request.query_params.get("model")
+        if name is not None and name not in served:
+            raise ApiError(422, not_served(name, tuple(served)))
+        return chosen(name).reader.info
+
+    @app.get("/v1/models", response_model=ModelsResponse)
+    async def models_served() -> dict[str, Any]:
+        """The served models, the default first: each one's name (what a request's `model` gives),
+        architecture, file, backend, parameters and scores."""
+        return {"models": [m.describe(m is default) for m in served.values()]}
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         """The server is up; how many model calls and questions it has answered, how many requests wait."""
-        return {"status": "ok", "model": name, "calls": batcher.calls, "questions": batcher.questions,
-                "queued": batcher.queued}
+        batchers = [m.batcher for m in served.values()]
+        return {"status": "ok", "model": default.name, "models": list(served),
+                "calls": sum(b.calls for b in batchers), "questions": sum(b.questions for b in batchers),
+                "queued": sum(b.queued for b in batchers)}
 
     @app.get("/", include_in_schema=False)
     async def page():
@@ -375,29 +427,50 @@ class SignalledServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(source: str | None = None, config: ServeConfig = ServeConfig()) -> None:
-    """Load the model from ``source`` (a run, an exported file, None: the default model) and serve it
-    as ``config`` says until Ctrl-C or SIGTERM.
+def sources(spec: str | None) -> list[str | None]:
+    """The model sources ``spec`` names: the installed models it lists for ``all`` or names joined
+    by commas (:func:`~rckit.model_files.source.model_names`: an unknown one is a one-line
+    FileNotFoundError listing the installed ones), else ``spec`` itself, one source (a run, a file,
+    an installed model's name, or None: the default model)."""
+    if spec is not None and (spec == "all" or "," in spec) and not Path(spec).exists():
+        return list(model_names(spec))
+    return [spec]
 
-    The model runs in ``config.model_workers`` threads, each call on ``config.threads`` cores
-    (left as None: :func:`model_settings`' for the backend, with onnxruntime two calls sharing the
+
+def serve(source: str | None = None, config: ServeConfig = ServeConfig()) -> None:
+    """Load the model from ``source`` (a run, an exported file, an installed model's name, None: the
+    default model; ``all`` or ``dcn,qanet``: several installed models, the first the default) and
+    serve it as ``config`` says until Ctrl-C or SIGTERM.
+
+    Each model runs in ``config.model_workers`` threads, each call on ``config.threads`` cores
+    (left as None: :func:`model_settings`' for its backend, with onnxruntime two calls sharing the
     cores, with PyTorch one call on all cores but one); the event loop only parses requests and
-    forms batches. Prints the URL once the socket listens (``port`` 0 takes a free port and prints
-    which; ``https://`` with ``ssl_certfile``), then, for a network address served without a key
-    (``allow_anonymous``), that anyone who can reach it can use it. A setting out of range, a bad
-    key file or certificate, or a network address without a key or ``allow_anonymous`` is refused
-    before the model loads.
+    forms batches. A model is named by its installed name, else by its architecture (what a request's
+    ``model`` gives, and its reply says). Prints the URL once the socket listens (``port`` 0 takes a
+    free port and prints which; ``https://`` with ``ssl_certfile``), then, for a network address
+    served without a key (``allow_anonymous``), that anyone who can reach it can use it. A setting
+    out of range, a bad key file or certificate, a network address without a key or
+    ``allow_anonymous``, or a model name not installed is refused before any model loads.
     """
     config.check()
-    found = open_model(source)  # which backend sets the defaults below
-    model_workers, threads = model_settings(found.kind == "onnx", config.model_workers)
-    config = replace(config, model_workers=model_workers, threads=config.threads or threads)
-    reader = Reader.load(found.path, always_answer=config.always_answer, threads=config.threads, spin=False)
-    app = create_app(reader, config)
+    found = [open_model(s) for s in sources(source)]  # which backend sets each one's defaults below
+    loaded = []  # (installed name or None, reader, its settings)
+    for f in found:
+        model_workers, threads = model_settings(f.kind == "onnx", config.model_workers)
+        own = replace(config, model_workers=model_workers, threads=config.threads or threads)
+        reader = Reader.load(f.path, always_answer=own.always_answer, threads=own.threads, spin=False)
+        loaded.append((installed_name(f.path), reader, own))
+    if len(loaded) == 1:  # one model: the server it always was, named by its installed name where it has one
+        name, reader, config = loaded[0]
+        app = create_app(reader if name is None else {name: reader}, config)
+    else:  # several installed models, the first the default
+        config = loaded[0][2]
+        app = create_app({name: reader for name, reader, _ in loaded}, config,
+                         {name: own for name, _, own in loaded})
     sock = listen(config.host, config.port)
     shown = f"[{config.host}]" if ":" in config.host else config.host
     url = f"{'https' if config.ssl_certfile else 'http'}://{shown}:{sock.getsockname()[1]}/"
-    print(f"rckit serve: {model_name(reader.info)} at {url} (API: POST {url}v1/answer, docs: {url}docs); "
+    print(f"rckit serve: {', '.join(app.state.models)} at {url} (API: POST {url}v1/answer, docs: {url}docs); "
           "Ctrl-C stops", flush=True)
     if config.api_key is None and config.api_key_file is None and not is_loopback(config.host):
         print(f"rckit serve: no key (--allow-anonymous): anyone who can reach {shown}:{sock.getsockname()[1]} "

@@ -5,7 +5,9 @@ checks come from it (``model_json_schema()`` states the rules that ``model_valid
 ``POST /v1/answer`` takes one of two bodies, :class:`OneQuestion` or :class:`SeveralQuestions`
 (the schema's ``oneOf``); :meth:`Requests.parse_answer` is the one place that chooses between
 them. ``POST /v1/explain`` takes :class:`ExplainBody`, one question with the same fields and
-rules as :class:`OneQuestion` (:meth:`Requests.parse_explain`). A text field (:func:`text`) is checked by :func:`check_field`, which asks the reader's rule
+rules as :class:`OneQuestion` (:meth:`Requests.parse_explain`). Every body may name the served
+model that answers it (``model``, :func:`served`: one of the server's names, stated as the schema's
+``enum``; left out, the server's first model). A text field (:func:`text`) is checked by :func:`check_field`, which asks the reader's rule
 (:func:`rckit.answering.reader.text_problem`) and the field's length; the schema states the same
 rule as ``minLength``, ``pattern`` and ``maxLength`` (:data:`HAS_WORD`, made by
 :func:`letter_or_digit`: the characters ``str.isalnum`` accepts, spelled as JSON Schema's regular
@@ -108,6 +110,27 @@ def check_field(text: str, max_chars: int, note: str = "") -> str:
     return text
 
 
+def not_served(name: str, models: tuple[str, ...]) -> str:
+    """What is wrong with a ``model`` field (or query parameter) naming ``name``, not among ``models``."""
+    return f"'model': {name[:40]!r} is not served here (served: {', '.join(models)})"
+
+
+def check_model(name: str, models: tuple[str, ...]) -> str:
+    """``name`` if it is one of the served ``models``, else a validation error listing them."""
+    if name not in models:
+        raise PydanticCustomError("served", "{problem}", {"problem": not_served(name, models)})
+    return name
+
+
+def served(models: tuple[str, ...]) -> tuple[Any, Any]:
+    """The optional ``model`` field of every body: one of ``models``, the server's, checked by
+    :func:`check_model` and stated in the schema by the same rule (``enum``); None: the first."""
+    return (Annotated[str, AfterValidator(partial(check_model, models=models)),
+                      Field(json_schema_extra={"enum": list(models)})] | None,
+            Field(None, description=f"which served model answers: {', '.join(models)} (default: {models[0]}; "
+                  "GET /v1/models lists them)"))
+
+
 def text(max_chars: int, what: str, note: str = "") -> Any:
     """A text field, checked by :func:`check_field` and stated in the schema by the same rule:
     at least one letter or digit (``minLength``, ``pattern``), at most ``max_chars`` characters."""
@@ -152,7 +175,7 @@ def answer_options() -> dict[str, Any]:
                 None, description="longest answer in tokens (default: the model's own setting)"))}
 
 
-ANSWER_FIELDS = ("context", "question", "questions", *answer_options())
+ANSWER_FIELDS = ("context", "question", "questions", *answer_options(), "model")
 
 
 def context_chars(config: ServeConfig, window: int, questions: int = 1) -> int:
@@ -166,8 +189,10 @@ def context_chars(config: ServeConfig, window: int, questions: int = 1) -> int:
 
 @dataclass(frozen=True)
 class Requests:
-    """The request bodies of one server, built from its config and its reader's ``window``: their
-    schemas (:meth:`answer_schema`, :meth:`ask_schema`) and their checks (:meth:`parse_answer`,
+    """The request bodies of one server, built from its config, its readers' ``window`` (the
+    smallest, where it serves several: the context limits hold for each) and the names of its
+    models (``models``: the ``model`` field, none without them): their schemas
+    (:meth:`answer_schema`, :meth:`ask_schema`) and their checks (:meth:`parse_answer`,
     :meth:`parse_ask`)."""
 
     config: ServeConfig
@@ -177,11 +202,12 @@ class Requests:
     explaining: type[ExplainBody]
 
     @classmethod
-    def of(cls, config: ServeConfig, window: int) -> "Requests":
+    def of(cls, config: ServeConfig, window: int, models: tuple[str, ...] = ()) -> "Requests":
         one_chars, list_chars = context_chars(config, window), context_chars(config, window, config.max_questions)
+        model = {"model": served(models)} if models else {}
         one = create_model("OneQuestion", __base__=OneQuestion, __doc__=None,
                            context=text(one_chars, "the passage to read"),
-                           question=text(config.max_question_chars, "one question"), **answer_options())
+                           question=text(config.max_question_chars, "one question"), **answer_options(), **model)
         several = create_model(
             "SeveralQuestions", __base__=SeveralQuestions, __doc__=None,
             context=text(list_chars, "the passage to read (shorter than with one question: the model reads it "
@@ -189,18 +215,19 @@ class Requests:
             questions=Annotated[list[text(config.max_question_chars, "a question")], Field(
                 min_length=1, max_length=config.max_questions,
                 description="several questions about the same context")],
-            **answer_options())
+            **answer_options(), **model)
         ask = create_model(
             "AskBody", __base__=AskBody, __doc__=None, question=text(config.max_question_chars, "the question"),
             top_k=(ranged("top_k"), Field(1, description="how many answers, best first")),
             passages=(ranged("passages"), Field(DEFAULT_PASSAGES, description="how many passages the retriever "
-                                                "gives the reader")))
+                                                "gives the reader")), **model)
         explaining = create_model(
             "ExplainBody", __base__=ExplainBody, __doc__=None, context=text(one_chars, "the passage to read"),
             question=text(config.max_question_chars, "one question"),
             max_answer_len=answer_options()["max_answer_len"],
             steps=(ranged("steps"), Field(explanation.DEFAULT_STEPS, description="integrated gradients' steps from "
-                                          "all-zero word vectors: the model reads steps + 1 copies, with gradients")))
+                                          "all-zero word vectors: the model reads steps + 1 copies, with gradients")),
+            **model)
         return cls(config, one, several, ask, explaining)
 
     def limits(self) -> str:
@@ -295,6 +322,8 @@ def explain(err: dict, fields: tuple[str, ...] = ANSWER_FIELDS) -> str:
         return unknown_field(field, fields)
     if kind == "text":
         return f"'{field}' {ctx['problem']}"
+    if kind == "served":
+        return ctx["problem"]
     if kind == "string_type":
         return f"'{field}' must be a string, not {json_type(given)}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
@@ -391,3 +420,21 @@ class ExplainResponse(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: str
+
+
+class ServedModel(BaseModel):
+    name: str = Field(description="what a request's `model` names it: an installed model's name, else its "
+                      "architecture's")
+    model: str = Field(description="its architecture (qanet, dcn, dcn_plus, deep_lstm_reader, ...)")
+    file: str | None = Field(description="the file or run it was loaded from")
+    backend: str | None = Field(description="what computes it: onnxruntime or torch")
+    default: bool = Field(description="whether it answers the requests that name no model")
+    parameters: int | None = Field(description="its trained parameters")
+    window: int = Field(description="the most context tokens it reads at once")
+    dev_score: dict[str, Any] | None = Field(description="the F1 on the dev questions it was chosen by in training")
+    scores: list[dict[str, Any]] = Field(description="its recorded scores (`rckit evaluate FILE --record`): exact "
+                                         "match and F1 on a whole file, named with its checksum")
+
+
+class ModelsResponse(BaseModel):
+    models: list[ServedModel] = Field(description="the served models, the default first")

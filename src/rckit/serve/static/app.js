@@ -1,5 +1,6 @@
 // The page of `rckit serve`: asks POST /v1/answer and marks the answer in the passage; "Inside"
-// shows POST /v1/explain's drawing of why the model chose it.
+// shows POST /v1/explain's drawing of why the model chose it. A server of several models
+// (GET /v1/models) gets a model selector, and "Compare", which asks each of them the same question.
 // User text only ever enters the page as DOM text nodes, never as HTML; the one page of HTML it
 // shows, the explanation, is drawn by the server with every text escaped and shown in a sandboxed
 // frame where no script runs.
@@ -7,7 +8,21 @@
 
 const TOP_K = 5;
 const KEY = "rckit-key";  // sessionStorage: the server's key, kept for this tab only
+const AROUND = 50;  // Compare: characters of the passage shown on each side of an answer
 const $ = (id) => document.getElementById(id);
+
+// GET /v1/models' list, the default first; the selector is shown only when it holds several.
+let models = [];
+
+// The model chosen in the selector, or null: the server's default (a server of one model).
+function chosenModel() {
+  return models.length > 1 ? $("model-select").value : null;
+}
+
+// A request body naming the chosen model, where there is a choice.
+function withModel(payload, model = chosenModel()) {
+  return model ? { ...payload, model } : payload;
+}
 
 // A server started with a key answers 401 to every API call without it: the page asks for the
 // key once, keeps it for the tab and sends it as a Bearer header; a 401 forgets it and asks again.
@@ -39,7 +54,7 @@ async function useKey(event) {
   $("key").value = "";
   $("key-form").hidden = true;
   setState("");
-  if (!(await showModel())) return;  // refused: the form is back, saying so
+  if (!(await showModels())) return;  // refused: the form is back, saying so
   await showIndex();
   setState("ready");
 }
@@ -212,6 +227,7 @@ async function ask(event) {
   const button = $("ask");
   showError("");
   hideInside();
+  $("compare").hidden = true;
   if (!context.trim() || !question.trim()) {
     showError(!context.trim() ? "Write or paste a passage first." : "Write a question first.");
     setState("error");
@@ -222,12 +238,13 @@ async function ask(event) {
   button.textContent = "Asking…";
   const t0 = performance.now();
   try {
-    const body = await postJSON("/v1/answer", { context, question, top_k: TOP_K });
+    const model = chosenModel();  // as chosen when asked, for "Inside" too
+    const body = await postJSON("/v1/answer", withModel({ context, question, top_k: TOP_K }, model));
     const answers = body.answers;
     if (!answers.length) throw new Error("the model gave no answer");
     markPassage(context, answers[0]);
     showTopk(context, answers);
-    asked = { context, question };
+    asked = withModel({ context, question }, model);  // "Inside" explains with the model that answered
     const total = performance.now() - t0;
     $("took").textContent = `Answered in ${Math.round(total)} ms (${Math.round(body.ms)} ms in the server) by ${body.model}.`;
     $("result").hidden = false;
@@ -239,6 +256,115 @@ async function ask(event) {
     button.disabled = false;
     button.textContent = "Ask";
   }
+}
+
+// "Compare": the same question to every served model at once, one POST /v1/answer each; one row a
+// model, filled as its answer comes: its name, its answer marked in an excerpt of the passage
+// around it, its probability and the server's milliseconds.
+function passageAround(context, a) {
+  const box = document.createElement("span");
+  box.className = "excerpt";
+  if (a.start === null) {
+    box.classList.add("no-answer");
+    box.textContent = "No answer in this passage";
+    return box;
+  }
+  const points = Array.from(context);
+  let lo = Math.max(0, a.start - AROUND);
+  let hi = Math.min(points.length, a.end + AROUND);
+  // Whole words only: from just after the first space, to just before the last.
+  if (lo > 0) {
+    const space = points.slice(lo, a.start).findIndex((c) => /\s/.test(c));
+    if (space >= 0) lo += space + 1;
+  }
+  if (hi < points.length) {
+    const tail = points.slice(a.end, hi);
+    let k = tail.length - 1;
+    while (k >= 0 && !/\s/.test(tail[k])) k -= 1;
+    if (k >= 0) hi = a.end + k;
+  }
+  const mark = document.createElement("mark");
+  mark.textContent = codePointSlice(points, a.start, a.end);
+  const after = codePointSlice(points, a.end, hi);
+  box.append(
+    document.createTextNode((lo > 0 ? "…" : "") + codePointSlice(points, lo, a.start)),
+    mark,
+    document.createTextNode(after + (hi === points.length ? "" : /[.!?;:,]$/.test(after) ? " …" : "…")),
+  );
+  return box;
+}
+
+function cell(className, text = "") {
+  const span = document.createElement("span");
+  span.className = className;
+  span.setAttribute("role", "cell");
+  span.textContent = text;
+  return span;
+}
+
+// A model's name, and under it its architecture (where the name is not it) and its F1.
+function modelCell(m) {
+  const name = cell("compare-name");
+  const strong = document.createElement("strong");
+  strong.textContent = m.name;
+  const about = document.createElement("span");
+  about.className = "about";
+  about.textContent = [m.model !== m.name ? m.model : "", f1Of(m) === null ? "" : `F1 ${f1Of(m).toFixed(1)}`]
+    .filter(Boolean).join(" · ");
+  name.append(strong, about);
+  return name;
+}
+
+async function compare() {
+  const context = $("context").value;
+  const question = $("question").value;
+  const button = $("compare-button");
+  showError("");
+  hideInside();
+  if (!context.trim() || !question.trim()) {
+    showError(!context.trim() ? "Write or paste a passage first." : "Write a question first.");
+    setState("error");
+    return;
+  }
+  $("result").hidden = true;
+  setState("comparing");
+  button.disabled = true;
+  button.textContent = "Comparing…";
+  const rows = models.map((m) => {
+    const row = document.createElement("div");
+    row.className = "compare-row";
+    row.setAttribute("role", "row");
+    row.dataset.model = m.name;
+    const answer = cell("compare-answer", "asking…");
+    answer.classList.add("waiting");
+    row.append(modelCell(m), answer, cell("num prob"), cell("num ms"));
+    return row;
+  });
+  $("compare-rows").replaceChildren(...rows);
+  $("compare-took").textContent = "";
+  $("compare").hidden = false;
+  const t0 = performance.now();
+  const one = async (m, row) => {
+    const [, answerCell, prob, ms] = row.children;
+    answerCell.classList.remove("waiting");
+    try {
+      const body = await postJSON("/v1/answer", { context, question, model: m.name, top_k: 1 });
+      const best = body.answers[0];
+      answerCell.replaceChildren(passageAround(context, best));
+      const percent = Math.max(0, Math.min(100, best.score * 100));
+      prob.textContent = `${percent.toFixed(1)}%`;
+      ms.textContent = `${Math.round(body.ms)} ms`;
+    } catch (e) {
+      answerCell.textContent = `Could not answer: ${e.message}`;
+      answerCell.classList.add("error-text");
+      row.classList.add("failed");
+    }
+  };
+  await Promise.all(models.map((m, i) => one(m, rows[i])));
+  $("compare-took").textContent = `${models.length} models asked at once, all answered in ${Math.round(performance.now() - t0)} ms (each row: its time in the server).`;
+  button.disabled = false;
+  button.textContent = "Compare";
+  setState(rows.some((r) => r.classList.contains("failed")) ? "error" : "compared");
 }
 
 // The second tab: ask every document of the server's index (POST /v1/ask).
@@ -311,7 +437,7 @@ async function askCollection(event) {
   button.disabled = true;
   const t0 = performance.now();
   try {
-    const body = await postJSON("/v1/ask", { question, top_k: 3 });
+    const body = await postJSON("/v1/ask", withModel({ question, top_k: 3 }));
     $("found").replaceChildren(...body.answers.map(foundItem));
     $("collection-took").textContent = `Answered in ${Math.round(performance.now() - t0)} ms by ${body.model}.`;
     $("collection-result").hidden = false;
@@ -337,14 +463,34 @@ async function showIndex() {
   }
 }
 
-// The model's name in the footer; whether the server answered (false: no key, or no answer).
-async function showModel() {
+// A model's F1: its recorded score on a whole file, else its dev F1 from training; null if unknown.
+function f1Of(m) {
+  const recorded = (m.scores || []).find((s) => typeof s.f1 === "number");
+  if (recorded) return recorded.f1;
+  return m.dev_score && typeof m.dev_score.dev_f1 === "number" ? m.dev_score.dev_f1 : null;
+}
+
+// The served models (GET /v1/models): their names in the footer, and with several, the selector
+// (the default chosen) and Compare. Whether the server answered (false: no key, or no answer).
+async function showModels() {
   try {
-    const response = await api("/v1/model");
+    const response = await api("/v1/models");
     if (!response.ok) return false;
-    const info = await response.json();
-    const name = info.model || info.name;
-    if (name) $("model").textContent = ` · model: ${typeof name === "string" ? name : JSON.stringify(name)}`;
+    models = (await response.json()).models;
+    const several = models.length > 1;
+    $("model").textContent = models.length ? ` · model${several ? "s" : ""}: ${models.map((m) => m.name).join(", ")}` : "";
+    const select = $("model-select");
+    select.replaceChildren(...models.map((m) => {
+      const option = document.createElement("option");
+      option.value = m.name;
+      const f1 = f1Of(m);
+      option.textContent = m.name + (m.model !== m.name ? ` (${m.model})` : "") + (f1 === null ? "" : ` · F1 ${f1.toFixed(1)}`);
+      option.selected = m.default;
+      return option;
+    }));
+    $("model-row").hidden = !several;
+    $("compare-button").hidden = !several;
+    $("compare-hint").hidden = !several;
     return true;
   } catch {
     return false;  // the footer stays plain; asking still works or says why not
@@ -359,9 +505,10 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("collection-form").addEventListener("submit", askCollection);
   $("inside-button").addEventListener("click", showInside);
+  $("compare-button").addEventListener("click", compare);
   window.addEventListener("resize", () => requestAnimationFrame(fitInside));
   $("tab-passage").addEventListener("click", () => showTab("passage"));
   $("tab-collection").addEventListener("click", () => showTab("collection"));
-  showModel();
+  showModels();
   showIndex();
 });
