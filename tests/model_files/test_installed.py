@@ -123,3 +123,10 @@ def test_training_and_export_read_the_safetensors_file_of_a_name(tmp_path):
     res = rckit_cli(["export", "--model", "dcn", "--out", str(out)], tmp_path)
     assert res.returncode == 0, res.stderr
     assert read_metadata(out)["model"] == "dcn"
+
+
+def test_explain_by_name_reads_the_pytorch_file_and_a_given_onnx_path_stays():
+    from rckit.cli.explain import torch_source
+
+    assert torch_source("qanet") == BUNDLED and torch_source("dcn") == installed_files("dcn")["safetensors"]
+    assert torch_source(str(BUNDLED_ONNX)) == str(BUNDLED_ONNX)  # refused by the reader, naming the file beside it

@@ -10,7 +10,7 @@ from rckit.answering.explain_figure import write_explanation
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
 from rckit.answering.reader import Reader, check_text
 from rckit.cli.arguments import model_option, model_source
-from rckit.model_files.source import pytorch_source
+from rckit.model_files.source import names_installed, pytorch_source
 
 
 def add_arguments(p) -> None:
@@ -53,7 +53,7 @@ def run(args) -> int:
         raise ValueError("give --context and --question (a span model), or --example N (a cloze run)")
     check_text("context", args.context)
     check_text("question", args.question)
-    reader = Reader.load(pytorch_source(model_source(args)), args.device)
+    reader = Reader.load(torch_source(model_source(args)), args.device)
     explanation = reader.explain(args.context, args.question, args.steps, args.max_answer_len, args.stride)
     if args.out is not None:
         write_explanation(explanation, Path(args.out))
@@ -83,6 +83,13 @@ def explain_example(args) -> int:
         print(f"example {e['example']} ({e['id']}): answer {e['answer']}, gold {e['gold']}\ncandidates: {best}"
               + "".join(f"\nnote: {n}" for n in e["notes"]))
     return 0
+
+
+def torch_source(source: str | None) -> str | Path:
+    """``source`` as given, or for an installed model (by name, or the default) its PyTorch file:
+    the name may answer with its ONNX file, which cannot explain. An ONNX file given by its path
+    is refused by the reader in one line, naming the file beside it."""
+    return pytorch_source(source) if names_installed(source) else source
 
 
 def summary(e: Explanation, top: int = 5) -> str:

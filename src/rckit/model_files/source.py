@@ -89,6 +89,13 @@ def pytorch_beside(onnx: str | Path | None) -> Path | None:
     return beside if beside.is_file() else None
 
 
+def names_installed(source: str | Path | None) -> bool:
+    """Whether ``source`` means an installed model: None (the default) or a name with no file or
+    directory of that name here (:func:`open_model`), not a path given."""
+    return source is None or (isinstance(source, str) and source != "all" and NAME.fullmatch(source) is not None
+                              and not Path(source).exists())
+
+
 def pytorch_source(source: str | Path | None) -> Path:
     """What PyTorch reads for ``source``: its path, or for an ONNX file (an installed model's name
     can resolve to one, as the default's does) the ``.safetensors`` file beside it. An ONNX file
