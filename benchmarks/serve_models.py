@@ -21,22 +21,16 @@ import os
 import platform
 import re
 import selectors
-import signal
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-PARAGRAPH = (
-    "The Thames Barrier, which spans 520 metres of the river at Woolwich in south-east London, was "
-    "built between 1974 and 1982 to protect the city from tidal surges pushed up the estuary from the "
-    "North Sea. It consists of ten steel gates that lie flat on the riverbed so that ships can pass, and "
-    "that rotate upwards to close the river when a surge is forecast. The four largest gates each weigh "
-    "about 3,300 tonnes and stand as tall as a five-storey building when raised. Queen Elizabeth II "
-    "opened the barrier officially on 8 May 1984, although it had first been closed against a flood a "
-    "year earlier."
-)
-QUESTION = "When was the Thames Barrier opened?"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load_serve import PARAGRAPH, QUESTIONS, rss_mib, stop_server  # noqa: E402
+
+QUESTION = QUESTIONS[0]
 SERVERS = {"default": [], "--model all": ["--model", "all"]}
 
 
@@ -69,26 +63,11 @@ def start(args: list[str], timeout: float = 300) -> tuple[subprocess.Popen, str,
     raise SystemExit(f"rckit serve {' '.join(args)}: /health did not answer within {timeout:g} s")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def request(conn: http.client.HTTPConnection, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
     conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
     r = conn.getresponse()
     return r.status, json.loads(r.read())
-
-
-def memory(pid: int) -> dict[str, float]:
-    """The process's resident memory now (VmRSS) and at its peak (VmHWM), MiB."""
-    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
-    return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM")}
 
 
 def ask(conn: http.client.HTTPConnection, model: str) -> float:
@@ -104,17 +83,17 @@ def ask(conn: http.client.HTTPConnection, model: str) -> float:
 def measure(args: list[str], repeat: int) -> dict:
     proc, host, port, seconds = start(args)
     try:
-        started = memory(proc.pid)
+        started = rss_mib(proc.pid)
         conn = http.client.HTTPConnection(host, port, timeout=120)
         models = [m["name"] for m in request(conn, "GET", "/v1/models")[1]["models"]]
         first = {m: ask(conn, m) for m in models}
-        asked = memory(proc.pid)
+        asked = rss_mib(proc.pid)
         latency = {m: statistics.median(ask(conn, m) for _ in range(repeat)) for m in models}
         conn.close()
     finally:
-        stop(proc)
-    return {"start_s": seconds, "rss_started_mib": started["VmRSS"], "rss_asked_mib": asked["VmRSS"],
-            "peak_mib": asked["VmHWM"], "models": [{"name": m, "first_ms": first[m], "median_ms": latency[m]}
+        stop_server(proc)
+    return {"start_s": seconds, "rss_started_mib": started["rss"], "rss_asked_mib": asked["rss"],
+            "peak_mib": asked["peak"], "models": [{"name": m, "first_ms": first[m], "median_ms": latency[m]}
                                                   for m in models]}
 
 

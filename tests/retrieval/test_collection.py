@@ -7,6 +7,7 @@ import pytest
 from rckit.cli import main
 from rckit.retrieval.collection import Collection, rank
 from rckit.answering.reader import Reader
+from tests.serve.test_serve import call
 
 DOCS = {
     "eiffel.txt": "The Eiffel Tower was completed in 1889 in Paris.\n\nIt was designed by the company of Gustave "
@@ -141,19 +142,6 @@ def test_index_class_opens_adds_and_asks(folder, tmp_path, tiny_run):
     assert isinstance(index, Collection)
 
 
-def _call(url: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    import urllib.error
-    import urllib.request
-
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
-
-
 @pytest.fixture(scope="module")
 def index_server(tmp_path_factory):
     """``rckit serve --index`` of a folder, with the installed model, on 127.0.0.1; (URL, folder)."""
@@ -171,20 +159,20 @@ def index_server(tmp_path_factory):
 
 def test_a_real_server_asks_its_index_over_http(index_server):
     url, folder = index_server
-    status, body = _call(url, "v1/ask", {"question": "When was the Eiffel Tower completed?", "top_k": 2})
+    status, body = call(url, "v1/ask", {"question": "When was the Eiffel Tower completed?", "top_k": 2})
     assert status == 200, body
     best = body["answers"][0]
     assert "1889" in best["answer"] and best["source"].endswith("eiffel.txt")
     assert (folder / "eiffel.txt").read_text()[best["start"]:best["end"]] == best["answer"]
     p = best["passage"]
     assert p["text"][best["start"] - p["start"]:best["end"] - p["start"]] == best["answer"]
-    status, stats = _call(url, "v1/index")
+    status, stats = call(url, "v1/index")
     assert status == 200 and stats["documents"] == 4 and stats["passages"] >= 4
     for bad, field in (({"question": ""}, "question"), ({"question": "x?", "passages": 0}, "passages"),
                        ({"question": "x?", "context": "y"}, "context"), ({}, "question")):
-        status, err = _call(url, "v1/ask", bad)
+        status, err = call(url, "v1/ask", bad)
         assert status == 422 and field in err["error"], (bad, err)
-    schema = _call(url, "openapi.json")[1]
+    schema = call(url, "openapi.json")[1]
     ask = schema["paths"]["/v1/ask"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert ask["properties"]["passages"]["maximum"] == 50 and ask["required"] == ["question"]
 
@@ -194,9 +182,9 @@ def test_a_server_without_an_index_says_so(tiny_export, tmp_path):
 
     proc, url = start_server([str(tiny_export)], tmp_path / "serve.log")
     try:
-        status, err = _call(url, "v1/ask", {"question": "When?"})
+        status, err = call(url, "v1/ask", {"question": "When?"})
         assert status == 404 and "--index" in err["error"]
-        assert _call(url, "v1/index")[0] == 404
+        assert call(url, "v1/index")[0] == 404
     finally:
         stop_server(proc)
     code = main(["serve", str(tiny_export), "--index", str(tmp_path / "none.sqlite")])

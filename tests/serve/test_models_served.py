@@ -8,11 +8,8 @@ test_serve's fake reader in process.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,20 +18,9 @@ from fastapi.testclient import TestClient
 from rckit.model_files.source import installed_models, installed_path
 from rckit.serve.app import create_app, sources
 from rckit.serve.config import ServeConfig
-from tests.serve.test_serve import CONTEXT, FakeReader, start_server, stop_server
+from tests.serve.test_serve import CONTEXT, FakeReader, call, start_server, stop_server
 
 QUESTION = "When did Ada Lovelace write the first published program?"
-
-
-def call(url: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    """GET (no body) or POST ``body`` as JSON; the status and the JSON answer."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
 
 
 @pytest.fixture(scope="module")

@@ -698,6 +698,17 @@ def stop_server(proc: subprocess.Popen) -> int:
     return proc.returncode
 
 
+def call(url: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """GET ``url + path`` (no body) or POST ``body`` as JSON; the status and the JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
 def post(url: str, body: dict | bytes, timeout: float = 60) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(url + "v1/answer", data=data, headers={"Content-Type": "application/json"})

@@ -10,7 +10,7 @@ from rckit.answering.answer import shown
 from rckit.answering.questions import answer_questions_file, read_questions
 from rckit.answering.reader import Reader, check_text
 from rckit.cli.arguments import MODEL_HELP, model_option, model_source
-from rckit.model_files.source import model_names
+from rckit.model_files.source import model_names, names_several
 
 
 def add_arguments(p) -> None:
@@ -43,7 +43,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     source = model_source(args)
-    several = source is not None and (source == "all" or "," in source)
+    several = names_several(source)
     if several and args.questions:
         raise ValueError(f"--model {source} compares the models on one --context and --question, not a --questions file")
     if args.questions:

@@ -67,7 +67,7 @@ def open_model(source: str | Path | None = None) -> ModelFile:
         path = default_model_path()
     elif str(source) == "bundled":
         path = BUNDLED
-    elif isinstance(source, str) and NAME.fullmatch(source) and not Path(source).exists():
+    elif names_installed(source):
         path = installed_path(source)
     else:
         path = Path(source)
@@ -92,8 +92,14 @@ def pytorch_beside(onnx: str | Path | None) -> Path | None:
 def names_installed(source: str | Path | None) -> bool:
     """Whether ``source`` means an installed model: None (the default) or a name with no file or
     directory of that name here (:func:`open_model`), not a path given."""
-    return source is None or (isinstance(source, str) and source != "all" and NAME.fullmatch(source) is not None
+    return source is None or (isinstance(source, str) and NAME.fullmatch(source) is not None
                               and not Path(source).exists())
+
+
+def names_several(spec: str | None) -> bool:
+    """Whether ``spec`` names several installed models (:func:`model_names`): ``all``, or names
+    joined by commas, where no file or directory of that name is here."""
+    return spec is not None and (spec == "all" or "," in spec) and not Path(spec).exists()
 
 
 def pytorch_source(source: str | Path | None) -> Path:

@@ -56,7 +56,8 @@ from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.answering.explain_figure import html_of
 from rckit.answering.explanation import Explanation, needs_torch
 from rckit.answering.reader import Reader
-from rckit.model_files.source import installed, installed_name, model_names, open_model, pytorch_beside
+from rckit.model_files.source import (installed, installed_name, model_names, names_several, open_model,
+                                      pytorch_beside)
 from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_of
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 from rckit.serve.config import ServeConfig, is_loopback
@@ -432,8 +433,8 @@ def sources(spec: str | None) -> list[str | None]:
     by commas (:func:`~rckit.model_files.source.model_names`: an unknown one is a one-line
     FileNotFoundError listing the installed ones), else ``spec`` itself, one source (a run, a file,
     an installed model's name, or None: the default model)."""
-    if spec is not None and (spec == "all" or "," in spec) and not Path(spec).exists():
-        return list(model_names(spec))
+    if names_several(spec):
+        return model_names(spec)
     return [spec]
 
 
