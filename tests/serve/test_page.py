@@ -216,7 +216,7 @@ def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, bro
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    from tests.retrieval.test_collection import _call
+    from tests.serve.test_serve import call
 
     url, _ = index_server
     browser.get(url)
@@ -230,7 +230,7 @@ def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, bro
     browser.execute_script("document.body.dataset.state = ''")
     browser.find_element(By.ID, "collection-question").send_keys(question, Keys.ENTER)
     _wait(browser, lambda d: d.execute_script("return document.body.dataset.state") in ("answered", "error"))
-    status, api = _call(url, "v1/ask", {"question": question, "top_k": 3})
+    status, api = call(url, "v1/ask", {"question": question, "top_k": 3})
     assert status == 200
     items = browser.find_element(By.ID, "found").find_elements(By.TAG_NAME, "li")
     assert len(items) == len(api["answers"])
@@ -324,7 +324,7 @@ def test_the_page_says_the_page_or_section_beside_the_file(facts_server, browser
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    from tests.retrieval.test_collection import _call
+    from tests.serve.test_serve import call
 
     browser.get(facts_server)
     tab = _wait(browser, lambda d: d.find_element(By.ID, "tab-collection").is_displayed()
@@ -337,7 +337,7 @@ def test_the_page_says_the_page_or_section_beside_the_file(facts_server, browser
         box.clear()
         box.send_keys(question, Keys.ENTER)
         _wait(browser, lambda d: d.execute_script("return document.body.dataset.state") in ("answered", "error"))
-        status, api = _call(facts_server, "v1/ask", {"question": question, "top_k": 3})
+        status, api = call(facts_server, "v1/ask", {"question": question, "top_k": 3})
         assert status == 200 and browser.execute_script("return document.body.dataset.state") == "answered"
         best = browser.find_element(By.ID, "found").find_elements(By.TAG_NAME, "li")[0]
         return best, api["answers"][0]
