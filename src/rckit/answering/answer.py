@@ -63,6 +63,14 @@ def no_answer(p_null: float | None) -> Answer:
     return {"answer": "", "score": p_null, "start": None, "end": None, "no_answer_probability": p_null}
 
 
-def shown(answer: Answer) -> str:
-    """An answer as text for a person: the span, or that the text holds none."""
-    return "(no answer in the text)" if answer["start"] is None else answer["answer"]
+def shown(answer: Answer, after: list[Answer] | None = None) -> str:
+    """An answer as text for a person: the span, or that the text holds none (with the best span
+    of ``after``, the answers that follow an abstention, as the reader's guess)."""
+    if answer["start"] is not None:
+        return answer["answer"]
+    guess = next((a for a in after or [] if a["start"] is not None), None)
+    if guess is None:
+        return "(no answer in the text)"
+    p = answer["no_answer_probability"]
+    sure = "" if p is None else f" ({p:.0%} sure)"
+    return f"(no answer in the text{sure}; best guess: {guess['answer']})"

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from typing import Callable
@@ -50,6 +50,7 @@ from rckit.data.prepare import FormIndex, Vocabularies, tokenize_texts
 from rckit.answering.answer import Answer, no_answer, span
 from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores, topk_spans
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
+from rckit.answering.verifier import FEATURES, ReaderEvidence, Verifier, features_of, window_evidence
 from rckit.model_files.source import open_model
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
@@ -100,23 +101,35 @@ class Reader:
 
     def __init__(self, model: Model, vocabs: Vocabularies, decode: DecodeConfig | None = None,
                  window: int = DEFAULT_WINDOW, info: dict | None = None, batch_size: int = 32,
-                 always_answer: bool = False):
+                 always_answer: bool = False, verifier: Verifier | None = None,
+                 no_answer_threshold: float | None = None):
         if window < 1:
             raise ValueError(f"window must be >= 1 token, got {window}")
+        if no_answer_threshold is not None and verifier is None:
+            raise ValueError("a no-answer threshold is for a model with a verifier, and this one has none "
+                             "(rckit verifier train adds one)")
+        if no_answer_threshold is not None and not 0.0 <= no_answer_threshold <= 1.0:
+            raise ValueError(f"the no-answer threshold is a probability between 0 and 1, got {no_answer_threshold}")
         self.model = model
         self.vocabs = vocabs
         self.forms = FormIndex(vocabs)  # word and character ids of each token string met, computed once
         self.decode = decode or DecodeConfig()
         self.window = int(window)
         self.batch_size = batch_size
-        self.info = {**(info or {}), "backend": model.backend, "always_answer": always_answer}
+        self.verifier = verifier
+        # Abstain where the verifier's p(no answer) is above this (None: no verifier).
+        self.verifier_threshold = None if verifier is None else (
+            verifier.threshold if no_answer_threshold is None else float(no_answer_threshold))
+        self.info = {**(info or {}), "backend": model.backend, "always_answer": always_answer,
+                     "verifier": None if verifier is None else {**verifier.record, "threshold": self.verifier_threshold}}
         self.always_answer = always_answer
 
     # ------------------------------------------------------------------------------ loading
 
     @classmethod
     def load(cls, source: str | Path | None = None, device="cpu", always_answer: bool = False,
-             threads: int | None = None, spin: bool = True, batch_size: int = 32) -> "Reader":
+             threads: int | None = None, spin: bool = True, batch_size: int = 32,
+             no_answer_threshold: float | None = None) -> "Reader":
         """A run directory or checkpoint (``.pt``), an exported ``.safetensors`` file, an ONNX file
         (onnxruntime, no PyTorch), or None: the default model. ``device``: a name (``cpu``,
         ``cuda``, ``auto``) or a ``torch.device``. ``threads``: the cores the model may use (None:
@@ -124,14 +137,16 @@ class Reader:
         operations (False: they sleep, for a server whose HTTP side shares the cores; PyTorch
         ignores it). ``always_answer``: a model that can abstain still answers with its best span
         first (its ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does.
-        ``batch_size``: items (question, window) per forward."""
+        ``batch_size``: items (question, window) per forward. ``no_answer_threshold``: for a
+        model with a verifier (:mod:`rckit.answering.verifier`), abstain where its p(no answer)
+        is above this instead of the file's threshold (lower: more abstentions)."""
         found = open_model(source)
         if found.kind == "onnx":
             from rckit.answering.onnx_backend import OnnxModel
 
             model = OnnxModel(found.path, device=str(device), threads=threads, spin=spin)
             return cls.from_parts(model, Vocabularies.from_json(model.meta["vocab"]), model.meta, found.path,
-                                  always_answer, batch_size)
+                                  always_answer, batch_size, no_answer_threshold)
         # PyTorch only here: answering with an ONNX file imports none of it.
         from rckit.answering.torch_backend import TorchModel
         from rckit.device import pick_device
@@ -140,21 +155,23 @@ class Reader:
         device = pick_device(device) if isinstance(device, str) else device
         module, vocabs, meta = load_span_model(found, device)
         return cls.from_parts(TorchModel(module, device, threads), vocabs, meta, meta["file"], always_answer,
-                              batch_size)
+                              batch_size, no_answer_threshold)
 
     @classmethod
     def from_parts(cls, model: Model, vocabs: Vocabularies, meta: dict, file: str | Path,
-                   always_answer: bool = False, batch_size: int = 32) -> "Reader":
+                   always_answer: bool = False, batch_size: int = 32,
+                   no_answer_threshold: float | None = None) -> "Reader":
         """A reader on ``model`` (a :class:`~rckit.answering.torch_backend.TorchModel` or
         :class:`~rckit.answering.onnx_backend.OnnxModel`) with what its file's metadata ``meta``
-        says: its decode settings, its window (the longest context it trained on), and ``info``,
-        which names ``file``."""
+        says: its decode settings, its window (the longest context it trained on), its verifier
+        (if it has one), and ``info``, which names ``file``."""
         decode = decode_config_of(meta)
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
         info = describe(meta["model"], str(Path(file).resolve()), meta["format"], meta["model_config"], decode,
                         window, meta.get("dev_score"), model.parameters, step=meta.get("step"))
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
-        return cls(model, vocabs, decode, window, info, batch_size, always_answer)
+        verifier = Verifier.from_json(meta["verifier"], str(file)) if meta.get("verifier") else None
+        return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold)
 
     # ------------------------------------------------------------------------------ answering
 
@@ -236,7 +253,9 @@ class Reader:
             groups = [[(i, c, lo, hi) for i in by_context[c]]
                       for c in order for lo, hi in windows(size[c], size[c] if whole else self.window, stride)]
             threshold = math.inf if self.always_answer else self.decode.no_answer_threshold
-            jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, threshold))
+            verifier = None if self.verifier is None else (
+                self.verifier, math.inf if self.always_answer else self.verifier_threshold)
+            jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, threshold, verifier))
             first += len(pairs)
         return jobs
 
@@ -273,7 +292,11 @@ class Reader:
                 null, shift = null_scores(start, end, mask, out["start_null"][rows], out["end_null"][rows])
                 spans.score += shift[:, None]
                 nulls = null.tolist()
-            job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist(), nulls)
+            evidence = None
+            if job.wants_evidence:  # what a verifier reads of each window
+                evidence = [ReaderEvidence(0.0, *stats, int(n)) for *stats, n in
+                            zip(*(x.tolist() for x in window_evidence(start, end, mask)), mask.sum(axis=1))]
+            job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist(), nulls, evidence)
 
     def read_all(self, job: "Job") -> None:
         """Read every window of ``job``, one of its :meth:`batches` at a time."""
@@ -307,7 +330,8 @@ class Job:
     """
 
     def __init__(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int, arrays: dict,
-                 windows: list[list[tuple]], first: int = 0, no_answer_threshold: float = 0.0):
+                 windows: list[list[tuple]], first: int = 0, no_answer_threshold: float = 0.0,
+                 verifier: tuple[Verifier, float] | None = None):
         self.pairs, self.top_k, self.max_answer_len, self.arrays = pairs, top_k, max_answer_len, arrays
         self.windows = windows
         self.first = first  # the arrays' row of this job's first pair (jobs planned together share arrays)
@@ -317,6 +341,12 @@ class Job:
         # The null score of each pair (a model that can abstain): the lowest over its windows, the
         # window most sure the text answers; None for a model that cannot abstain.
         self.null: list[float | None] = [None for _ in pairs]
+        # (verifier, threshold on its p(no answer)), and what the reader said in the window of each
+        # pair's best span: the verifier's reader evidence.
+        self.verifier = None if verifier is None else verifier[0]
+        self.verifier_threshold = None if verifier is None else verifier[1]
+        self.evidence: list[ReaderEvidence | None] = [None for _ in pairs]
+        self.wants_evidence = verifier is not None  # True: collected without a verifier, to train one
         self.lock = threading.Lock()  # a server may read two of its windows in two calls at once
 
     @staticmethod
@@ -324,56 +354,101 @@ class Job:
         """Context tokens the model reads for ``items``."""
         return sum(hi - lo for _, _, lo, hi in items)
 
-    def record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None = None) -> None:
+    def record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None = None,
+               evidence: list[ReaderEvidence] | None = None) -> None:
         """The top spans of each item (token indices in its window), as character spans of its
-        context; ``nulls``: each item's null score (a model that can abstain)."""
+        context; ``nulls``: each item's null score (a model that can abstain); ``evidence``: each
+        item's window as the verifier reads it (a model with a verifier)."""
         with self.lock:
-            self._record(items, starts, ends, scores, nulls)
+            self._record(items, starts, ends, scores, nulls, evidence)
 
-    def _record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None) -> None:
+    def _record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None,
+                evidence: list[ReaderEvidence] | None) -> None:
         a = self.arrays
         for b, (i, c, lo, _) in enumerate(items):
+            k = i - self.first
             if nulls is not None:
-                held = self.null[i - self.first]
-                self.null[i - self.first] = nulls[b] if held is None else min(held, nulls[b])
+                held = self.null[k]
+                self.null[k] = nulls[b] if held is None else min(held, nulls[b])
+            if evidence is not None and starts[b] and starts[b][0] >= 0:
+                held = self.evidence[k]
+                if held is None or scores[b][0] > held.span_log_p:  # the window of the best span
+                    self.evidence[k] = replace(evidence[b], span_log_p=float(scores[b][0]))
             offsets = a["ctx_offsets"][a["ctx_ptr"][c]:a["ctx_ptr"][c + 1]]
             for s, e, score in zip(starts[b], ends[b], scores[b]):
                 if s < 0:
                     continue
                 span = (int(offsets[lo + s][0]), int(offsets[lo + e][1]))
-                found = self.found[i - self.first]
+                found = self.found[k]
                 if score > found.get(span, -math.inf):  # a span two windows found counts once
                     found[span] = score
+
+    def _ranked(self) -> list[list[tuple[tuple[int, int], float]]]:
+        """Each pair's spans over all its windows, best first."""
+        return [sorted(spans_of.items(), key=lambda kv: (-kv[1], kv[0])) for spans_of in self.found]
+
+    def no_answer_probabilities(self, ranked=None) -> list[float | None]:
+        """Each pair's probability that its text holds no answer: the verifier's, from its best
+        span (a model with a verifier), else the null's (a model that can abstain), else None."""
+        if self.verifier is None:
+            return [None if null is None else math.exp(null) for null in self.null]
+        x = self.features(ranked)
+        return self.verifier.probability(x).tolist() if len(x) else []
+
+    def features(self, ranked=None) -> np.ndarray:
+        """What a verifier reads of each pair, (pairs, :data:`rckit.answering.verifier.FEATURES`):
+        its best span, and the reader's evidence where the job collected it (:attr:`wants_evidence`:
+        a reader with a verifier, or one whose verifier is being trained)."""
+        ranked = self._ranked() if ranked is None else ranked
+        rows = []
+        for (context, question), spans, null, evidence in zip(self.pairs, ranked, self.null, self.evidence):
+            (s, e), score = spans[0] if spans else ((None, None), -math.inf)
+            if evidence is not None and null is not None:
+                evidence = replace(evidence, null_margin=null - score)
+            rows.append(features_of(context, question, s, e, evidence))
+        return np.stack(rows) if rows else np.zeros((0, len(FEATURES)), np.float32)
 
     def answers(self) -> list[list[Answer]]:
         """The ``top_k`` best answers of each pair, over all its windows, best first.
 
-        Each answer carries ``no_answer_probability`` (None for a model that cannot abstain).
-        Where the null beats the best span by more than the threshold, the first answer is the
-        abstention, ``{"answer": "", "score": p(no answer), "start": None, "end": None}``, and
-        the ``top_k`` best spans follow it.
+        Each answer carries ``no_answer_probability`` (None for a model that can neither abstain
+        nor verify). Where the text holds no answer (the verifier's probability of that is above
+        its threshold; for a model without a verifier, the null beats the best span by more than
+        the threshold), the first answer is the abstention, ``{"answer": "", "score": p(no
+        answer), "start": None, "end": None}``, and the ``top_k`` best spans follow it.
         """
+        ranked = self._ranked()
+        p_none = self.no_answer_probabilities(ranked)
         results = []
-        for (context, _), spans_of, null in zip(self.pairs, self.found, self.null):
-            best = sorted(spans_of.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top_k]
-            p_null = None if null is None else math.exp(null)
+        for (context, _), spans, null, p_null in zip(self.pairs, ranked, self.null, p_none):
+            best = spans[: self.top_k]
             answers = [span(context, s, e, math.exp(score), p_null) for (s, e), score in best]
             best_score = best[0][1] if best else -math.inf
-            if null is not None and null - best_score > self.no_answer_threshold:
+            if self.verifier is not None:
+                abstain = p_null > self.verifier_threshold
+            else:
+                abstain = null is not None and null - best_score > self.no_answer_threshold
+            if abstain:
                 answers.insert(0, no_answer(p_null))
             results.append(answers)
         return results
 
     def best_spans(self) -> list[tuple[str, float | None]]:
-        """Each pair's best span over all its windows (``""`` where none was found) and, for a
-        model that can abstain, its null margin: the null's score less the best span's, in
-        log-probability (None for a model that cannot abstain). The abstention left to the
-        caller is what official evaluation scores at any threshold (:mod:`rckit.evaluation.evaluate`)."""
+        """Each pair's best span over all its windows (``""`` where none was found) and its
+        no-answer score, compared with a threshold: the verifier's p(no answer) for a model with
+        a verifier, else for a model that can abstain its null margin (the null's score less the
+        best span's, in log-probability), else None. The abstention left to the caller is what
+        official evaluation scores at any threshold (:mod:`rckit.evaluation.evaluate`)."""
+        ranked = self._ranked()
+        verified = self.no_answer_probabilities(ranked) if self.verifier is not None else None
         best = []
-        for (context, _), spans_of, null in zip(self.pairs, self.found, self.null):
-            top = min(spans_of.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
+        for k, ((context, _), spans, null) in enumerate(zip(self.pairs, ranked, self.null)):
+            top = spans[0] if spans else None
             text = "" if top is None else context[top[0][0]:top[0][1]]
-            best.append((text, None if null is None else null - (-math.inf if top is None else top[1])))
+            if verified is not None:
+                best.append((text, verified[k]))
+            else:
+                best.append((text, None if null is None else null - (-math.inf if top is None else top[1])))
         return best
 
 

@@ -27,6 +27,7 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
   rckit predict [RUN] --questions Q.jsonl --out A.jsonl   answer a file of questions
   rckit explain [RUN] --context .. --question .. --json   why the model gives its answer
   rckit export RUN --out MODEL.safetensors   one file with the model, for answering and serving
+  rckit verifier --model qanet --data-dir DIR --into FILE   teach a reader to say "no answer"
   rckit models [DIR]                      the default model, and the exported models in DIR
   rckit index PATH... --out INDEX         index a folder of documents for asking (SQLite, BM25)
   rckit ask INDEX "question"              retrieve passages from the index, then read them
@@ -50,6 +51,7 @@ COMMANDS = {
     "predict": ("predict", "answer questions about a text"),
     "explain": ("explain", "why a span model gives its answer: probabilities, attention, saliency"),
     "export": ("export", "write a trained model to one file: .safetensors (PyTorch) or .onnx (onnxruntime)"),
+    "verifier": ("verifier", "train the verifier that lets a reader say \"no answer\", and put it into model files"),
     "models": ("models", "the default model, and exported models in a directory"),
     "index": ("index", "index documents for `rckit ask`"),
     "ask": ("ask", "ask a question of an indexed collection"),

@@ -74,3 +74,13 @@ def model_source(args: argparse.Namespace) -> str | None:
     if args.run is not None and args.model is not None:
         raise ValueError(f"give the model once: RUN ({args.run}) or --model ({args.model}), not both")
     return args.run if args.run is not None else args.model
+
+
+def abstain_options(p: argparse.ArgumentParser) -> None:
+    """``--always-answer`` and ``--no-answer-threshold``: whether and when a model that can say
+    "no answer" (a verifier beside it, :mod:`rckit.answering.verifier`, or a null) does."""
+    p.add_argument("--always-answer", action="store_true", help="never say the text holds no answer: the best span "
+                   "all the same (its no_answer_probability still said); the answers of a model without a verifier")
+    p.add_argument("--no-answer-threshold", type=float, metavar="P",
+                   help="a model with a verifier says \"no answer\" where its probability of that is above P "
+                   "(0..1; default: the model's, chosen on held-out data; lower: more abstentions; docs/no-answer.md)")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rckit.answering.questions import read_records, write_records
 from rckit.answering.reader import Reader
+from rckit.cli.arguments import abstain_options
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, Collection
 
 CONTEXT_WORDS = 30  # words of the passage shown on each side of the answer
@@ -39,6 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--retriever-weight", type=float, metavar="W",
                    help="how much the retriever's BM25 score counts beside the reader's (default: the measured best)")
     p.add_argument("--json", action="store_true", help="print JSON: answers with their document and offsets")
+    abstain_options(p)
     p.add_argument("--device", default="auto")
 
 
@@ -49,7 +51,9 @@ def run(args) -> int:
         raise FileNotFoundError(f"{args.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
     records = read_records(args.questions, ("question",)) if args.questions else None
     weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
-    with Collection.open(args.index, Reader.load(args.model, args.device), weight) as collection:
+    reader = Reader.load(args.model, args.device, always_answer=args.always_answer,
+                         no_answer_threshold=args.no_answer_threshold)
+    with Collection.open(args.index, reader, weight) as collection:
         if records is not None:
             got = collection.ask_many([r["question"] for r in records], args.top_k, args.passages)
             write_records([{"id": r["id"], "answers": a} for r, a in zip(records, got)], args.out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from rckit.cli.arguments import model_option, model_source
+from rckit.cli.arguments import abstain_options, model_option, model_source
 from rckit.evaluation.evaluate import evaluate
 from rckit.model_files.source import open_model
 
@@ -22,8 +22,7 @@ def add_arguments(p) -> None:
                    help="the checkpoint's EMA weights (default, what training evaluated) or its raw weights")
     p.add_argument("--limit", type=int, help="only the first N questions (scored over those N)")
     p.add_argument("--out", help="write predictions JSON here")
-    p.add_argument("--always-answer", action="store_true", help="a model that can abstain (SQuAD v2.0) is scored "
-                   "on its best span for every question")
+    abstain_options(p)
     p.add_argument("--record", action="store_true", help="an exported file: keep the figures in it, so that "
                    "`rckit models` and GET /v1/model show them (with --data, every question, no --limit)")
     p.add_argument("--device", default="auto")
@@ -38,7 +37,8 @@ def run(args) -> int:
         raise ValueError("--record keeps the figures of every question of --data in an exported .safetensors file; "
                          "give the file and --data, without --limit")
     result = evaluate(args.run, args.data, split=args.split, weights=args.weights, limit=args.limit,
-                      batch_size=args.batch_size, out=args.out, always_answer=args.always_answer, device=args.device)
+                      batch_size=args.batch_size, out=args.out, always_answer=args.always_answer, device=args.device,
+                      no_answer_threshold=args.no_answer_threshold)
     print(json.dumps(result))
     if args.record:
         from rckit.export.safetensors import record_score  # imports PyTorch

@@ -9,7 +9,7 @@ import time
 from rckit.answering.answer import shown
 from rckit.answering.questions import answer_questions_file, read_questions
 from rckit.answering.reader import Reader, check_text
-from rckit.cli.arguments import MODEL_HELP, model_option, model_source
+from rckit.cli.arguments import MODEL_HELP, abstain_options, model_option, model_source
 from rckit.model_files.source import model_names, names_several
 
 
@@ -36,8 +36,7 @@ def add_arguments(p) -> None:
     p.add_argument("--stride", type=int, metavar="N", help="tokens between the starts of two windows of a long "
                    "context (default: half a window)")
     p.add_argument("--json", action="store_true", help="print JSON: the answer, its score and character span")
-    p.add_argument("--always-answer", action="store_true", help="a model that can say the text holds no answer "
-                   "(SQuAD v2.0) gives its best span all the same (its no_answer_probability still said)")
+    abstain_options(p)
     p.add_argument("--device", default="auto")
 
 
@@ -59,7 +58,8 @@ def run(args) -> int:
         check_text("question", args.question)
     if several:
         return side_by_side(args, model_names(source))
-    reader = Reader.load(source, args.device, always_answer=args.always_answer)
+    reader = Reader.load(source, args.device, always_answer=args.always_answer,
+                         no_answer_threshold=args.no_answer_threshold)
     if args.questions:
         n = answer_questions_file(reader, records, args.out, args.top_k, args.max_answer_len, args.stride)
         if args.out:
@@ -69,7 +69,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(answers[0] if args.top_k == 1 and answers else answers, ensure_ascii=False))
     elif args.top_k == 1:
-        print(shown(answers[0]) if answers else "")
+        print(shown(answers[0], answers[1:]) if answers else "")
     else:
         for a in answers:
             print(f"{a['score']:.4f}\t{shown(a)}")
@@ -81,7 +81,8 @@ def side_by_side(args, names: list[str]) -> int:
     answer with its model's milliseconds for it, timed on a second call (the first warms it up)."""
     rows = []
     for name in names:
-        reader = Reader.load(name, args.device, always_answer=args.always_answer)
+        reader = Reader.load(name, args.device, always_answer=args.always_answer,
+                             no_answer_threshold=args.no_answer_threshold)
         reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
         start = time.perf_counter()
         answers = reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)

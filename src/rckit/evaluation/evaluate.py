@@ -33,6 +33,7 @@ from rckit.answering.decoding import decode_config_of
 from rckit.answering.reader import Reader
 from rckit.data.squad import SquadExample, read_squad
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, score_predictions
+from rckit.model_files.metadata import read_metadata
 from rckit.model_files.source import open_model
 
 CHUNK = 256  # questions planned and read together by the Reader
@@ -40,7 +41,7 @@ CHUNK = 256  # questions planned and read together by the Reader
 
 def evaluate(source: str | Path, data: str | Path | None = None, *, split: str | None = None, weights: str = "ema",
              limit: int | None = None, batch_size: int = 32, out: str | Path | None = None, always_answer: bool = False,
-             device="auto", progress: bool = True) -> dict:
+             device="auto", progress: bool = True, no_answer_threshold: float | None = None) -> dict:
     """The scores of ``source`` (a run, a checkpoint, an exported ``.safetensors`` or ONNX file)
     on every question of ``data``: official EM/F1 (SQuAD), or accuracy in percent (cloze).
 
@@ -52,6 +53,9 @@ def evaluate(source: str | Path, data: str | Path | None = None, *, split: str |
     as JSON (``{id: answer}``). ``always_answer``: a model that can abstain is scored on its
     best span for every question. ``device``: a name (``auto``, ``cpu``, ``cuda``) or a
     ``torch.device``. ``progress``: a progress bar on stderr (where it is a terminal).
+    An exported file with a verifier (:mod:`rckit.answering.verifier`) is read as the Reader
+    answers, its verifier's probability of no answer compared with its threshold
+    (``no_answer_threshold``: another).
     """
     found = open_model(source)
     if found.exported:
@@ -61,14 +65,17 @@ def evaluate(source: str | Path, data: str | Path | None = None, *, split: str |
         if weights != "ema":
             raise ValueError(f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
                              "--weights raw needs the run directory")
-    if found.kind == "onnx":  # onnxruntime, without PyTorch
-        reader = Reader.load(found.path, device, batch_size=batch_size)
+    if found.kind == "onnx" or (found.exported and read_metadata(found.path).get("verifier")):
+        # onnxruntime without PyTorch, or a file with a verifier: as the Reader answers
+        reader = Reader.load(found.path, device, batch_size=batch_size, no_answer_threshold=no_answer_threshold)
         ds = read_squad(data)
         questions = ds.examples[:limit] if limit else ds.examples
         with progress_bar(len(questions), progress) as bar:
             spans, margins = reader_spans(reader, questions, bar.update)
-        threshold = reader.decode.no_answer_threshold
+        threshold = reader.decode.no_answer_threshold if reader.verifier is None else reader.verifier_threshold
     else:
+        if no_answer_threshold is not None:
+            raise ValueError(f"{found.path}: --no-answer-threshold is for an exported file with a verifier")
         # These import PyTorch: only for a model that needs it.
         from rckit.device import pick_device
         from rckit.evaluation.predict import cloze_scores, squad_spans

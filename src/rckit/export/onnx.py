@@ -137,6 +137,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             "step": meta.get("step"), "parameters": torch_reader.model.parameters, "quantized": None,
             "frozen_rows": frozen_rows,
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
+            **({"verifier": meta["verifier"]} if meta.get("verifier") else {}),  # rckit.answering.verifier
         }
         _with_metadata(proto, record)
         onnx.save(proto, str(tmp))

@@ -127,6 +127,7 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         "dtype": dtype,
         **({"int8_rows": quantized} if dtype == "int8" else {}),
         "exported_from": str(Path(loaded["file"]).resolve()),
+        **({"verifier": loaded["verifier"]} if loaded.get("verifier") else {}),  # rckit.answering.verifier
     }
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)

@@ -342,7 +342,8 @@ class Explainer:
                 raise ApiError(501, needs_torch(source))
             try:
                 self.pytorch = Reader.load(beside, "cpu", always_answer=self.config.always_answer,
-                                           threads=self.config.threads)
+                                           threads=self.config.threads,
+                                           no_answer_threshold=self.config.no_answer_threshold)
             except Exception as e:  # noqa: BLE001 - each explanation says so; answering goes on
                 raise ApiError(500, f"cannot load {beside.name} to explain with: {type(e).__name__}: {e}") from None
         return self.pytorch
@@ -459,7 +460,8 @@ def serve(source: str | None = None, config: ServeConfig = ServeConfig()) -> Non
     for f in found:
         model_workers, threads = model_settings(f.kind == "onnx", config.model_workers)
         own = replace(config, model_workers=model_workers, threads=config.threads or threads)
-        reader = Reader.load(f.path, always_answer=own.always_answer, threads=own.threads, spin=False)
+        reader = Reader.load(f.path, always_answer=own.always_answer, threads=own.threads, spin=False,
+                             no_answer_threshold=own.no_answer_threshold)
         loaded.append((installed_name(f.path), reader, own))
     if len(loaded) == 1:  # one model: the server it always was, named by its installed name where it has one
         name, reader, config = loaded[0]

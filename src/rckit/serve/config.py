@@ -55,6 +55,9 @@ class ServeConfig:
                                         "PyTorch 1)", least=1)
     always_answer: bool = setting(False, "a model that can say the text holds no answer gives its best span all "
                                   "the same")
+    no_answer_threshold: float | None = setting(None, "a model with a verifier says \"no answer\" where its "
+                                                "probability of that is above this (0..1; default: the model's)",
+                                                least=0)
     # How calls are formed from the waiting requests (rckit.serve.batcher).
     max_batch: int = setting(32, "most items (a question on a window) in one forward pass", least=1)
     max_tokens: int = setting(4096, "most context tokens in one forward pass: bounds how long one pass keeps the "

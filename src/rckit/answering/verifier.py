@@ -1,0 +1,262 @@
+"""Whether the text holds the answer at all: a verifier beside a span reader trained on SQuAD v1.1.
+
+A span reader always finds a best span, even for a question its text cannot answer. Training
+the reader again with a null (docs/investigations/no-answer.md) cost it its answers, for want of
+written unanswerable training questions. So the reader is kept exactly as trained, and the
+decision to answer is learned separately, as in "Read + Verify" (Hu et al. 2019): the reader's
+answers are unchanged wherever it answers.
+
+The verifier reads :data:`FEATURES` of one (context, question, best span) triple:
+
+- **from the reader** (the window its best span came from): the span's log-probability, the
+  largest start and end log-probabilities, the entropies of the start and end distributions
+  (over the window's tokens, divided by the log of their count), the window's length, and the
+  null's margin over the span for a reader that has a null;
+- **lexical evidence**, which a span softmax never sees: the question's content words, names
+  (capitalised words) and numbers missing from the text and from the answer's sentence, the
+  share of the question's word pairs found in the text, a negation in the question but not in
+  the answer's sentence, the question word (what, who, when, ...) and the answer's form (digits,
+  a year, a month, capitals, length), and their disagreements (a *when* question answered
+  without a date, *how many* without a number, *who* without a name).
+
+Its form is a small network on those features, standardised: ``p(no answer) = sigmoid(w2 .
+relu(W1 x + b1) + b2)`` (with no hidden layer: logistic regression). It runs in NumPy, so an ONNX
+reader stays PyTorch-free, and travels in the model file's metadata (``verifier``, a JSON
+object: :meth:`Verifier.to_json`), in ``.safetensors`` and ``.onnx`` alike. The reader abstains
+where ``p(no answer)`` is above the threshold chosen on held-out data (the tuning quarter of
+SQuAD v2.0 dev), or a threshold the caller gives. Training: :mod:`rckit.training.verifier`, where
+the forms compared are said.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being below
+between both but by can could did do does doing down during each else ever few for from further had has
+have having he her here hers herself him himself his i if in into is it its itself just like many may
+me might more most much must my myself no nor not now of off on once only or other our ours ourselves
+out over own same shall she should so some such than that the their theirs them themselves then there
+these they this those through to too under until up upon us very was we were what when where which while
+who whom whose why will with would you your yours yourself yourselves how s t one ones name named
+called type kind year years time times
+""".split())
+QUESTION_WORDS = ("what", "which", "who", "when", "where", "why", "how many", "how much", "how")
+NEGATIONS = frozenset(("not", "never", "no", "none", "nobody", "nothing", "neither", "nor", "without", "n't",
+                       "cannot", "didn't", "doesn't", "don't", "isn't", "wasn't", "weren't", "aren't", "won't"))
+MONTHS = frozenset(("january", "february", "march", "april", "may", "june", "july", "august", "september",
+                    "october", "november", "december"))
+TIME_WORDS = frozenset(("century", "centuries", "decade", "decades", "year", "years", "bc", "ad", "bce", "ce",
+                        "age", "era", "period", "dynasty", "war", "season", "day", "days", "week", "weeks", "month",
+                        "months", "morning", "evening", "night", "spring", "summer", "autumn", "winter", "fall",
+                        "after", "before", "during", "until", "since"))
+NUMBER_WORDS = frozenset(("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                          "twelve", "dozen", "dozens", "hundred", "hundreds", "thousand", "thousands", "million",
+                          "millions", "billion", "billions", "half", "several", "few", "many", "no", "zero",
+                          "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety", "percent"))
+
+READER_FEATURES = ("span_log_p", "start_log_p_max", "end_log_p_max", "start_entropy", "end_entropy",
+                   "window_tokens_log", "null_margin")
+LEXICAL_FEATURES = (
+    "q_content_words_log", "q_missing_text", "q_missing_sentence", "q_missing_text_count",
+    "q_names_missing_text", "q_names_missing_sentence", "q_numbers_missing_text", "q_any_name_missing_text",
+    "q_pairs_in_text", "q_pairs_in_sentence", "q_negation", "q_negation_not_in_sentence",
+    *(f"q_{w.replace(' ', '_')}" for w in QUESTION_WORDS), "q_other",
+    "a_tokens_log", "a_digit", "a_year", "a_month", "a_capital", "a_lower", "a_in_question",
+    "when_not_date", "how_many_not_number", "who_not_name", "where_not_name",
+)
+FEATURES = READER_FEATURES + LEXICAL_FEATURES
+
+_WORD = re.compile(r"[A-Za-z0-9]+(?:'[a-z]+)?|n't")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_YEAR = re.compile(r"^(1[0-9]{3}|20[0-9]{2})s?$")
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text`` as written (letters, digits, an apostrophe's ending)."""
+    return _WORD.findall(text)
+
+
+def stem(word: str) -> str:
+    """A crude stem, so that *designed* meets *design* and *towers* *tower*: lower case, at most
+    six letters (numbers whole)."""
+    w = word.lower()
+    return w if w[:1].isdigit() else w[:6]
+
+
+def content(ws: list[str]) -> set[str]:
+    """The stems of the words in ``ws`` that carry content (not stopwords, not one letter)."""
+    return {stem(w) for w in ws if w.lower() not in STOPWORDS and len(w) > 1}
+
+
+def names(question_words: list[str]) -> set[str]:
+    """Capitalised words of a question after its first word, and its numbers, lower-cased: the
+    names, dates and figures it asks about."""
+    return {w.lower() for i, w in enumerate(question_words)
+            if (i > 0 and w[:1].isupper() and w.lower() not in STOPWORDS) or w[:1].isdigit()}
+
+
+def sentence_around(context: str, start: int, end: int) -> str:
+    """The sentence of ``context`` holding the characters ``[start, end)`` (several where the span
+    crosses a sentence end)."""
+    lo = 0
+    for m in _SENTENCE_END.finditer(context, 0, start):
+        lo = m.end()
+    m = _SENTENCE_END.search(context, end)
+    return context[lo: m.start() if m else len(context)]
+
+
+def question_word(question: str) -> str:
+    """Which of :data:`QUESTION_WORDS` the question asks with (the first found), or ``other``."""
+    q = " " + " ".join(w.lower() for w in words(question)) + " "
+    found = [(q.find(f" {w} "), -len(w), w) for w in QUESTION_WORDS if f" {w} " in q]
+    return min(found)[2] if found else "other"
+
+
+def _share_missing(wanted: set[str], have: set[str]) -> float:
+    return len(wanted - have) / len(wanted) if wanted else 0.0
+
+
+def _pairs(ws: list[str]) -> set[tuple[str, str]]:
+    kept = [stem(w) for w in ws if w.lower() not in STOPWORDS]
+    return set(zip(kept, kept[1:]))
+
+
+def lexical_features(context: str, question: str, start: int | None, end: int | None) -> list[float]:
+    """:data:`LEXICAL_FEATURES` of a question, its context and the answer ``context[start:end]``
+    (None: no span, then the answer's sentence is the whole context)."""
+    q_words = words(question)
+    text_words = words(context)
+    if start is None or end is None:
+        start = end = 0
+        sentence, answer = context, ""
+    else:
+        sentence, answer = sentence_around(context, start, end), context[start:end]
+    s_words, a_words = words(sentence), words(answer)
+    q_content, text_content, s_content = content(q_words), content(text_words), content(s_words)
+    text_lower, s_lower = {w.lower() for w in text_words}, {w.lower() for w in s_words}
+    q_names = names(q_words)
+    q_numbers = {w for w in q_names if w[:1].isdigit()}
+    q_pairs = _pairs(q_words)
+    negated = any(w.lower() in NEGATIONS for w in q_words)
+    kind = question_word(question)
+    a_lower = [w.lower() for w in a_words]
+    digit = any(w[:1].isdigit() for w in a_words)
+    year = any(_YEAR.match(w) for w in a_lower)
+    month = any(w in MONTHS for w in a_lower)
+    capital = any(w[:1].isupper() for w in a_words)
+    number = digit or any(w in NUMBER_WORDS for w in a_lower)
+    dated = digit or month or any(w in TIME_WORDS for w in a_lower)
+    q_lower = {w.lower() for w in q_words}
+    return [
+        math.log1p(len(q_content)),
+        _share_missing(q_content, text_content),
+        _share_missing(q_content, s_content),
+        min(len(q_content - text_content), 5) / 5,
+        _share_missing(q_names, text_lower),
+        _share_missing(q_names, s_lower),
+        float(bool(q_numbers - text_lower)),
+        float(bool(q_names - text_lower)),
+        len(q_pairs & _pairs(text_words)) / len(q_pairs) if q_pairs else 1.0,
+        len(q_pairs & _pairs(s_words)) / len(q_pairs) if q_pairs else 1.0,
+        float(negated),
+        float(negated and not any(w.lower() in NEGATIONS for w in s_words)),
+        *(float(kind == w) for w in QUESTION_WORDS), float(kind == "other"),
+        math.log1p(len(a_words)),
+        float(digit), float(year), float(month), float(capital),
+        float(bool(a_words) and not capital and not digit),
+        sum(w in q_lower for w in a_lower) / len(a_lower) if a_lower else 0.0,
+        float(kind == "when" and not dated),
+        float(kind in ("how many", "how much") and not number),
+        float(kind == "who" and not capital),
+        float(kind == "where" and not capital),
+    ]
+
+
+@dataclass(frozen=True)
+class ReaderEvidence:
+    """What the reader says of its best span, in the window it came from (log-probabilities over
+    that window's tokens): see the module docstring."""
+
+    span_log_p: float
+    start_log_p_max: float
+    end_log_p_max: float
+    start_entropy: float  # divided by log(window tokens): 0 (sure) .. 1 (uniform)
+    end_entropy: float
+    window_tokens: int
+    null_margin: float = 0.0  # the null's score less the span's, for a reader with a null; else 0
+
+    def features(self) -> list[float]:
+        return [max(self.span_log_p, -30.0), max(self.start_log_p_max, -30.0), max(self.end_log_p_max, -30.0),
+                self.start_entropy, self.end_entropy, math.log1p(self.window_tokens),
+                float(np.clip(self.null_margin, -30.0, 30.0))]
+
+
+def window_evidence(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row (B,): the largest start and end log-probabilities and the start and end entropies
+    (normalised by the log of the row's token count) of a batch of windows."""
+    def one(logits):
+        x = np.where(mask, np.asarray(logits, np.float64), -np.inf)
+        x = x - x.max(axis=1, keepdims=True)
+        log_p = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+        p = np.exp(log_p)
+        entropy = -np.where(mask, p * np.where(mask, log_p, 0.0), 0.0).sum(axis=1)
+        n = mask.sum(axis=1)
+        return log_p.max(axis=1), entropy / np.log(np.maximum(n, 2))
+    (s_max, s_h), (e_max, e_h) = one(start_logits), one(end_logits)
+    return s_max, e_max, s_h, e_h
+
+
+def features_of(context: str, question: str, start: int | None, end: int | None,
+                evidence: ReaderEvidence | None) -> np.ndarray:
+    """The verifier's input (:data:`FEATURES`), float32."""
+    reader = evidence.features() if evidence is not None else [-30.0, -30.0, -30.0, 1.0, 1.0, 0.0, 0.0]
+    return np.asarray(reader + lexical_features(context, question, start, end), np.float32)
+
+
+class Verifier:
+    """``p(no answer)`` from :data:`FEATURES`: standardised, one hidden ReLU layer (or none), a
+    sigmoid. ``threshold``: abstain where ``p(no answer)`` is above it. ``record``: how it was
+    made (data, counts, the held-out figures), kept with it in the model file."""
+
+    def __init__(self, mean, scale, layers: list[tuple[np.ndarray, np.ndarray]], threshold: float,
+                 features: tuple[str, ...] = FEATURES, record: dict | None = None):
+        self.mean = np.asarray(mean, np.float32)
+        self.scale = np.asarray(scale, np.float32)
+        self.layers = [(np.asarray(w, np.float32), np.asarray(b, np.float32)) for w, b in layers]
+        self.threshold = float(threshold)
+        self.features = tuple(features)
+        self.record = dict(record or {})
+        if tuple(self.features) != FEATURES:
+            raise ValueError(f"this verifier reads features {list(self.features)[:3]}..., this rckit computes "
+                             f"{list(FEATURES)[:3]}... (made by another version of rckit)")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"a verifier's threshold is a probability, got {self.threshold}")
+
+    def probability(self, x: np.ndarray) -> np.ndarray:
+        """``p(no answer)`` of each row of ``x`` (n, len(FEATURES))."""
+        h = (np.asarray(x, np.float32) - self.mean) / self.scale
+        for i, (w, b) in enumerate(self.layers):
+            h = h @ w.T + b
+            if i < len(self.layers) - 1:
+                h = np.maximum(h, 0.0)
+        return 1.0 / (1.0 + np.exp(-np.clip(h[:, 0], -60.0, 60.0)))
+
+    def to_json(self) -> dict:
+        return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
+                "threshold": self.threshold, "record": self.record}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "the model file") -> "Verifier":
+        try:
+            return cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
+                       d["threshold"], tuple(d["features"]), d.get("record"))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{where}: damaged verifier in its metadata ({e!r})") from None

@@ -1,0 +1,81 @@
+"""``rckit verifier``: train the verifier that lets a span reader say "no answer", and put it into
+exported model files (:mod:`rckit.answering.verifier`, :mod:`rckit.training.verifier`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rckit.cli.arguments import model_option, model_source
+
+
+def add_arguments(p) -> None:
+    p.description = (
+        "Train a verifier beside a frozen span reader (SOURCE or --model NAME): it reads the reader's evidence and "
+        "the question's words against the text, and says whether the text holds the answer. Trained on SQuAD v1.1 "
+        "train, pairs made from it and the training quarter of SQuAD v2.0 dev; its threshold is chosen on the "
+        "tuning quarter; the evaluation half (odd articles) is never read. --into puts it into exported model files "
+        "(.safetensors, .onnx), which then abstain by default. --from puts a saved verifier into files; --remove takes "
+        "it out.")
+    p.add_argument("run", nargs="?", metavar="SOURCE", help="the reader: a run, an exported file, or an installed name")
+    model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
+    p.add_argument("--data-dir", help="a directory holding squad-v1.1/train-v1.1*.json[.gz] and "
+                   "squad-v2.0/dev-v2.0*.json[.gz] (or give --train and --v2-dev)")
+    p.add_argument("--train", metavar="V11_TRAIN", help="SQuAD v1.1 training file")
+    p.add_argument("--v2-dev", metavar="V2_DEV", help="SQuAD v2.0 dev file (split by article position)")
+    p.add_argument("--per-kind", type=int, default=10_000, metavar="N",
+                   help="answerable questions, and pairs of each made kind, drawn from v1.1 train (default 10000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache", metavar="DIR", help="keep the reader's features here, for another training")
+    p.add_argument("--out", metavar="VERIFIER.json", help="write the trained verifier (and its report) here")
+    p.add_argument("--from", dest="source", metavar="VERIFIER.json", help="a verifier written by --out, not trained")
+    p.add_argument("--into", nargs="+", metavar="FILE", default=[], help="exported model files to put it into")
+    p.add_argument("--remove", action="store_true", help="take the verifier out of the --into files")
+    p.add_argument("--device", default="cpu")
+
+
+def _found(data_dir: str | None, given: str | None, folder: str, pattern: str) -> Path:
+    if given:
+        return Path(given)
+    if not data_dir:
+        raise ValueError(f"give --data-dir, or the file ({pattern}) itself")
+    hits = sorted((Path(data_dir) / folder).glob(pattern)) or sorted(Path(data_dir).glob(pattern))
+    if not hits:
+        raise FileNotFoundError(f"{data_dir}: no {folder}/{pattern}")
+    return hits[0]
+
+
+def run(args) -> int:
+    from rckit.answering.verifier import Verifier
+    from rckit.export.verifier import set_verifier  # imports PyTorch's safetensors
+
+    if args.remove:
+        if not args.into:
+            raise ValueError("--remove takes the verifier out of the --into files; name them")
+        for f in args.into:
+            set_verifier(f, None)
+            print(f"{f}: verifier removed")
+        return 0
+    if args.source:
+        verifier = Verifier.from_json(json.loads(Path(args.source).read_text()), args.source)
+    else:
+        source = model_source(args)
+        if source is None:
+            raise ValueError("give the reader to train a verifier for (SOURCE or --model NAME), or --from VERIFIER.json")
+        from rckit.answering.reader import Reader
+        from rckit.training.verifier import train_verifier
+
+        train = _found(args.data_dir, args.train, "squad-v1.1", "train-v1.1*.json*")
+        v2_dev = _found(args.data_dir, args.v2_dev, "squad-v2.0", "dev-v2.0*.json*")
+        reader = Reader.load(source, args.device, always_answer=True)
+        verifier, report = train_verifier(reader, train, v2_dev, args.per_kind, args.seed, args.cache,
+                                          log=lambda m: print(m, file=sys.stderr))
+        print(json.dumps({k: report[k] for k in ("form", "trained_on", "tuning", "ablations")}))
+        if args.out:
+            Path(args.out).write_text(json.dumps(verifier.to_json()) + "\n")
+            print(f"wrote {args.out}", file=sys.stderr)
+    for f in args.into:
+        set_verifier(f, verifier)
+        print(f"{f}: verifier put in (threshold {verifier.threshold:.3f})", file=sys.stderr)
+    return 0

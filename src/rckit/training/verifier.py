@@ -1,0 +1,289 @@
+"""Training the verifier that decides whether a frozen span reader's text holds the answer
+(:mod:`rckit.answering.verifier`).
+
+The reader is only read, never changed. Its training side, as the no-answer files of
+:mod:`rckit.data.no_answer` draw it (the evaluation half of SQuAD v2.0 dev, its articles at odd
+positions, is never read here):
+
+- **answerable**: questions of SQuAD v1.1 train beside their own paragraph;
+- **made unanswerable pairs**: a v1.1 train question beside a paragraph of its own article that
+  holds none of its answers, the one sharing the most words with it (same topic, the hardest
+  such pair), and beside the paragraph of other articles that shares the most words with it
+  (what a retriever would bring back from a collection without the answer);
+- **the v2.0 dev training quarter** (positions 0, 4, 8, ...): its 1,458 written unanswerable
+  questions, the only ones like SQuAD 2.0's, and (``dev_answerable``, the default) its 1,462
+  answerable ones beside the same paragraphs, each weighed ``written_weight`` times. The
+  answerable ones are what the reader never trained on: its confidence on v1.1 train questions
+  is higher than on new ones, and a verifier that only saw those learns to distrust every new
+  question (tuning F1 56.75 without them, 57.6 with). They are v1.1 dev questions, so v1.1 dev
+  figures are given with and without them (RESULTS.md).
+
+Every candidate form (:data:`FORMS`: logistic regression, and one hidden layer of 32 or 64
+ReLUs, each at some weights of the written questions) is trained on the same features and
+judged on the **tuning quarter** of v2.0 dev (positions 2, 6, ...: real written unanswerable
+questions and answerable ones the reader never saw) by the official v2.0 F1 at its best
+threshold. The winner's default threshold is the lowest that keeps 95 % of the answers' F1 on
+that quarter (:func:`keeping`): the tuning quarter is half unanswerable, a person's questions
+mostly are not, and its best-F1 threshold turns away about half of the answers (recorded, with
+the quarter's curve, for those who want it: ``--no-answer-threshold``). The features of each pair are computed once and
+may be kept in a cache file (they depend on the reader and the data only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rckit.answering.reader import Reader
+from rckit.answering.verifier import FEATURES, READER_FEATURES, Verifier, content, words
+from rckit.data.no_answer import split_v2_dev
+from rckit.data.squad import load_json, normalize_answer
+from rckit.evaluation.squad_metrics import abstaining, best_thresholds, per_question_scores, score_predictions
+
+# (hidden units, weight of a written unanswerable question): the forms compared on the tuning quarter.
+FORMS = ((0, 1.0), (0, 10.0), (0, 30.0), (16, 30.0), (32, 10.0), (32, 30.0))
+# The default threshold keeps this share of the answers' F1 on the tuning quarter's answerable questions.
+KEEP = 0.95
+CHUNK = 256
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A (context, question) pair to read, with whether its text holds no answer."""
+
+    context: str
+    question: str
+    unanswerable: bool
+    kind: str  # answerable, same_article, other_article, written
+    qid: str = ""
+
+
+def _questions(articles: list[dict]):
+    for a, article in enumerate(articles):
+        for p, para in enumerate(article["paragraphs"]):
+            for qa in para["qas"]:
+                yield a, p, qa
+
+
+def training_pairs(v11_train: dict, v2_dev: dict, per_kind: int, seed: int = 0,
+                   dev_answerable: bool = True) -> list[Pair]:
+    """The training side (module docstring): ``per_kind`` answerable questions and as many made
+    pairs of each kind, drawn with ``seed``, and every written unanswerable question of the v2.0
+    dev training quarter."""
+    rng = random.Random(seed)
+    articles = v11_train["data"]
+    qas = list(_questions(articles))
+    norm = [[normalize_answer(p["context"]) for p in art["paragraphs"]] for art in articles]
+    stems = [[content(words(p["context"])) for p in art["paragraphs"]] for art in articles]
+    pairs: list[Pair] = []
+    for a, p, qa in rng.sample(qas, min(per_kind, len(qas))):
+        pairs.append(Pair(articles[a]["paragraphs"][p]["context"], qa["question"], False, "answerable", qa["id"]))
+
+    def holds(a: int, p: int, answers: list[str]) -> bool:
+        text = " " + norm[a][p] + " "
+        return any(x and f" {x} " in text for x in answers)
+
+    for kind in ("same_article", "other_article"):
+        made = 0
+        for a, p, qa in rng.sample(qas, len(qas)):
+            if made == per_kind:
+                break
+            answers = [normalize_answer(x["text"]) for x in qa["answers"]]
+            asked = content(words(qa["question"]))
+            if kind == "same_article":
+                places = [(a, j) for j in range(len(articles[a]["paragraphs"])) if j != p]
+            else:
+                others = rng.sample([b for b in range(len(articles)) if b != a], min(8, len(articles) - 1))
+                places = [(b, j) for b in others for j in range(len(articles[b]["paragraphs"]))]
+            places = [(b, j) for b, j in places if not holds(b, j, answers)]
+            if not places:
+                continue
+            b, j = max(places, key=lambda bj: (len(asked & stems[bj[0]][bj[1]]), rng.random()))
+            pairs.append(Pair(articles[b]["paragraphs"][j]["context"], qa["question"], True, kind, qa["id"]))
+            made += 1
+    train_quarter = split_v2_dev(v2_dev)[0]
+    for a, p, qa in _questions(train_quarter):
+        if qa.get("is_impossible") or dev_answerable:
+            kind = "written" if qa.get("is_impossible") else "dev_answerable"
+            pairs.append(Pair(train_quarter[a]["paragraphs"][p]["context"], qa["question"],
+                              bool(qa.get("is_impossible")), kind, qa["id"]))
+    return pairs
+
+
+def tuning_pairs(v2_dev: dict) -> tuple[list[Pair], dict]:
+    """Every question of the v2.0 dev tuning quarter, and that quarter as SQuAD JSON (for scoring)."""
+    tune = split_v2_dev(v2_dev)[1]
+    pairs = [Pair(tune[a]["paragraphs"][p]["context"], qa["question"], bool(qa.get("is_impossible")), "tune", qa["id"])
+             for a, p, qa in _questions(tune)]
+    return pairs, {"version": "v2.0", "data": tune}
+
+
+def read_features(reader: Reader, pairs: list[Pair], progress=None) -> tuple[np.ndarray, list[str]]:
+    """(features (n, len(FEATURES)), best span text) of each pair, read as the reader answers
+    (windows of its length), the reader's evidence collected without a verifier."""
+    xs, texts = [], []
+    for lo in range(0, len(pairs), CHUNK):
+        chunk = pairs[lo: lo + CHUNK]
+        job = reader.plan([(p.context, p.question) for p in chunk])
+        job.wants_evidence = True
+        reader.read_all(job)
+        xs.append(job.features())
+        texts += [text for text, _ in job.best_spans()]
+        if progress is not None:
+            progress(len(chunk))
+    return (np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)), np.float32)), texts
+
+
+def cached_features(reader: Reader, pairs: list[Pair], cache: Path | None, progress=None) -> tuple[np.ndarray, list[str]]:
+    """:func:`read_features`, kept in ``cache`` (an ``.npz`` named by the reader's file and the
+    pairs) so that comparing forms again does not read again."""
+    if cache is None:
+        return read_features(reader, pairs, progress)
+    key = hashlib.sha256(json.dumps([reader.info.get("source"), list(FEATURES),
+                                     [(p.context[:50], p.question) for p in pairs]]).encode()).hexdigest()[:16]
+    path = cache / f"verifier-features-{key}.npz"
+    if path.is_file():
+        got = np.load(path)
+        return got["x"], [str(t) for t in got["texts"]]
+    x, texts = read_features(reader, pairs, progress)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, x=x, texts=np.asarray(texts, dtype=object).astype(str))
+    tmp.replace(path)
+    return x, texts
+
+
+def fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray, hidden: int, seed: int = 0, epochs: int = 40,
+        threshold: float = 0.5, record: dict | None = None) -> Verifier:
+    """A :class:`Verifier` fitted to features ``x``, labels ``y`` (1: no answer) and example
+    weights ``weight`` by weighted cross-entropy (AdamW, mini-batches of 256); ``hidden`` 0 is
+    logistic regression."""
+    torch.manual_seed(seed)
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale = np.where(scale > 1e-6, scale, 1.0).astype(np.float32)
+    xt = torch.from_numpy((x - mean) / scale).float()
+    yt, wt = torch.from_numpy(y).float(), torch.from_numpy(weight / weight.mean()).float()
+    n_in = x.shape[1]
+    net = (torch.nn.Linear(n_in, 1) if hidden == 0 else
+           torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)))
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(xt), generator=g).split(256):
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(net(xt[idx])[:, 0], yt[idx], weight=wt[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    linears = [m for m in (net if hidden else [net]) if isinstance(m, torch.nn.Linear)]
+    layers = [(m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy()) for m in linears]
+    return Verifier(mean, scale, layers, threshold, FEATURES, record)
+
+
+def tuned(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict,
+          threshold: float | None = None) -> dict:
+    """The official v2.0 figures of ``verifier`` on the tuning quarter (``x``, ``texts`` the
+    reader's features and best spans on its ``pairs``) at ``threshold``; None: at the threshold
+    of the best F1, which is returned with them."""
+    p = verifier.probability(x)
+    spans = {pair.qid: text for pair, text in zip(pairs, texts)}
+    margins = {pair.qid: float(v) for pair, v in zip(pairs, p)}
+    if threshold is None:
+        best = best_thresholds(raw, spans, margins)
+        threshold = float(min(max(best["best_f1_thresh"], 0.0), 1.0))
+    at = score_predictions(raw, abstaining(spans, margins, threshold), "2.0")
+    return {"f1": at["f1"], "exact_match": at["exact_match"], "HasAns_f1": at.get("HasAns_f1"), "NoAns_f1": at.get("NoAns_f1"),
+            "threshold": threshold}
+
+
+def keeping(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict,
+            keep: float = KEEP) -> float:
+    """The lowest threshold at which the answerable questions of the tuning quarter keep ``keep``
+    of the F1 they score when the reader always answers: a reader used on ordinary questions,
+    most of them answerable, should lose few answers to catch the texts without one."""
+    p = verifier.probability(x)
+    spans = {pair.qid: text for pair, text in zip(pairs, texts)}
+    f1 = per_question_scores(raw, spans, "2.0")
+    answered = sorted((float(v), f1[pair.qid][1]) for pair, v in zip(pairs, p) if not pair.unanswerable)
+    total = sum(f for _, f in answered)
+    lost = 0.0
+    for v, f in reversed(answered):  # abstain on the least likely answerable first
+        if lost + f > (1.0 - keep) * total:
+            return v
+        lost += f
+    return 0.0
+
+
+def curve(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict,
+          more=()) -> list[dict]:
+    """The tuning quarter's official figures at thresholds 0.1 ... 0.9, the verifier's own and
+    ``more``: the trade a person makes with it."""
+    thresholds = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, *more)
+    p = verifier.probability(x)
+    spans = {pair.qid: text for pair, text in zip(pairs, texts)}
+    margins = {pair.qid: float(v) for pair, v in zip(pairs, p)}
+    rows = []
+    for t in sorted({*thresholds, verifier.threshold}):
+        at = score_predictions(raw, abstaining(spans, margins, t), "2.0")
+        rows.append({"threshold": round(t, 4), "f1": at["f1"], "HasAns_f1": at.get("HasAns_f1"),
+                     "NoAns_f1": at.get("NoAns_f1")})
+    return rows
+
+
+def train_verifier(reader: Reader, v11_train: str | Path, v2_dev: str | Path, per_kind: int = 10_000, seed: int = 0,
+                   cache: str | Path | None = None, forms=FORMS, log=print,
+                   dev_answerable: bool = True) -> tuple[Verifier, dict]:
+    """The verifier of ``reader`` (module docstring), and a report of every form compared."""
+    t0 = time.time()
+    train_raw, dev_raw = load_json(v11_train), load_json(v2_dev)
+    pairs = training_pairs(train_raw, dev_raw, per_kind, seed, dev_answerable)
+    tune, tune_raw = tuning_pairs(dev_raw)
+    counts = {k: sum(p.kind == k for p in pairs)
+              for k in ("answerable", "same_article", "other_article", "written", "dev_answerable")}
+    log(f"reading {len(pairs):,} training pairs {counts} and {len(tune):,} tuning questions")
+    cache = Path(cache) if cache else None
+    x, _ = cached_features(reader, pairs, cache)
+    xt, texts = cached_features(reader, tune, cache)
+    read_s = time.time() - t0
+    y = np.asarray([p.unanswerable for p in pairs], np.float32)
+    written = np.asarray([p.kind in ("written", "dev_answerable") for p in pairs])
+    tried = []
+    best: tuple[float, Verifier] | None = None
+    for hidden, w in forms:
+        weight = np.where(written, w, 1.0).astype(np.float32)
+        v = fit(x, y, weight, hidden, seed)
+        got = tuned(v, xt, texts, tune, tune_raw)
+        tried.append({"hidden": hidden, "written_weight": w, **got})
+        log(f"  hidden {hidden:>2}, written x{w:g}: tuning F1 {got['f1']:.2f} at threshold {got['threshold']:.3f}")
+        if best is None or got["f1"] > best[0]:
+            best = (got["f1"], v, hidden, w, got)
+    _, v, hidden, w, got = best
+    # What each half of the evidence is worth, in the chosen form: the other half held constant.
+    ablations = {}
+    reader_cols = np.arange(len(READER_FEATURES))
+    for name, cols in (("reader_only", np.arange(len(READER_FEATURES), len(FEATURES))), ("lexical_only", reader_cols)):
+        xa, xta = x.copy(), xt.copy()
+        xa[:, cols] = 0.0
+        xta[:, cols] = 0.0
+        ablations[name] = tuned(fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed),
+                                xta, texts, tune, tune_raw)
+        log(f"  {name}: tuning F1 {ablations[name]['f1']:.2f}")
+    default = keeping(v, xt, texts, tune, tune_raw)
+    at_default = tuned(Verifier(v.mean, v.scale, v.layers, default), xt, texts, tune, tune_raw, default)
+    log(f"  chosen: hidden {hidden}, written x{w:g}; best-F1 threshold {got['threshold']:.3f}, default "
+        f"(keeps {KEEP:.0%} of the answers' F1) {default:.3f}: tuning F1 {at_default['f1']:.2f}")
+    record = {"form": {"hidden": hidden, "written_weight": w}, "trained_on": counts, "seed": seed,
+              "tuning": {"file": Path(v2_dev).name, "positions": "2, 6, 10, ...", "questions": len(tune),
+                         "best_f1": got, "default": {**at_default, "keeps": KEEP}},
+              "compared": tried, "ablations": ablations, "read_seconds": round(read_s, 1),
+              "reader": Path(str(reader.info.get("source"))).name}
+    verifier = Verifier(v.mean, v.scale, v.layers, default, FEATURES, record)
+    record["curve"] = curve(verifier, xt, texts, tune, tune_raw, (got["threshold"],))
+    return Verifier(v.mean, v.scale, v.layers, default, FEATURES, record), record
