@@ -124,6 +124,14 @@ class Reader:
                      "verifier": None if verifier is None else {**verifier.record, "threshold": self.verifier_threshold}}
         self.always_answer = always_answer
 
+    @property
+    def collection_verifier(self):
+        """The decision over a collection's passages (:class:`rckit.answering.verifier.CollectionVerifier`),
+        where the verifier has one and the reader may abstain; else None."""
+        if self.always_answer or self.verifier is None:
+            return None
+        return self.verifier.collection
+
     # ------------------------------------------------------------------------------ loading
 
     @classmethod

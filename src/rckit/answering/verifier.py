@@ -201,14 +201,17 @@ def window_evidence(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.n
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row (B,): the largest start and end log-probabilities and the start and end entropies
     (normalised by the log of the row's token count) of a batch of windows."""
+    n = np.log(np.maximum(mask.sum(axis=1), 2))
+
     def one(logits):
-        x = np.where(mask, np.asarray(logits, np.float64), -np.inf)
-        x = x - x.max(axis=1, keepdims=True)
-        log_p = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
-        p = np.exp(log_p)
-        entropy = -np.where(mask, p * np.where(mask, log_p, 0.0), 0.0).sum(axis=1)
-        n = mask.sum(axis=1)
-        return log_p.max(axis=1), entropy / np.log(np.maximum(n, 2))
+        x = np.where(mask, logits, -np.inf).astype(np.float32)
+        x -= x.max(axis=1, keepdims=True)
+        e = np.exp(x)  # 0 at padding
+        z = e.sum(axis=1)
+        log_p_max = -np.log(z)  # the largest logit less the log-normaliser
+        # entropy = log z - sum(e * x) / z, over real tokens (x is -inf where e is 0)
+        ex = np.where(mask, e * np.where(mask, x, 0.0), 0.0).sum(axis=1)
+        return log_p_max, (np.log(z) - ex / z) / n
     (s_max, s_h), (e_max, e_h) = one(start_logits), one(end_logits)
     return s_max, e_max, s_h, e_h
 
@@ -220,27 +223,63 @@ def features_of(context: str, question: str, start: int | None, end: int | None,
     return np.asarray(reader + lexical_features(context, question, start, end), np.float32)
 
 
-class Verifier:
-    """``p(no answer)`` from :data:`FEATURES`: standardised, one hidden ReLU layer (or none), a
-    sigmoid. ``threshold``: abstain where ``p(no answer)`` is above it. ``record``: how it was
-    made (data, counts, the held-out figures), kept with it in the model file."""
+COLLECTION_FEATURES = (
+    "passages_log", "p_min", "p_low3_mean", "share_p_below_half", "best_p", "best_span_log_p",
+    "best_bm25_below_top", "top_bm25_log", "top_bm25_per_word", "top_bm25_gap",
+    "q_names_missing_all", "q_content_missing_all", "q_names_missing_best", "q_content_missing_best",
+    "q_pairs_in_best", "q_content_words_log",
+)
 
-    def __init__(self, mean, scale, layers: list[tuple[np.ndarray, np.ndarray]], threshold: float,
-                 features: tuple[str, ...] = FEATURES, record: dict | None = None):
+
+def collection_features(question: str, read: list[tuple[float, str, float | None, float | None]],
+                        best: int | None) -> np.ndarray:
+    """:data:`COLLECTION_FEATURES` of a question asked of a collection: ``read`` holds each passage
+    read (its BM25 score, its text, the reader's best span's probability or None, the passage
+    verifier's p(no answer)), ``best`` the passage of the answer ranked first (None: none)."""
+    q_words = words(question)
+    q_content, q_names, q_pairs = content(q_words), names(q_words), _pairs(q_words)
+    ps = sorted(p for _, _, _, p in read if p is not None) or [1.0]
+    bm25 = sorted((b for b, _, _, _ in read), reverse=True) or [0.0]
+    all_words = [w for _, text, _, _ in read for w in words(text)]
+    all_lower = {w.lower() for w in all_words}
+    if best is None:
+        best_p, best_span, best_below, best_words = 1.0, -30.0, 0.0, []
+    else:
+        b, text, span_p, p = read[best]
+        best_p = 1.0 if p is None else p
+        best_span = max(math.log(span_p), -30.0) if span_p else -30.0
+        best_below, best_words = bm25[0] - b, words(text)
+    best_lower = {w.lower() for w in best_words}
+    return np.asarray([
+        math.log1p(len(read)), ps[0], float(np.mean(ps[:3])), sum(p < 0.5 for p in ps) / len(ps),
+        best_p, best_span, best_below, math.log1p(max(bm25[0], 0.0)), bm25[0] / (1 + len(q_content)),
+        bm25[0] - (bm25[1] if len(bm25) > 1 else 0.0),
+        _share_missing(q_names, all_lower), _share_missing(q_content, content(all_words)),
+        _share_missing(q_names, best_lower), _share_missing(q_content, content(best_words)),
+        len(q_pairs & _pairs(best_words)) / len(q_pairs) if q_pairs else 1.0,
+        math.log1p(len(q_content)),
+    ], np.float32)
+
+
+def features_differ(got: tuple[str, ...], wanted: tuple[str, ...], what: str = "verifier") -> str:
+    """The one-line refusal of a verifier made by another version of rckit, naming what differs."""
+    extra, missing = [f for f in got if f not in wanted], [f for f in wanted if f not in got]
+    differ = (f"it reads {extra[:3]} that this rckit does not compute" if extra else
+              f"it lacks {missing[:3]}" if missing else "its features are in another order")
+    return (f"this {what} was made by another version of rckit ({differ}): train it again (rckit verifier), "
+            "or take it out of the file (rckit verifier --remove --into FILE)")
+
+
+class Net:
+    """Standardised inputs, ReLU layers, a sigmoid: ``p(no answer)`` of each row."""
+
+    def __init__(self, mean, scale, layers: list[tuple[np.ndarray, np.ndarray]]):
         self.mean = np.asarray(mean, np.float32)
         self.scale = np.asarray(scale, np.float32)
         self.layers = [(np.asarray(w, np.float32), np.asarray(b, np.float32)) for w, b in layers]
-        self.threshold = float(threshold)
-        self.features = tuple(features)
-        self.record = dict(record or {})
-        if tuple(self.features) != FEATURES:
-            raise ValueError(f"this verifier reads features {list(self.features)[:3]}..., this rckit computes "
-                             f"{list(FEATURES)[:3]}... (made by another version of rckit)")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"a verifier's threshold is a probability, got {self.threshold}")
 
     def probability(self, x: np.ndarray) -> np.ndarray:
-        """``p(no answer)`` of each row of ``x`` (n, len(FEATURES))."""
+        """``p(no answer)`` of each row of ``x`` (n, features)."""
         h = (np.asarray(x, np.float32) - self.mean) / self.scale
         for i, (w, b) in enumerate(self.layers):
             h = h @ w.T + b
@@ -248,15 +287,61 @@ class Verifier:
                 h = np.maximum(h, 0.0)
         return 1.0 / (1.0 + np.exp(-np.clip(h[:, 0], -60.0, 60.0)))
 
+
+class CollectionVerifier(Net):
+    """Whether a collection holds the answer to a question, from :data:`COLLECTION_FEATURES` of
+    the passages retrieved and read: the passage verifier judges one passage at a time, and
+    twenty passages give a wrong answer twenty chances to pass; this sees them together, with
+    the retriever's evidence. ``threshold``: say "no answer in these documents" above it."""
+
+    def __init__(self, mean, scale, layers, threshold: float, features: tuple[str, ...] = COLLECTION_FEATURES,
+                 record: dict | None = None):
+        super().__init__(mean, scale, layers)
+        self.threshold, self.features, self.record = float(threshold), tuple(features), dict(record or {})
+        if self.features != COLLECTION_FEATURES:
+            raise ValueError(features_differ(self.features, COLLECTION_FEATURES, "collection verifier"))
+
     def to_json(self) -> dict:
         return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
                 "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
                 "threshold": self.threshold, "record": self.record}
 
     @classmethod
+    def from_json(cls, d: dict) -> "CollectionVerifier":
+        return cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
+                   d["threshold"], tuple(d["features"]), d.get("record"))
+
+
+class Verifier(Net):
+    """``p(no answer)`` from :data:`FEATURES`: standardised, one hidden ReLU layer (or none), a
+    sigmoid. ``threshold``: abstain where ``p(no answer)`` is above it. ``record``: how it was
+    made (data, counts, the held-out figures), kept with it in the model file. ``collection``:
+    the decision over the passages of a collection (:class:`CollectionVerifier`), where trained."""
+
+    def __init__(self, mean, scale, layers: list[tuple[np.ndarray, np.ndarray]], threshold: float,
+                 features: tuple[str, ...] = FEATURES, record: dict | None = None,
+                 collection: CollectionVerifier | None = None):
+        super().__init__(mean, scale, layers)
+        self.threshold = float(threshold)
+        self.features = tuple(features)
+        self.record = dict(record or {})
+        self.collection = collection
+        if tuple(self.features) != FEATURES:
+            raise ValueError(features_differ(self.features, FEATURES))
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"a verifier's threshold is a probability, got {self.threshold}")
+
+    def to_json(self) -> dict:
+        return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
+                "threshold": self.threshold, "record": self.record,
+                **({"collection": self.collection.to_json()} if self.collection is not None else {})}
+
+    @classmethod
     def from_json(cls, d: dict, where: str = "the model file") -> "Verifier":
         try:
+            collection = CollectionVerifier.from_json(d["collection"]) if d.get("collection") else None
             return cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
-                       d["threshold"], tuple(d["features"]), d.get("record"))
+                       d["threshold"], tuple(d["features"]), d.get("record"), collection)
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: damaged verifier in its metadata ({e!r})") from None

@@ -28,6 +28,8 @@ def add_arguments(p) -> None:
                    help="answerable questions, and pairs of each made kind, drawn from v1.1 train (default 10000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", metavar="DIR", help="keep the reader's features here, for another training")
+    p.add_argument("--collection", metavar="DIR", help="also train the collection's verifier (rckit ask: whether the "
+                   "passages retrieved hold the answer), on an index of v1.1 train articles built in DIR")
     p.add_argument("--out", metavar="VERIFIER.json", help="write the trained verifier (and its report) here")
     p.add_argument("--from", dest="source", metavar="VERIFIER.json", help="a verifier written by --out, not trained")
     p.add_argument("--into", nargs="+", metavar="FILE", default=[], help="exported model files to put it into")
@@ -72,6 +74,14 @@ def run(args) -> int:
         verifier, report = train_verifier(reader, train, v2_dev, args.per_kind, args.seed, args.cache,
                                           log=lambda m: print(m, file=sys.stderr))
         print(json.dumps({k: report[k] for k in ("form", "trained_on", "tuning", "ablations")}))
+        if args.collection:
+            from rckit.retrieval.verifier_training import train_collection_verifier
+
+            reader.verifier, reader.always_answer = verifier, False  # read as `rckit ask` will
+            reader.verifier_threshold = verifier.threshold
+            verifier.collection, collection = train_collection_verifier(
+                reader, train, args.collection, seed=args.seed, log=lambda m: print(m, file=sys.stderr))
+            print(json.dumps({"collection": collection}))
         if args.out:
             Path(args.out).write_text(json.dumps(verifier.to_json()) + "\n")
             print(f"wrote {args.out}", file=sys.stderr)

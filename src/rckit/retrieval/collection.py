@@ -36,6 +36,7 @@ from pathlib import Path
 
 from rckit.answering.answer import Answer, FoundAnswer, Passage
 from rckit.answering.reader import Reader
+from rckit.answering.verifier import CollectionVerifier, collection_features
 from rckit.retrieval.store import Hit, PassageStore
 
 DEFAULT_PASSAGES = 20
@@ -50,17 +51,22 @@ class Retrieved:
     hits: list[list[Hit]]  # for each question, its passages, best first
     pairs: list[tuple[str, str]]  # (passage text, question) of every hit, question by question
 
-    def rank(self, answers: list[list[Answer]], top_k: int, retriever_weight: float) -> list[list[FoundAnswer]]:
+    questions: list[str] | None = None
+
+    def rank(self, answers: list[list[Answer]], top_k: int, retriever_weight: float,
+             verifier: CollectionVerifier | None = None) -> list[list[FoundAnswer]]:
         """Each question's ``top_k`` best answers (:func:`rank`), given the reader's ``answers``
-        to :attr:`pairs`, in their order."""
+        to :attr:`pairs`, in their order; ``verifier``: the reader's collection verifier."""
         read = iter(answers)
-        return [rank([(h, next(read)) for h in hits], top_k, retriever_weight) for hits in self.hits]
+        questions = self.questions or [None] * len(self.hits)
+        return [rank([(h, next(read)) for h in hits], top_k, retriever_weight, q, verifier)
+                for hits, q in zip(self.hits, questions)]
 
 
 def retrieve(store: PassageStore, questions: list[str], passages: int) -> Retrieved:
     """Each question's ``passages`` best passages in ``store``, and the pairs to read them with."""
     hits = [store.search(q, passages) for q in questions]
-    return Retrieved(hits, [(h.text, q) for q, hs in zip(questions, hits) for h in hs])
+    return Retrieved(hits, [(h.text, q) for q, hs in zip(questions, hits) for h in hs], list(questions))
 
 
 class Collection:
@@ -105,7 +111,7 @@ class Collection:
         for lo in range(0, len(questions), chunk):  # bounded memory for a file of questions
             found = retrieve(self.store, questions[lo: lo + chunk], passages)
             answers = self.reader.answer_batch(found.pairs, top_k) if found.pairs else []
-            results += found.rank(answers, top_k, self.retriever_weight)
+            results += found.rank(answers, top_k, self.retriever_weight, self.reader.collection_verifier)
         return results
 
     def close(self) -> None:
@@ -118,11 +124,14 @@ class Collection:
         self.close()
 
 
-def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: float) -> list[FoundAnswer]:
+def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: float, question: str | None = None,
+         verifier: CollectionVerifier | None = None) -> list[FoundAnswer]:
     """The ``top_k`` best spans over the passages ``read`` of one question (each hit with the
     reader's answers on it), by the module docstring's score; a span found in two passages counts
     once. With no span left (nothing retrieved, or the reader abstained on every passage): the
-    abstention."""
+    abstention. ``verifier`` (with the ``question``): the collection's decision over all the
+    passages read (:func:`collection_evidence`): the abstention where its p(no answer) is above
+    its threshold, else the answers carry that probability."""
     if not read:
         return [no_answer(None)]
     best_bm25 = max(h.score for h, _ in read)
@@ -142,7 +151,26 @@ def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: flo
                 found[where] = found_in(hit, a, score)
     if not found:
         return [no_answer(min(nulls) if nulls and None not in nulls else None)]
-    return sorted(found.values(), key=lambda a: (-a["score"], a["source"], a["start"]))[:top_k]
+    ranked = sorted(found.values(), key=lambda a: (-a["score"], a["source"], a["start"]))
+    if verifier is not None and question is not None:
+        p = float(verifier.probability(collection_evidence(question, read, ranked[0])[None])[0])
+        if p > verifier.threshold:
+            return [no_answer(p)]
+        ranked = [FoundAnswer(**{**a, "no_answer_probability": p}) for a in ranked]
+    return ranked[:top_k]
+
+
+def collection_evidence(question: str, read: list[tuple[Hit, list[Answer]]], best: FoundAnswer | None):
+    """:func:`rckit.answering.verifier.collection_features` of the passages ``read`` for
+    ``question``, ``best`` the answer ranked first."""
+    rows, at = [], None
+    for i, (hit, answers) in enumerate(read):
+        span = next((a for a in answers if a["start"] is not None), None)
+        p = answers[0]["no_answer_probability"] if answers else None
+        rows.append((hit.score, hit.text, None if span is None else span["score"], p))
+        if best is not None and best["passage"] is not None and best["passage"]["id"] == hit.passage_id:
+            at = i if at is None else at
+    return collection_features(question, rows, at)
 
 
 def found_in(hit: Hit, a: Answer, score: float) -> FoundAnswer:

@@ -236,7 +236,7 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         m = chosen(req.model)
         found = retrieve(app.state.index, [req.question], req.passages)
         spans = await read(m.batcher, found.pairs, req.top_k, None) if found.pairs else []
-        answers = found.rank(spans, req.top_k, retriever_weight)[0]
+        answers = found.rank(spans, req.top_k, retriever_weight, m.reader.collection_verifier)[0]
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers, "model": m.name, "ms": round(ms, 2)})
 

@@ -1,0 +1,66 @@
+"""What the verifier (issue 43) costs a question: ``Reader.answer`` on one paragraph-sized
+passage, with the model file's verifier and with it set aside, each backend.
+
+    python benchmarks/verifier_cost.py [--model qanet] [--repeats 300]
+
+The two are timed in alternation (one call each, ``--repeats`` times) so that a slower spell of
+the machine falls on both; prints the median milliseconds of each and of the verifier's own
+step (features and the network) alone. Figures go to BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from rckit.answering.reader import Reader
+from rckit.model_files.source import installed_files
+
+CONTEXT = ("The Rosetta Stone is a granodiorite stele inscribed with three versions of a decree issued in Memphis, "
+           "Egypt, in 196 BC during the Ptolemaic dynasty on behalf of King Ptolemy V Epiphanes. The top and middle "
+           "texts are in Ancient Egyptian using hieroglyphic and Demotic scripts respectively, while the bottom is in "
+           "Ancient Greek. The decree has only minor differences between the three versions, making the Rosetta "
+           "Stone key to deciphering the Egyptian scripts. The stone was discovered in 1799 by a French soldier, "
+           "Pierre-Francois Bouchard, during the Napoleonic campaign in Egypt. Jean-Francois Champollion announced "
+           "the first decipherment of the hieroglyphs in 1822.")
+QUESTION = "Who announced the decipherment of the hieroglyphs?"
+
+
+def ms(fn, n: int) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return 1e3 * (time.perf_counter() - t) / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qanet")
+    ap.add_argument("--repeats", type=int, default=300)
+    args = ap.parse_args()
+    out = {}
+    for path in installed_files(args.model).values():
+        with_v = Reader.load(path, "cpu")
+        without = Reader.load(path, "cpu")
+        without.verifier = None
+        assert with_v.verifier is not None, f"{path}: no verifier"
+        for r in (with_v, without):
+            ms(lambda: r.answer(CONTEXT, QUESTION), 20)  # warm up
+        a, b = [], []
+        for _ in range(args.repeats):
+            a.append(ms(lambda: with_v.answer(CONTEXT, QUESTION), 1))
+            b.append(ms(lambda: without.answer(CONTEXT, QUESTION), 1))
+        job = with_v.plan([(CONTEXT, QUESTION)])
+        with_v.read_all(job)
+        step = ms(lambda: job.no_answer_probabilities(), 300)
+        out[with_v.info["backend"]] = {"with_verifier_ms": round(statistics.median(a), 2),
+                                       "without_ms": round(statistics.median(b), 2),
+                                       "verifier_step_ms": round(step, 3),
+                                       "slower_percent": round(100 * (statistics.median(a) / statistics.median(b) - 1), 1)}
+    print(json.dumps({"model": args.model, **out}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
