@@ -69,8 +69,4 @@ def shown(answer: Answer, after: list[Answer] | None = None) -> str:
     if answer["start"] is not None:
         return answer["answer"]
     guess = next((a for a in after or [] if a["start"] is not None), None)
-    if guess is None:
-        return "(no answer in the text)"
-    p = answer["no_answer_probability"]
-    sure = "" if p is None else f" ({p:.0%} sure)"
-    return f"(no answer in the text{sure}; best guess: {guess['answer']})"
+    return "(no answer in the text)" if guess is None else f"(no answer in the text; best guess: {guess['answer']})"

@@ -224,10 +224,9 @@ def features_of(context: str, question: str, start: int | None, end: int | None,
 
 
 COLLECTION_FEATURES = (
-    "passages_log", "p_min", "p_low3_mean", "share_p_below_half", "best_p", "best_span_log_p",
-    "best_bm25_below_top", "top_bm25_log", "top_bm25_per_word", "top_bm25_gap",
-    "q_names_missing_all", "q_content_missing_all", "q_names_missing_best", "q_content_missing_best",
-    "q_pairs_in_best", "q_content_words_log",
+    "p_min", "p_low3_mean", "share_p_below_half", "best_p", "best_span_log_p", "best_bm25_of_top",
+    "second_bm25_of_top", "q_names_missing_all", "q_content_missing_all", "q_names_missing_best",
+    "q_content_missing_best", "q_pairs_in_best", "q_content_words_log",
 )
 
 
@@ -235,25 +234,30 @@ def collection_features(question: str, read: list[tuple[float, str, float | None
                         best: int | None) -> np.ndarray:
     """:data:`COLLECTION_FEATURES` of a question asked of a collection: ``read`` holds each passage
     read (its BM25 score, its text, the reader's best span's probability or None, the passage
-    verifier's p(no answer)), ``best`` the passage of the answer ranked first (None: none)."""
+    verifier's p(no answer)), ``best`` the passage of the answer ranked first (None: none).
+
+    Nothing here depends on the collection's size: BM25 scores only as shares of the top one (a
+    term's weight depends on how many documents there are), how many passages were read only
+    through the share of them the passage verifier trusts, so that the verifier trained on a
+    large collection judges a folder of four files alike."""
     q_words = words(question)
     q_content, q_names, q_pairs = content(q_words), names(q_words), _pairs(q_words)
     ps = sorted(p for _, _, _, p in read if p is not None) or [1.0]
     bm25 = sorted((b for b, _, _, _ in read), reverse=True) or [0.0]
+    top = bm25[0] if bm25[0] > 0 else 1.0
     all_words = [w for _, text, _, _ in read for w in words(text)]
     all_lower = {w.lower() for w in all_words}
     if best is None:
-        best_p, best_span, best_below, best_words = 1.0, -30.0, 0.0, []
+        best_p, best_span, best_share, best_words = 1.0, -30.0, 0.0, []
     else:
         b, text, span_p, p = read[best]
         best_p = 1.0 if p is None else p
         best_span = max(math.log(span_p), -30.0) if span_p else -30.0
-        best_below, best_words = bm25[0] - b, words(text)
+        best_share, best_words = b / top, words(text)
     best_lower = {w.lower() for w in best_words}
     return np.asarray([
-        math.log1p(len(read)), ps[0], float(np.mean(ps[:3])), sum(p < 0.5 for p in ps) / len(ps),
-        best_p, best_span, best_below, math.log1p(max(bm25[0], 0.0)), bm25[0] / (1 + len(q_content)),
-        bm25[0] - (bm25[1] if len(bm25) > 1 else 0.0),
+        ps[0], float(np.mean(ps[:3])), sum(p < 0.5 for p in ps) / len(ps),
+        best_p, best_span, best_share, (bm25[1] / top) if len(bm25) > 1 else 0.0,
         _share_missing(q_names, all_lower), _share_missing(q_content, content(all_words)),
         _share_missing(q_names, best_lower), _share_missing(q_content, content(best_words)),
         len(q_pairs & _pairs(best_words)) / len(q_pairs) if q_pairs else 1.0,

@@ -13,7 +13,9 @@ the articles at odd positions (they are not: the right reply is "no answer in th
 documents"), half of each kind. Each question is read as ``rckit ask`` reads it (the reader with
 its passage verifier), ranked (:func:`rckit.retrieval.collection.rank`) and turned into
 :data:`rckit.answering.verifier.COLLECTION_FEATURES`; questions on which the passage verifier
-already abstained everywhere are left out (the collection verifier never sees them). Logistic
+already abstained everywhere are left out (the collection verifier never sees them). Each training
+question counts twice, with all its passages and with its first k (k drawn), so that a folder of
+a few files, which retrieves fewer, is not new to it. Logistic
 regression and one hidden layer of 16 are compared on a tuning set drawn the same way from other
 questions, by the official v2.0 F1 (an unanswerable question scores 1 for "no answer"); the
 winner keeps the threshold of its best F1 there. Dev data is never read.
@@ -43,23 +45,26 @@ def _asked(articles: list[dict], half: str) -> list[tuple[dict, str]]:
 
 
 def read_questions(reader: Reader, index: PassageStore, qs: list[tuple[dict, str]], passages: int, progress=None):
-    """(features, best answer text) of each question of ``qs`` (``(qa, "in"|"out")``), or None where
-    the passage verifier abstained on every passage."""
-    rows = []
+    """Each question of ``qs`` (``(qa, "in"|"out")``) read as ``rckit ask`` reads it: its
+    ``passages`` best passages, each ``(hit, the reader's answers)``."""
+    out = []
     for lo in range(0, len(qs), 32):
         part = qs[lo: lo + 32]
         hits = [index.search(qa["question"], passages) for qa, _ in part]
         got = iter(reader.answer_batch([(h.text, qa["question"]) for (qa, _), hs in zip(part, hits) for h in hs]))
-        for (qa, _), hs in zip(part, hits):
-            read = [(h, next(got)) for h in hs]
-            best = rank(read, 1, DEFAULT_RETRIEVER_WEIGHT)[0]
-            if best["start"] is None:
-                rows.append(None)
-                continue
-            rows.append((collection_evidence(qa["question"], read, best), best["answer"]))
+        out += [[(h, next(got)) for h in hs] for hs in hits]
         if progress is not None:
             progress(min(lo + 32, len(qs)), len(qs))
-    return rows
+    return out
+
+
+def evidence(question: str, read: list) -> tuple[np.ndarray, str] | None:
+    """(collection features, the first-ranked answer) of one question's readings, or None where
+    the passage verifier abstained on every passage."""
+    best = rank(read, 1, DEFAULT_RETRIEVER_WEIGHT)[0]
+    if best["start"] is None:
+        return None
+    return collection_evidence(question, read, best), best["answer"]
 
 
 def _raw(qs: list[tuple[dict, str]]) -> dict:
@@ -91,9 +96,15 @@ def train_collection_verifier(reader: Reader, v11_train: str | Path, work: str |
     tune = inside[per_half: per_half + tune_per_half] + outside[per_half: per_half + tune_per_half]
     show = (lambda n, total: log(f"  read {n:,}/{total:,}")) if log else None
     with PassageStore(path) as index:
-        got_train = read_questions(reader, index, train, passages, show)
-        got_tune = read_questions(reader, index, tune, passages, show)
-    kept = [(q, r) for q, r in zip(train, got_train) if r is not None]
+        read_train = read_questions(reader, index, train, passages, show)
+        read_tune = read_questions(reader, index, tune, passages, show)
+    # Each training question twice: with all its passages, and with its first k (k drawn from 1 to
+    # passages - 1), as a small collection or a smaller --passages gives them.
+    got_train = [evidence(qa["question"], read) for (qa, _), read in zip(train, read_train)]
+    got_train += [evidence(qa["question"], read[: rng.randint(1, max(1, len(read) - 1))])
+                  for (qa, _), read in zip(train, read_train)]
+    got_tune = [evidence(qa["question"], read) for (qa, _), read in zip(tune, read_tune)]
+    kept = [(q, r) for q, r in zip(train + train, got_train) if r is not None]
     x = np.stack([r[0] for _, r in kept])
     y = np.asarray([half == "out" for (_, half), _ in kept], np.float32)
     spans = {qa["id"]: (r[1] if r is not None else "") for (qa, _), r in zip(tune, got_tune)}
@@ -113,6 +124,7 @@ def train_collection_verifier(reader: Reader, v11_train: str | Path, work: str |
     v, got = best
     record = {"form": {"hidden": got["hidden"]}, "index": "SQuAD v1.1 train, articles at even positions",
               "trained_on": {"questions": len(kept), "in_collection": int((y == 0).sum()),
-                             "not_in_collection": int(y.sum()), "left_to_the_passage_verifier": len(train) - len(kept)},
+                             "not_in_collection": int(y.sum()), "left_to_the_passage_verifier": 2 * len(train) - len(kept),
+                             "readings": "each question with all its passages and with its first k"},
               "tuning": {"questions": len(tune), **got}, "compared": tried, "passages": passages, "seed": seed}
     return CollectionVerifier(v.mean, v.scale, v.layers, got["threshold"], record=record), record
