@@ -50,14 +50,11 @@ def _found(data_dir: str | None, given: str | None, folder: str, pattern: str) -
 
 def run(args) -> int:
     from rckit.answering.verifier import Verifier
-    from rckit.export.verifier import set_verifier  # imports PyTorch's safetensors
 
     if args.remove:
         if not args.into:
             raise ValueError("--remove takes the verifier out of the --into files; name them")
-        for f in args.into:
-            set_verifier(f, None)
-            print(f"{f}: verifier removed")
+        put_into(args.into, None)
         return 0
     if args.source:
         verifier = Verifier.from_json(json.loads(Path(args.source).read_text()), args.source)
@@ -85,7 +82,20 @@ def run(args) -> int:
         if args.out:
             Path(args.out).write_text(json.dumps(verifier.to_json()) + "\n")
             print(f"wrote {args.out}", file=sys.stderr)
-    for f in args.into:
-        set_verifier(f, verifier)
-        print(f"{f}: verifier put in (threshold {verifier.threshold:.3f})", file=sys.stderr)
+    put_into(args.into, verifier)
     return 0
+
+
+def put_into(files: list[str], verifier) -> None:
+    """``verifier`` (None: none) into each file, the .safetensors files first, so that an ONNX file
+    exported from one of them still names its digest."""
+    from rckit.export.verifier import set_verifier
+    from rckit.data.prepare import file_digest
+
+    rewritten: dict[str, str] = {}
+    for f in sorted(files, key=lambda f: Path(f).suffix == ".onnx"):
+        set_verifier(f, verifier, rewritten)
+        if Path(f).suffix != ".onnx":
+            rewritten[Path(f).name] = file_digest(Path(f))
+        said = "removed" if verifier is None else f"put in (threshold {verifier.threshold:.3f})"
+        print(f"{f}: verifier {said}", file=sys.stderr)

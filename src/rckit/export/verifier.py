@@ -16,13 +16,15 @@ from rckit.model_files.metadata import read_metadata
 from rckit.model_files.source import export_format
 
 
-def set_verifier(path: str | Path, verifier: Verifier | None) -> dict:
+def set_verifier(path: str | Path, verifier: Verifier | None, rewritten: dict[str, str] | None = None) -> dict:
     """Write ``verifier`` (None: remove it) into the exported model file at ``path``; returns the
-    file's metadata as written."""
+    file's metadata as written. ``rewritten``: ``{file name: new sha256}`` of ``.safetensors``
+    files whose verifier was just changed the same way; an ONNX file exported from one of them
+    (its ``source``) keeps pointing at it, since only the metadata changed, not the weights."""
     path = Path(path)
     entry = None if verifier is None else verifier.to_json()
     if export_format(str(path), None) == "onnx":
-        return _set_onnx(path, entry)
+        return _set_onnx(path, entry, rewritten or {})
     meta = read_metadata(path)
     tensors = load_file(path)
     _put(meta, entry)
@@ -36,7 +38,7 @@ def _put(meta: dict, entry: dict | None) -> None:
         meta["verifier"] = entry
 
 
-def _set_onnx(path: Path, entry: dict | None) -> dict:
+def _set_onnx(path: Path, entry: dict | None, rewritten: dict[str, str]) -> dict:
     import onnx
 
     from rckit.answering.onnx_backend import FORMAT, REQUIRED
@@ -51,6 +53,9 @@ def _set_onnx(path: Path, entry: dict | None) -> dict:
         raise ValueError(f"{path}: not an rckit ONNX model (no rckit metadata)")
     meta = parse_metadata(text, path, FORMAT, REQUIRED)
     _put(meta, entry)
+    source = meta.get("source") or {}
+    if source.get("file") in rewritten:
+        meta["source"] = {**source, "sha256": rewritten[source["file"]]}
     _with_metadata(model, meta)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
