@@ -58,22 +58,28 @@ def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max
     if not isinstance(reader.model, TorchModel):
         raise ValueError("explaining needs a reader on a PyTorch model (rckit.answering.torch_backend.TorchModel)")
     module, device = reader.model.model, reader.model.device
-    answer = reader.answer(context, question, 1, max_answer_len, stride)[0]
+    answers = reader.answer(context, question, 1, max_answer_len, stride)
+    answer = explained = answers[0]
+    notes: list[str] = []
+    if answer["start"] is None and reader.verifier is not None and len(answers) > 1:
+        # The verifier's abstention, not the model's: what is explained is the reader's best span.
+        explained = answers[1]
+        notes.append(f"the verifier says the text holds no answer (p {answer['no_answer_probability']:.2f}); "
+                     f"shown: why the reader would answer {explained['answer']!r}, its best guess")
     job = reader.plan([(context, question)], 1, max_answer_len, stride)
-    item, n_windows = answer_window(reader, job, answer)
+    item, n_windows = answer_window(reader, job, explained)
     _, c, lo, hi = item
     a = job.arrays
     offsets = a["ctx_offsets"][a["ctx_ptr"][c] + lo:a["ctx_ptr"][c] + hi].tolist()  # the window's tokens
     _, q_offsets = tokenize(question)
-    notes: list[str] = []
     if n_windows > 1:
         notes.append(f"the context is {int(a['ctx_ptr'][c + 1] - a['ctx_ptr'][c])} tokens, read in {n_windows} "
                      f"windows of at most {reader.window}; shown: tokens {lo} to {hi - 1}, the window that gave "
                      f"the answer")
     span = None
-    if answer["start"] is not None:
+    if explained["start"] is not None:
         starts, ends = [s for s, _ in offsets], [e for _, e in offsets]
-        span = (starts.index(answer["start"]), ends.index(answer["end"]))  # inclusive token span in the window
+        span = (starts.index(explained["start"]), ends.index(explained["end"]))  # inclusive token span in the window
 
     inputs = {k: torch.from_numpy(v).to(device) for k, v in answer_inputs(a, [item]).items()}
     with torch.no_grad(), recorded_attention(module, hi - lo) as seen:

@@ -71,6 +71,9 @@ LEXICAL_FEATURES = (
     "when_not_date", "how_many_not_number", "who_not_name", "where_not_name",
 )
 FEATURES = READER_FEATURES + LEXICAL_FEATURES
+# Raised whenever a feature is computed otherwise under the same name: a verifier trained on the
+# old computation is refused, and the training cache of read features (keyed on it) is not reused.
+FEATURES_VERSION = 2
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[a-z]+)?|n't")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -105,7 +108,9 @@ def sentence_around(context: str, start: int, end: int) -> str:
     """The sentence of ``context`` holding the characters ``[start, end)`` (several where the span
     crosses a sentence end)."""
     lo = 0
-    for m in _SENTENCE_END.finditer(context, 0, start):
+    for m in _SENTENCE_END.finditer(context):  # the whole text: a sentence end looks at what follows it
+        if m.end() > start:
+            break
         lo = m.end()
     m = _SENTENCE_END.search(context, end)
     return context[lo: m.start() if m else len(context)]
@@ -282,6 +287,18 @@ class Net:
         self.scale = np.asarray(scale, np.float32)
         self.layers = [(np.asarray(w, np.float32), np.asarray(b, np.float32)) for w, b in layers]
 
+    def check(self, n: int) -> None:
+        """Refuse a network that cannot read ``n`` features into one probability (a damaged file)."""
+        width = n
+        shapes = [(self.mean.shape, (n,)), (self.scale.shape, (n,))]
+        for w, b in self.layers:
+            shapes += [(w.shape[1:] if w.ndim == 2 else w.shape, (width,)), (b.shape, w.shape[:1])]
+            width = w.shape[0] if w.ndim == 2 else -1
+        bad = [(got, want) for got, want in shapes if tuple(got) != tuple(want)]
+        if not self.layers or bad or width != 1:
+            raise ValueError(f"damaged verifier: its arrays do not read {n} features into one probability "
+                             f"(shapes {[tuple(g) for g, _ in shapes]})")
+
     def probability(self, x: np.ndarray) -> np.ndarray:
         """``p(no answer)`` of each row of ``x`` (n, features)."""
         h = (np.asarray(x, np.float32) - self.mean) / self.scale
@@ -304,6 +321,7 @@ class CollectionVerifier(Net):
         self.threshold, self.features, self.record = float(threshold), tuple(features), dict(record or {})
         if self.features != COLLECTION_FEATURES:
             raise ValueError(features_differ(self.features, COLLECTION_FEATURES, "collection verifier"))
+        self.check(len(self.features))
 
     def to_json(self) -> dict:
         return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
@@ -332,20 +350,28 @@ class Verifier(Net):
         self.collection = collection
         if tuple(self.features) != FEATURES:
             raise ValueError(features_differ(self.features, FEATURES))
+        self.check(len(self.features))
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"a verifier's threshold is a probability, got {self.threshold}")
 
     def to_json(self) -> dict:
         return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
                 "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
-                "threshold": self.threshold, "record": self.record,
+                "threshold": self.threshold, "record": self.record, "features_version": FEATURES_VERSION,
                 **({"collection": self.collection.to_json()} if self.collection is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict, where: str = "the model file") -> "Verifier":
         try:
             collection = CollectionVerifier.from_json(d["collection"]) if d.get("collection") else None
-            return cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
+            verifier = cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
                        d["threshold"], tuple(d["features"]), d.get("record"), collection)
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: damaged verifier in its metadata ({e!r})") from None
+        except ValueError as e:  # other features, a threshold that is no probability, wrong shapes
+            raise ValueError(f"{where}: {e}") from None
+        if d.get("features_version", 1) != FEATURES_VERSION:  # the same names, computed otherwise
+            raise ValueError(f"{where}: its verifier computes its features as rckit's version "
+                             f"{d.get('features_version', 1)} of them did, this rckit as version {FEATURES_VERSION}: "
+                             "train it again (rckit verifier), or take it out (rckit verifier --remove --into FILE)")
+        return verifier

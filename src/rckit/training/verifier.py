@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from rckit.answering.reader import Reader
-from rckit.answering.verifier import (COLLECTION_FEATURES, FEATURES, READER_FEATURES, CollectionVerifier, Verifier,
-                                     content, words)
+from rckit.answering.verifier import (COLLECTION_FEATURES, FEATURES, FEATURES_VERSION, READER_FEATURES,
+                                     CollectionVerifier, Verifier, content, words)
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json, normalize_answer
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, per_question_scores, score_predictions
@@ -147,7 +147,7 @@ def cached_features(reader: Reader, pairs: list[Pair], cache: Path | None, progr
     pairs) so that comparing forms again does not read again."""
     if cache is None:
         return read_features(reader, pairs, progress)
-    key = hashlib.sha256(json.dumps([reader.info.get("source"), list(FEATURES),
+    key = hashlib.sha256(json.dumps([reader.info.get("source"), list(FEATURES), FEATURES_VERSION,
                                      [(p.context[:50], p.question) for p in pairs]]).encode()).hexdigest()[:16]
     path = cache / f"verifier-features-{key}.npz"
     if path.is_file():
