@@ -37,7 +37,10 @@ def test_the_page_shows_the_verifiers_abstention_then_the_guesses(verifier_serve
     assert browser.execute_script("return document.body.dataset.state") == "answered"
     assert not browser.find_element(By.ID, "error").is_displayed()
     assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")  # nothing marked
-    assert _text(browser.find_element(By.ID, "answer")) == context
+    note = browser.find_element(By.CSS_SELECTOR, "#answer .no-answer-note")  # said in words above the passage
+    assert _text(note) == (f"No answer in this passage ({REJECTING_P * 100:.1f}% sure). "
+                           "The reader's best guesses are listed below.")
+    assert _text(browser.find_element(By.ID, "answer")).endswith(context)
     items = browser.find_element(By.ID, "topk").find_elements(By.TAG_NAME, "li")
     assert len(items) == len(api["answers"]) >= 2
     assert _text(items[0].find_element(By.CLASS_NAME, "text")) == "No answer in this passage"
@@ -49,5 +52,7 @@ def test_the_page_shows_the_verifiers_abstention_then_the_guesses(verifier_serve
     # The best guess, clicked, is marked in the passage; the abstention, clicked again, unmarks it.
     items[1].click()
     assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][1]["answer"]
+    assert not browser.find_elements(By.CSS_SELECTOR, "#answer .no-answer-note")
     items[0].click()
     assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")
+    assert browser.find_elements(By.CSS_SELECTOR, "#answer .no-answer-note")

@@ -109,8 +109,13 @@ function markPassage(context, span) {
   const box = $("answer");
   box.replaceChildren();
   const points = Array.from(context);
-  if (span.start === null) {  // the model says the passage holds no answer: show it unmarked
-    box.append(document.createTextNode(context));
+  if (span.start === null) {  // the model says the passage holds no answer: say so, the passage unmarked
+    const note = document.createElement("p");
+    note.className = "no-answer-note";
+    const p = span.no_answer_probability;
+    note.textContent = "No answer in this passage" + (p === null || p === undefined ? "" :
+      ` (${(100 * p).toFixed(1)}% sure)`) + ". The reader's best guesses are listed below.";
+    box.append(note, document.createTextNode(context));
     return;
   }
   const mark = document.createElement("mark");
