@@ -199,7 +199,10 @@ def test_the_page_says_when_the_passage_holds_no_answer(abstaining_server, brows
     assert first["answer"] == "" and first["start"] is None and 0 < first["no_answer_probability"] < 1
     assert not browser.find_element(By.ID, "error").is_displayed()
     assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")  # nothing marked
-    assert _text(browser.find_element(By.ID, "answer")) == context
+    # Said in words above the passage; no "% sure" for a null model's abstention at a low p(no answer).
+    note = "No answer in this passage. The reader's best guesses are listed below."
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer .no-answer-note")) == note
+    assert _text(browser.find_element(By.ID, "answer")) == note + context
     items = browser.find_element(By.ID, "topk").find_elements(By.TAG_NAME, "li")
     assert _text(items[0].find_element(By.CLASS_NAME, "text")) == "No answer in this passage"
     assert "no-answer" in items[0].get_attribute("class")

@@ -113,7 +113,8 @@ function markPassage(context, span) {
     const note = document.createElement("p");
     note.className = "no-answer-note";
     const p = span.no_answer_probability;
-    note.textContent = "No answer in this passage" + (p === null || p === undefined ? "" :
+    // "sure" only where the probability says so (a null model abstains at a margin, whatever its p)
+    note.textContent = "No answer in this passage" + (p === null || p === undefined || p < 0.5 ? "" :
       ` (${(100 * p).toFixed(1)}% sure)`) + ". The reader's best guesses are listed below.";
     box.append(note, document.createTextNode(context));
     return;
