@@ -37,6 +37,7 @@ from rckit.data.squad import load_json
 from rckit.evaluation.squad_metrics import score_predictions
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, rank
 from rckit.retrieval.store import PassageStore
+from rckit.retrieval.verifier_training import read_questions
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -71,14 +72,9 @@ def main() -> None:
     if reader.verifier is None:
         raise SystemExit(f"{reader.info['source']}: no verifier")
     t0 = time.perf_counter()
-    read = []
-    with PassageStore(path) as index:
-        for lo in range(0, len(qs), 32):
-            part = qs[lo: lo + 32]
-            hits = [index.search(qa["question"], args.passages) for qa, _ in part]
-            got = iter(reader.answer_batch([(h.text, qa["question"]) for (qa, _), hs in zip(part, hits) for h in hs]))
-            read += [[(h, next(got)) for h in hs] for hs in hits]
-            print(f"\r  read {min(lo + 32, len(qs)):,}/{len(qs):,}", end="", file=sys.stderr, flush=True)
+    with PassageStore(path) as index:  # each question's passages read as `rckit ask` reads them
+        read = read_questions(reader, index, qs, args.passages,
+                              lambda n, total: print(f"\r  read {n:,}/{total:,}", end="", file=sys.stderr, flush=True))
     print(file=sys.stderr)
     res["questions_per_s"] = round(len(qs) / (time.perf_counter() - t0), 2)
     raw = {"version": "v2.0", "data": [{"paragraphs": [{"qas": [

@@ -107,7 +107,7 @@ class Reader:
             raise ValueError(f"window must be >= 1 token, got {window}")
         if no_answer_threshold is not None and verifier is None:
             raise ValueError("a no-answer threshold is for a model with a verifier, and this one has none "
-                             "(rckit verifier train adds one)")
+                             "(rckit verifier adds one)")
         if no_answer_threshold is not None and not 0.0 <= no_answer_threshold <= 1.0:
             raise ValueError(f"the no-answer threshold is a probability between 0 and 1, got {no_answer_threshold}")
         self.model = model

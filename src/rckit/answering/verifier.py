@@ -287,6 +287,10 @@ class Net:
         self.scale = np.asarray(scale, np.float32)
         self.layers = [(np.asarray(w, np.float32), np.asarray(b, np.float32)) for w, b in layers]
 
+    def to_json(self) -> dict:
+        return {"mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers]}
+
     def check(self, n: int) -> None:
         """Refuse a network that cannot read ``n`` features into one probability (a damaged file)."""
         width = n
@@ -324,9 +328,8 @@ class CollectionVerifier(Net):
         self.check(len(self.features))
 
     def to_json(self) -> dict:
-        return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
-                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
-                "threshold": self.threshold, "record": self.record}
+        return {"features": list(self.features), **super().to_json(), "threshold": self.threshold,
+                "record": self.record}
 
     @classmethod
     def from_json(cls, d: dict) -> "CollectionVerifier":
@@ -355,9 +358,8 @@ class Verifier(Net):
             raise ValueError(f"a verifier's threshold is a probability, got {self.threshold}")
 
     def to_json(self) -> dict:
-        return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
-                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
-                "threshold": self.threshold, "record": self.record, "features_version": FEATURES_VERSION,
+        return {"features": list(self.features), **super().to_json(), "threshold": self.threshold,
+                "record": self.record, "features_version": FEATURES_VERSION,
                 **({"collection": self.collection.to_json()} if self.collection is not None else {})}
 
     @classmethod

@@ -74,10 +74,10 @@ def run(args) -> int:
         if args.collection:
             from rckit.retrieval.verifier_training import train_collection_verifier
 
-            reader.verifier, reader.always_answer = verifier, False  # read as `rckit ask` will
-            reader.verifier_threshold = verifier.threshold
+            asking = Reader(reader.model, reader.vocabs, reader.decode, reader.window, reader.info, reader.batch_size,
+                            verifier=verifier)  # reads as `rckit ask` will, with the passage verifier
             verifier.collection, collection = train_collection_verifier(
-                reader, train, args.collection, seed=args.seed, log=lambda m: print(m, file=sys.stderr))
+                asking, train, args.collection, seed=args.seed, log=lambda m: print(m, file=sys.stderr))
             print(json.dumps({"collection": collection}))
         if args.out:
             Path(args.out).write_text(json.dumps(verifier.to_json()) + "\n")

@@ -156,7 +156,7 @@ def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: flo
         p = float(verifier.probability(collection_evidence(question, read, ranked[0])[None])[0])
         if p > verifier.threshold:
             return [no_answer(p)]
-        ranked = [FoundAnswer(**{**a, "no_answer_probability": p}) for a in ranked]
+        return [FoundAnswer(**{**a, "no_answer_probability": p}) for a in ranked[:top_k]]
     return ranked[:top_k]
 
 

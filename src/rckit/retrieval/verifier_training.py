@@ -33,7 +33,7 @@ from rckit.answering.reader import Reader
 from rckit.answering.verifier import CollectionVerifier
 from rckit.data.squad import load_json
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, score_predictions
-from rckit.retrieval.collection import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, collection_evidence, rank
+from rckit.retrieval.collection import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, collection_evidence, rank, retrieve
 from rckit.retrieval.store import PassageStore
 from rckit.training.verifier import fit
 
@@ -49,10 +49,9 @@ def read_questions(reader: Reader, index: PassageStore, qs: list[tuple[dict, str
     ``passages`` best passages, each ``(hit, the reader's answers)``."""
     out = []
     for lo in range(0, len(qs), 32):
-        part = qs[lo: lo + 32]
-        hits = [index.search(qa["question"], passages) for qa, _ in part]
-        got = iter(reader.answer_batch([(h.text, qa["question"]) for (qa, _), hs in zip(part, hits) for h in hs]))
-        out += [[(h, next(got)) for h in hs] for hs in hits]
+        found = retrieve(index, [qa["question"] for qa, _ in qs[lo: lo + 32]], passages)
+        got = iter(reader.answer_batch(found.pairs) if found.pairs else [])
+        out += [[(h, next(got)) for h in hs] for hs in found.hits]
         if progress is not None:
             progress(min(lo + 32, len(qs)), len(qs))
     return out

@@ -279,7 +279,7 @@ def train_verifier(reader: Reader, v11_train: str | Path, v2_dev: str | Path, pe
                                 xta, texts, tune, tune_raw)
         log(f"  {name}: tuning F1 {ablations[name]['f1']:.2f}")
     default = keeping(v, xt, texts, tune, tune_raw)
-    at_default = tuned(Verifier(v.mean, v.scale, v.layers, default), xt, texts, tune, tune_raw, default)
+    at_default = tuned(v, xt, texts, tune, tune_raw, default)
     log(f"  chosen: hidden {hidden}, written x{w:g}; best-F1 threshold {got['threshold']:.3f}, default "
         f"(keeps {KEEP:.0%} of the answers' F1) {default:.3f}: tuning F1 {at_default['f1']:.2f}")
     record = {"form": {"hidden": hidden, "written_weight": w}, "trained_on": counts, "seed": seed,
@@ -288,5 +288,5 @@ def train_verifier(reader: Reader, v11_train: str | Path, v2_dev: str | Path, pe
               "compared": tried, "ablations": ablations, "read_seconds": round(read_s, 1),
               "reader": Path(str(reader.info.get("source"))).name}
     verifier = Verifier(v.mean, v.scale, v.layers, default, FEATURES, record)
-    record["curve"] = curve(verifier, xt, texts, tune, tune_raw, (got["threshold"],))
-    return Verifier(v.mean, v.scale, v.layers, default, FEATURES, record), record
+    verifier.record["curve"] = curve(verifier, xt, texts, tune, tune_raw, (got["threshold"],))
+    return verifier, verifier.record
