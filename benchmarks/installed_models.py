@@ -7,8 +7,8 @@ For each installed model (``rckit models``) and each file it has (``.safetensors
 
 - one question: ``reader.answer(paragraph, question)`` on load_serve.py's ~150-token paragraph,
   its questions in turn, ``--repeat`` calls after 10 warm-up calls: median and p90 ms;
-- one explanation (PyTorch files): ``reader.explain`` of the first of those questions with 32
-  integrated-gradients steps, ``--explain`` calls after one warm-up: median seconds;
+- one explanation (PyTorch files): ``reader.explain`` of the first of those questions with its
+  default integrated-gradients steps (``DEFAULT_STEPS``), ``--explain`` calls after one warm-up: median seconds;
 - the load: seconds from ``Reader.load`` to its return, and the file's size.
 
 Prints a Markdown table. ``--record`` writes each model's median milliseconds to
@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_serve import PARAGRAPH, QUESTIONS  # noqa: E402
 
+from rckit.answering.explanation import DEFAULT_STEPS  # noqa: E402
 from rckit.answering.reader import Reader  # noqa: E402
 from rckit.cli.models import SPEED  # noqa: E402
 from rckit.model_files.source import installed_files, installed_models  # noqa: E402
@@ -81,7 +82,7 @@ def main() -> None:
             print(json.dumps({"model": name, "backend": BACKENDS[fmt], "mib": path.stat().st_size / 2**20,
                               "load_s": load_s, "median_ms": median, "p90_ms": p90, "explain_s": explain_s}),
                   file=sys.stderr)
-    print("| model | backend | file MiB | load s | one question, median / p90 ms | explain s (32 IG steps) |")
+    print(f"| model | backend | file MiB | load s | one question, median / p90 ms | explain s ({DEFAULT_STEPS} IG steps) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print("| " + " | ".join(r) + " |")

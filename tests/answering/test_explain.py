@@ -30,6 +30,7 @@ from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.masking import mask_logits
 from rckit.models import MODELS
 from rckit.models.contract import ReadingModel, SpanOutput
+from rckit.models.dcn import DynamicDecoder
 from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 
 KEYS = {"model", "context", "question", "window", "context_tokens", "context_offsets", "question_tokens",
@@ -186,6 +187,48 @@ def test_integrated_gradients_add_up_to_the_score_less_the_baselines(name):
     assert sum(ig["context"]) + sum(ig["question"]) == pytest.approx(ig["sum"], rel=1e-4, abs=1e-5)
     assert abs(ig["sum"] - gap) <= 0.05 * abs(gap) + 1e-3, ig
     assert not any("more steps" in n for n in e["notes"])
+
+
+@pytest.mark.parametrize("name", ["dcn", "dcn_plus"])
+@pytest.mark.parametrize("no_answer", [False, True], ids=["v1", "no-answer"])
+def test_every_copy_on_the_integrated_gradients_path_follows_the_decoders_own_path(name, no_answer):
+    reader = tiny_reader(name, no_answer)
+    decoder = next(m for m in reader.model.model.modules() if isinstance(m, DynamicDecoder))
+    runs = []
+    hook = decoder.register_forward_hook(lambda _m, _a, out: runs.append(out))
+    try:
+        e = reader.explain(CONTEXT, QUESTION, steps=6)
+    finally:
+        hook.remove()
+    copies = [run for run in runs if run["starts"].shape[1] > 1]  # the batches of the path, not the answer's
+    assert sum(run["starts"].shape[1] for run in copies) == 7
+    real = runs[len(runs) - len(copies) - 1]  # explain's own forward just before the path
+    shift = 1 if no_answer else 0
+    assert [[int(real["starts"][i, 0]) - shift, int(real["ends"][i, 0]) - shift] for i in range(len(e["decoder"]))] \
+        == [[step["start"], step["end"]] for step in e["decoder"]]
+    for run in copies:
+        assert torch.equal(run["starts"], real["starts"][:, :1].expand_as(run["starts"]))
+        assert torch.equal(run["ends"], real["ends"][:, :1].expand_as(run["ends"]))
+        assert torch.equal(run["active"], real["active"][:, :1].expand_as(run["active"]))
+
+
+def test_the_decoder_points_where_it_is_told_and_stops_where_the_path_repeats():
+    torch.manual_seed(0)
+    decoder = DynamicDecoder(l=4, pool=2, iterations=4).eval()
+    U, mask = torch.randn(2, 6, 8), torch.ones(2, 6, dtype=torch.bool)
+    starts = torch.tensor([[2, 4], [5, 4], [1, 4], [1, 4]])  # (I, B): row 1 repeats at iteration 1
+    ends = torch.tensor([[3, 5], [5, 5], [2, 5], [2, 5]])
+    with torch.no_grad():
+        run = decoder(U, mask, follow=(starts, ends))
+        moved = starts.clone()
+        moved[0, 0] = 0  # row 0's first pointer elsewhere
+        other = decoder(U, mask, follow=(moved, ends))
+    assert torch.equal(run["starts"], starts) and torch.equal(run["ends"], ends)
+    assert run["active"].tolist() == [[True, True], [True, True], [True, False], [True, False]]
+    # Iteration 1 reads the pointers of iteration 0: moved in row 0 only.
+    assert torch.equal(run["start_iters"][0], other["start_iters"][0])
+    assert not torch.allclose(run["start_iters"][1, 0], other["start_iters"][1, 0])
+    assert torch.equal(run["start_iters"][1, 1], other["start_iters"][1, 1])
 
 
 def test_changing_a_word_changes_its_saliency_and_not_the_shape():

@@ -28,7 +28,7 @@ from rckit.answering.answer import Answer
 from rckit.model_files.source import pytorch_beside
 
 
-DEFAULT_STEPS = 32  # integrated gradients' steps along the path from the baseline
+DEFAULT_STEPS = 12  # integrated gradients' steps along the path from the baseline (explain.py says why)
 
 
 class Window(TypedDict):

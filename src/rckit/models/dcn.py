@@ -205,7 +205,12 @@ class DynamicDecoder(nn.Module):
         self.start_hmn = HighwayMaxout(l, pool, n_experts)
         self.end_hmn = HighwayMaxout(l, pool, n_experts)
 
-    def forward(self, U: torch.Tensor, mask: torch.Tensor, sample: bool = False) -> dict:
+    def forward(self, U: torch.Tensor, mask: torch.Tensor, sample: bool = False,
+                follow: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+        """``follow``: the starts and ends (I, B) to point at in each iteration instead of choosing
+        them, as a trace's ``starts`` and ``ends``: an explanation holds the decoder to the path the
+        real input took, so that the final logits are a smooth function of the input (an argmax
+        that switches along the way makes integrated gradients miss the score by several times)."""
         B = U.shape[0]
         s = e = torch.zeros(B, dtype=torch.long, device=U.device)
         h = c = U.new_zeros(B, self.l)
@@ -219,7 +224,9 @@ class DynamicDecoder(nn.Module):
             alpha, bal_s = self.start_hmn(U, pre_s, h_new, u_s, u_e, row_mask)
             beta, bal_e = self.end_hmn(U, pre_e, h_new, u_s, u_e, row_mask)
             alpha, beta = mask_logits(alpha, mask), mask_logits(beta, mask)  # (B, m) each
-            if sample:
+            if follow is not None:
+                s_new, e_new = follow[0][i], follow[1][i]  # (B,)
+            elif sample:
                 s_new = torch.distributions.Categorical(logits=alpha.detach().float()).sample()  # (B,)
                 e_new = torch.distributions.Categorical(logits=beta.detach().float()).sample()
             else:
