@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rckit.answering.explain_figure import KEYS
-from rckit.answering.explanation import needs_torch
+from rckit.answering.explanation import DEFAULT_STEPS, needs_torch
 from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 from rckit.serve.app import create_app
 from rckit.serve.config import ServeConfig
@@ -81,7 +81,7 @@ def test_an_explanation_as_json_and_as_a_page(client, tiny_reader):  # noqa: F81
     # the same answer as POST /v1/answer gives
     assert client.post("/v1/answer", json={"context": CONTEXT, "question": QUESTION}).json()["answers"][0] == e["answer"]
     assert explain(client, {"context": CONTEXT, "question": QUESTION}).json()["explanation"]["saliency"][
-        "integrated_gradients"]["steps"] == 32  # the default
+        "integrated_gradients"]["steps"] == DEFAULT_STEPS
 
     page = explain(client, {"context": CONTEXT, "question": QUESTION, "steps": 4}, "?format=html")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -151,7 +151,7 @@ def test_the_schema_states_the_body_its_limits_and_the_formats(client):
     assert schema["required"] == ["context", "question"] and not schema["additionalProperties"]
     assert set(schema["properties"]) == {"context", "question", "max_answer_len", "steps", "model"}
     steps = schema["properties"]["steps"]
-    assert (steps["minimum"], steps["maximum"], steps["default"]) == (1, 128, 32)
+    assert (steps["minimum"], steps["maximum"], steps["default"]) == (1, 128, DEFAULT_STEPS)
     assert schema["properties"]["context"]["maxLength"] == 600 and "3,000 bytes" in schema["description"]
     assert [p["schema"]["enum"] for p in op["parameters"] if p["name"] == "format"] == [["json", "html"]]
     assert set(op["responses"]["200"]["content"]) == {"application/json", "text/html"}
