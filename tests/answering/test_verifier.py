@@ -21,8 +21,9 @@ import pytest
 from tests.conftest import squad_json
 from rckit.answering.answer import shown
 from rckit.answering.reader import Reader
-from rckit.answering.verifier import (FEATURES, LEXICAL_FEATURES, READER_FEATURES, ReaderEvidence, Verifier,
-                                      features_of, lexical_features, names, question_word, sentence_around, words)
+from rckit.answering.verifier import (COLLECTION_FEATURES, FEATURES, LEXICAL_FEATURES, READER_FEATURES,
+                                      ReaderEvidence, Verifier, collection_features, features_of, lexical_features,
+                                      names, question_word, sentence_around, words)
 from rckit.export.verifier import set_verifier
 from rckit.model_files.metadata import read_metadata
 
@@ -117,6 +118,23 @@ def test_a_name_or_number_of_the_question_missing_from_the_text_is_seen():
     # The question's first word is not a name because it is capitalised; numbers count anywhere.
     assert names(words("Where was the Louvre built in 1900?")) == {"louvre", "1900"}
     assert names(words("Louvre: where is it?")) == set()
+
+
+def test_the_collection_sees_how_many_passages_say_the_first_ranked_answer():
+    read = [(9.0, "The tower is in Paris.", 0.6, 0.1, "Paris"),
+            (6.0, "Many towers stand in paris .", 0.2, 0.4, "paris ."),  # the same words, other case and stops
+            (3.0, "Lyon has a tower too.", 0.5, 0.3, "Lyon"),
+            (1.0, "Nothing here.", None, 0.9, None)]  # the passage verifier set it aside
+    x = dict(zip(COLLECTION_FEATURES, collection_features("Where is the tower?", read, 0, "Paris")))
+    assert len(x) == len(COLLECTION_FEATURES)
+    assert x["answer_passages_share"] == pytest.approx(2 / 4)
+    assert x["answer_span_mass"] == pytest.approx((0.6 + 0.2) / (0.6 + 0.2 + 0.5))
+    assert x["best_bm25_of_top"] == 1.0 and x["second_bm25_of_top"] == pytest.approx(6 / 9)
+    lone = dict(zip(COLLECTION_FEATURES, collection_features("Where is the tower?", read, 2, "Lyon")))
+    assert lone["answer_passages_share"] == pytest.approx(1 / 4)
+    assert lone["answer_span_mass"] == pytest.approx(0.5 / 1.3)
+    none = dict(zip(COLLECTION_FEATURES, collection_features("Where is the tower?", read, None)))
+    assert none["answer_passages_share"] == 0.0 and none["answer_span_mass"] == 0.0 and none["best_p"] == 1.0
 
 
 def test_a_content_word_missing_from_the_answers_sentence_is_seen():

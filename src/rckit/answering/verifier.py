@@ -231,34 +231,45 @@ def features_of(context: str, question: str, start: int | None, end: int | None,
 COLLECTION_FEATURES = (
     "p_min", "p_low3_mean", "share_p_below_half", "best_p", "best_span_log_p", "best_bm25_of_top",
     "second_bm25_of_top", "q_names_missing_all", "q_content_missing_all", "q_names_missing_best",
-    "q_content_missing_best", "q_pairs_in_best", "q_content_words_log",
+    "q_content_missing_best", "q_pairs_in_best", "q_content_words_log", "answer_passages_share",
+    "answer_span_mass",
 )
 
 
-def collection_features(question: str, read: list[tuple[float, str, float | None, float | None]],
-                        best: int | None) -> np.ndarray:
+def collection_features(question: str, read: list[tuple[float, str, float | None, float | None, str | None]],
+                        best: int | None, answer: str | None = None) -> np.ndarray:
     """:data:`COLLECTION_FEATURES` of a question asked of a collection: ``read`` holds each passage
-    read (its BM25 score, its text, the reader's best span's probability or None, the passage
-    verifier's p(no answer)), ``best`` the passage of the answer ranked first (None: none).
+    read (its BM25 score, its text, the reader's best span's probability and text or None, the
+    passage verifier's p(no answer)), ``best`` the passage of the answer ranked first (None: none)
+    and ``answer`` its text.
 
     Nothing here depends on the collection's size: BM25 scores only as shares of the top one (a
     term's weight depends on how many documents there are), how many passages were read only
     through the share of them the passage verifier trusts, so that the verifier trained on a
-    large collection judges a folder of four files alike."""
+    large collection judges a folder of four files alike. The last two are the passages' agreement
+    (as open-domain readers aggregate evidence, Wang et al. 2018): the share of the passages read
+    whose best span says the first-ranked answer (its words, lower-cased), and those spans' share
+    of all the best spans' probability."""
     q_words = words(question)
     q_content, q_names, q_pairs = content(q_words), names(q_words), _pairs(q_words)
-    ps = sorted(p for _, _, _, p in read if p is not None) or [1.0]
-    bm25 = sorted((b for b, _, _, _ in read), reverse=True) or [0.0]
+    ps = sorted(p for _, _, _, p, _ in read if p is not None) or [1.0]
+    bm25 = sorted((b for b, _, _, _, _ in read), reverse=True) or [0.0]
     top = bm25[0] if bm25[0] > 0 else 1.0
-    all_words = [w for _, text, _, _ in read for w in words(text)]
+    all_words = [w for _, text, _, _, _ in read for w in words(text)]
     all_lower = {w.lower() for w in all_words}
+    agree_share = agree_mass = 0.0
     if best is None:
         best_p, best_span, best_share, best_words = 1.0, -30.0, 0.0, []
     else:
-        b, text, span_p, p = read[best]
+        b, text, span_p, p, _ = read[best]
         best_p = 1.0 if p is None else p
         best_span = max(math.log(span_p), -30.0) if span_p else -30.0
         best_share, best_words = b / top, words(text)
+        said = _said(answer if answer is not None else read[best][4])
+        same = [r for r in read if r[4] is not None and _said(r[4]) == said]
+        total = sum(r[2] or 0.0 for r in read)
+        agree_share = len(same) / len(read)
+        agree_mass = sum(r[2] or 0.0 for r in same) / total if total > 0 else 0.0
     best_lower = {w.lower() for w in best_words}
     return np.asarray([
         ps[0], float(np.mean(ps[:3])), sum(p < 0.5 for p in ps) / len(ps),
@@ -266,8 +277,13 @@ def collection_features(question: str, read: list[tuple[float, str, float | None
         _share_missing(q_names, all_lower), _share_missing(q_content, content(all_words)),
         _share_missing(q_names, best_lower), _share_missing(q_content, content(best_words)),
         len(q_pairs & _pairs(best_words)) / len(q_pairs) if q_pairs else 1.0,
-        math.log1p(len(q_content)),
+        math.log1p(len(q_content)), agree_share, agree_mass,
     ], np.float32)
+
+
+def _said(answer: str | None) -> tuple[str, ...]:
+    """An answer's words, lower-cased: two spans that say the same thing compare equal."""
+    return tuple(w.lower() for w in words(answer or ""))
 
 
 def features_differ(got: tuple[str, ...], wanted: tuple[str, ...], what: str = "verifier") -> str:

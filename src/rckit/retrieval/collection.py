@@ -167,10 +167,11 @@ def collection_evidence(question: str, read: list[tuple[Hit, list[Answer]]], bes
     for i, (hit, answers) in enumerate(read):
         span = next((a for a in answers if a["start"] is not None), None)
         p = answers[0]["no_answer_probability"] if answers else None
-        rows.append((hit.score, hit.text, None if span is None else span["score"], p))
+        rows.append((hit.score, hit.text, None if span is None else span["score"], p,
+                     None if span is None else span["answer"]))
         if best is not None and best["passage"] is not None and best["passage"]["id"] == hit.passage_id:
             at = i if at is None else at
-    return collection_features(question, rows, at)
+    return collection_features(question, rows, at, None if best is None else best["answer"])
 
 
 def found_in(hit: Hit, a: Answer, score: float) -> FoundAnswer:
