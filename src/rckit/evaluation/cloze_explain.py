@@ -105,10 +105,11 @@ def write_cloze(explanation: ClozeExplanation, path: str | Path) -> Path:
     raise ValueError(f"{path}: a cloze explanation is written as .png or .json")
 
 
-def write_cloze_png(e: ClozeExplanation, path: str | Path, per_line: int = 16) -> Path:
+def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
     """The document as lines of words, each shaded by its attention (the Impatient Reader's
     averaged over its query steps), entity mentions in bold, the gold entity's boxed; the query
-    above, the candidates' probabilities beside."""
+    above, the candidates' probabilities beside. The words flow as text does: each is measured as
+    drawn, and a line breaks where the next word would pass the margin."""
     try:
         import matplotlib
 
@@ -123,26 +124,42 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path, per_line: int = 16) -
         att = list(np.mean(np.asarray(att), axis=0))
     weight = np.asarray(att if att is not None else [0.0] * len(words))
     top = float(weight.max()) if weight.size and weight.max() > 0 else 1.0
-    lines = math.ceil(len(words) / per_line)
-    fig = plt.figure(figsize=(13, 1.6 + 0.32 * lines + 0.25 * min(len(e["candidates"]), 8)))
+    labels = [w.replace("@entity", "ent") if w.startswith("@entity") else w for w in words]
+    fig = plt.figure(figsize=(13, 4))  # the height follows the lines, once they are known
     ax = fig.add_axes([0.01, 0.0, 0.74, 1.0])
     ax.axis("off")
+    ax.set_xlim(0, 1)
+    renderer = fig.canvas.get_renderer()
+    across = ax.get_window_extent(renderer).width  # pixels; the figure's height does not change it
+
+    def width(label: str, bold: bool) -> float:
+        t = ax.text(0, 0, label, fontsize=8, weight="bold" if bold else "normal")
+        w = t.get_window_extent(renderer).width / across
+        t.remove()
+        return w
+
+    gap, at, x, line = 0.008, [], 0.0, 0
+    for w, label in zip(words, labels):
+        wide = width(label, w.startswith("@entity"))
+        if x > 0 and x + wide > 1.0:
+            x, line = 0.0, line + 1
+        at.append((x, line))
+        x += wide + gap
+    lines = line + 1
+    fig.set_size_inches(13, 1.6 + 0.32 * lines + 0.25 * min(len(e["candidates"]), 8))
     height = lines + 4
-    ax.set_xlim(0, per_line)
     ax.set_ylim(height, 0)
     ax.text(0, 0.6, "query: " + " ".join(e["query_tokens"]), fontsize=11, weight="bold")
     what = ("attention over the document" + (" (mean over the query steps)" if e["attention_steps"] else "")
             if e["attention"] is not None else "no attention (" + e["model"] + ")")
     ax.text(0, 1.5, f"{e['model']} · {e['split']} example {e['example']} ({e['id']}) · {what} · "
                     f"answer {e['answer']}, gold {e['gold']}", fontsize=9, color="#555")
-    for i, w in enumerate(words):
-        x, y = i % per_line, 3 + i // per_line
+    for i, (w, label, (x, line)) in enumerate(zip(words, labels, at)):
         shade = float(weight[i]) / top if att is not None else 0.0
-        entity = w.startswith("@entity")
         box = {"boxstyle": "square,pad=0.15", "facecolor": (0.85, 0.1, 0.1, 0.85 * shade),
                "edgecolor": "black" if w == e["gold"] else "none", "linewidth": 1.5}
-        ax.text(x + 0.02, y, w.replace("@entity", "ent") if entity else w, fontsize=8,
-                weight="bold" if entity else "normal", bbox=box, va="center")
+        ax.text(x, 3 + line, label, fontsize=8, weight="bold" if w.startswith("@entity") else "normal", bbox=box,
+                va="center")
     bars = fig.add_axes([0.79, 0.15, 0.19, 0.7])
     shown = e["candidates"][:8][::-1]
     bars.barh([c["entity"].replace("@entity", "ent") for c in shown], [c["probability"] for c in shown],
