@@ -14,7 +14,6 @@ shaded by attention, the entities numbered, the gold one boxed, and the candidat
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import TypedDict
 
