@@ -19,14 +19,13 @@ Prints a Markdown table (one row per model and step count) and the reference's o
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from installed_models import time_explain  # noqa: E402
 from load_serve import PARAGRAPH, QUESTIONS  # noqa: E402
 
 from rckit.answering.reader import Reader  # noqa: E402
@@ -38,16 +37,6 @@ def attributions(explanation) -> tuple[np.ndarray, float]:
     ig = explanation["saliency"]["integrated_gradients"]
     change = ig["score"] - ig["baseline_score"]
     return np.array(ig["context"] + ig["question"]), abs(ig["sum"] - change) / max(abs(change), 1e-9)
-
-
-def timed(reader: Reader, question: str, steps: int) -> float:
-    reader.explain(PARAGRAPH, question, steps)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        reader.explain(PARAGRAPH, question, steps)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -79,7 +68,7 @@ def main() -> None:
                 ig, gap = attributions(reader.explain(PARAGRAPH, q, n))
                 errors.append(float(np.linalg.norm(ig - ref) / np.linalg.norm(ref)))
                 gaps.append(gap)
-            print(f"| {name} | {n} | {timed(reader, questions[0], n):.3f} | {max(errors):.3f} | {max(gaps):.3f} |",
+            print(f"| {name} | {n} | {time_explain(reader, 3, questions[0], n):.3f} | {max(errors):.3f} | {max(gaps):.3f} |",
                   flush=True)
 
 

@@ -50,12 +50,13 @@ def time_answers(reader, repeat: int) -> tuple[float, float]:
     return statistics.median(times), times[int(0.9 * (len(times) - 1))]
 
 
-def time_explain(reader, n: int) -> float:
-    reader.explain(PARAGRAPH, QUESTIONS[0])
+def time_explain(reader, n: int, question: str = QUESTIONS[0], steps: int = DEFAULT_STEPS) -> float:
+    """Median seconds of ``n`` explanations of ``question`` on the paragraph, after one."""
+    reader.explain(PARAGRAPH, question, steps)
     times = []
     for _ in range(n):
         start = time.perf_counter()
-        reader.explain(PARAGRAPH, QUESTIONS[0])
+        reader.explain(PARAGRAPH, question, steps)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -261,11 +261,11 @@ def collection_features(question: str, read: list[tuple[float, str, float | None
     if best is None:
         best_p, best_span, best_share, best_words = 1.0, -30.0, 0.0, []
     else:
-        b, text, span_p, p, _ = read[best]
+        b, text, span_p, p, span_text = read[best]
         best_p = 1.0 if p is None else p
         best_span = max(math.log(span_p), -30.0) if span_p else -30.0
         best_share, best_words = b / top, words(text)
-        said = _said(answer if answer is not None else read[best][4])
+        said = _said(answer if answer is not None else span_text)
         same = [r for r in read if r[4] is not None and _said(r[4]) == said]
         total = sum(r[2] or 0.0 for r in read)
         agree_share = len(same) / len(read)
