@@ -212,6 +212,20 @@ def test_every_copy_on_the_integrated_gradients_path_follows_the_decoders_own_pa
         assert torch.equal(run["active"], real["active"][:, :1].expand_as(run["active"]))
 
 
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_a_decoder_whose_pointers_are_not_the_answer_says_so(seed):
+    e = tiny_reader("dcn", seed=seed).explain(CONTEXT, QUESTION, steps=2, max_answer_len=1)
+    last = e["decoder"][-1]
+    said = [n for n in e["notes"] if n.startswith("the decoder's last pointers")]
+    if [last["start"], last["end"]] == e["answer_tokens"]:
+        assert not said
+    else:
+        assert said == [f"the decoder's last pointers (start word {last['start'] + 1}, end word {last['end'] + 1}) "
+                        "are not a span of at most 1 words; the answer is the best such span of the last "
+                        "iteration's start and end probabilities"]
+    assert e["answer_tokens"][1] - e["answer_tokens"][0] == 0  # the answer keeps the limit
+
+
 def test_the_decoder_points_where_it_is_told_and_stops_where_the_path_repeats():
     torch.manual_seed(0)
     decoder = DynamicDecoder(l=4, pool=2, iterations=4).eval()

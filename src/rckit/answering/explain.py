@@ -102,6 +102,12 @@ def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max
         notes.append(f"{reader.info.get('model', 'this model')} has no attention layer (context-query or "
                      f"coattention) to show")
     decoder = decoder_trace(out) if isinstance(out, DCNOutput) else None
+    if decoder and span is not None and (decoder[-1]["start"], decoder[-1]["end"]) != span:
+        # The Reader decodes the last iteration's logits as every span model's (best_spans), within
+        # the answer's length limit; the decoder's own pointers may lie outside it.
+        notes.append(f"the decoder's last pointers (start word {decoder[-1]['start'] + 1}, end word "
+                     f"{decoder[-1]['end'] + 1}) are not a span of at most {job.max_answer_len} words; the answer "
+                     f"is the best such span of the last iteration's start and end probabilities")
     if span is None:
         notes.append("the model abstains: the score explained is the null's, start_null + end_null")
     path = (out.starts[:, 0], out.ends[:, 0]) if isinstance(out, DCNOutput) else None
