@@ -229,3 +229,46 @@ def tiny_export(tiny_run, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny-export") / "tiny.safetensors"
     export_run(tiny_run, out, dtype="fp32")
     return out
+
+
+# ---------------------------------------------------------------- a tiny contextual encoder, written by the tests
+
+def write_tiny_encoder(root: Path, words=(), layers: int = 2, dim: int = 8, seed: int = 0) -> Path:
+    """A tiny random BERT encoder folder (config.json, model.safetensors in Hugging Face's names,
+    a WordPiece tokenizer.json) under ``root``: ``words`` whole in its vocabulary, any other word
+    spelled in single-letter pieces, characters outside a-z and 0-9 (emoji, other scripts) [UNK]."""
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    root.mkdir(parents=True, exist_ok=True)
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", *".,?!'-", *letters, *(f"##{c}" for c in letters),
+             *dict.fromkeys(w.lower() for w in words)]
+    tok = Tokenizer(models.WordPiece({p: i for i, p in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.save(str(root / "tokenizer.json"))
+    config = {"vocab_size": len(vocab), "hidden_size": dim, "num_hidden_layers": layers, "num_attention_heads": 2,
+              "intermediate_size": 2 * dim, "max_position_embeddings": 64, "type_vocab_size": 2,
+              "layer_norm_eps": 1e-12, "model_type": "bert"}
+    (root / "config.json").write_text(json.dumps(config))
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g) * 0.5
+
+    state = {"embeddings.word_embeddings.weight": r(len(vocab), dim),
+             "embeddings.position_embeddings.weight": r(64, dim), "embeddings.token_type_embeddings.weight": r(2, dim),
+             "embeddings.LayerNorm.weight": 1 + r(dim) * 0.1, "embeddings.LayerNorm.bias": r(dim) * 0.1,
+             "pooler.dense.weight": r(dim, dim), "pooler.dense.bias": r(dim)}
+    for n in range(layers):
+        p = f"encoder.layer.{n}."
+        for part, shape in (("attention.self.query", (dim, dim)), ("attention.self.key", (dim, dim)),
+                            ("attention.self.value", (dim, dim)), ("attention.output.dense", (dim, dim)),
+                            ("intermediate.dense", (2 * dim, dim)), ("output.dense", (dim, 2 * dim))):
+            state[p + part + ".weight"], state[p + part + ".bias"] = r(*shape), r(shape[0]) * 0.1
+        for part in ("attention.output.LayerNorm", "output.LayerNorm"):
+            state[p + part + ".weight"], state[p + part + ".bias"] = 1 + r(dim) * 0.1, r(dim) * 0.1
+    save_file(state, str(root / "model.safetensors"))
+    return root

@@ -36,6 +36,11 @@ def add_arguments(p) -> None:
                    "quarter K times (its real unanswerable questions weigh more beside the made pairs; default 1)")
     p.add_argument("--examples", type=int, nargs=2, default=(5000, 500), metavar=("TRAIN", "DEV"),
                    help="cloze-synthetic: how many training and dev examples (default 5000 500)")
+    p.add_argument("--contextual", metavar="ENCODER", help="squad: also compute a contextual encoder's states of "
+                   "every context and question (e.g. minilm; cached beside the arrays, resumable), as a model with "
+                   "model.contextual=ENCODER reads them")
+    p.add_argument("--contextual-layers", default="4,6", metavar="L,L",
+                   help="squad --contextual: the encoder's layers kept, as the model's contextual_layers (default 4,6)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
     p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
     p.add_argument("--json", action="store_true", help="print the full summary as JSON")
@@ -50,6 +55,16 @@ def run(args) -> int:
         return prepare_cloze_synthetic(args)
     t0 = time.perf_counter()
     prepared = prepare_data(data_source(args), args.set, args.out, rebuild=args.rebuild)
+    if args.contextual:
+        from rckit.contextual.states import ContextualEncoder, ContextualSpec  # PyTorch runs the encoder
+
+        try:
+            layers = tuple(int(x) for x in args.contextual_layers.split(","))
+        except ValueError:
+            raise ValueError(f"--contextual-layers: layer numbers separated by commas, got {args.contextual_layers!r}")
+        encoder = ContextualEncoder.load(ContextualSpec(args.contextual, layers))
+        for name in prepared.meta["splits"]:
+            prepared.split(name).with_encoder(prepared.states_root, encoder, name)
     seconds = time.perf_counter() - t0
     if args.json:
         print(json.dumps({**prepared.meta, "path": str(prepared.root), "from_cache": prepared.from_cache,

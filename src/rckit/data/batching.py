@@ -27,13 +27,16 @@ class Batch:
     y_end: torch.Tensor  # (B,) long, inclusive token index or -1
     index: torch.Tensor  # (B,) long, row of each example in its split
     answerable: torch.Tensor | None = None  # (B,) bool, False for a SQuAD v2.0 question without an answer
+    c_states: torch.Tensor | None = None  # (B, Tc, K, D) float, contextual states (a model with `contextual`)
+    q_states: torch.Tensor | None = None  # (B, Tq, K, D) float
 
     def __post_init__(self):
         if self.answerable is None:  # asked of a model: nobody knows, so nothing is marked unanswerable
             self.answerable = torch.ones_like(self.y_start, dtype=torch.bool)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
-        return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        return Batch(**{f.name: None if getattr(self, f.name) is None else
+                        getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 
     def __len__(self) -> int:
         return self.c_words.shape[0]

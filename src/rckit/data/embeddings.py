@@ -22,3 +22,10 @@ class EmbeddingInfo:
     n_chars: int  # char vocabulary size, 0 = <pad>, 1 = <unk>
     char_vectors: torch.Tensor | None = None  # (n_chars, Dc) float32 pretrained init, or None
     n_entities: int = 0  # cloze data: entity markers @entity0..@entity{n-1}, the answer classes
+    # The contextual encoder whose states the data carries (a model with `contextual`): its name,
+    # layers, digest, max_pieces and dim (rckit.contextual.states.ContextualSpec, and the width D).
+    contextual: dict | None = None
+
+    @property
+    def contextual_dim(self) -> int:
+        return 0 if self.contextual is None else int(self.contextual["dim"])

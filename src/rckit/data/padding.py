@@ -32,7 +32,7 @@ def padded_inputs(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len) -> dict[st
     c_forms, c_mask = _rows(a["ctx_forms"], np.asarray(c_lo, np.int64), np.asarray(c_len, np.int64))  # (B, Tc)
     q_forms, q_mask = _rows(a["q_forms"], np.asarray(q_lo, np.int64), np.asarray(q_len, np.int64))  # (B, Tq)
     # Form id 0 stands in for padding; the masks zero the ids there.
-    return {
+    out = {
         "c_words": np.where(c_mask, a["form_words"][c_forms], 0).astype(np.int64),
         "c_chars": (a["form_chars"][c_forms] * c_mask[..., None]).astype(np.int64),  # (B, Tc, W)
         "c_mask": c_mask,
@@ -40,6 +40,19 @@ def padded_inputs(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len) -> dict[st
         "q_chars": (a["form_chars"][q_forms] * q_mask[..., None]).astype(np.int64),  # (B, Tq, W)
         "q_mask": q_mask,
     }
+    if "ctx_states" in a:  # contextual states, (N, K, D) rows aligned with the tokens
+        out["c_states"] = _state_rows(a["ctx_states"], np.asarray(c_lo, np.int64), c_mask)  # (B, Tc, K, D)
+        out["q_states"] = _state_rows(a["q_states"], np.asarray(q_lo, np.int64), q_mask)  # (B, Tq, K, D)
+    return out
+
+
+def _state_rows(states: np.ndarray, lo: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Rows ``states[lo[b] + t]`` where ``mask[b, t]``, zeros elsewhere: (B, T, K, D) float32.
+    Each example's rows are one contiguous run, read as such (``states`` may be memory-mapped)."""
+    out = np.zeros(mask.shape + states.shape[1:], np.float32)
+    for b, n in enumerate(mask.sum(1).tolist()):
+        out[b, :n] = states[lo[b]:lo[b] + n]
+    return out
 
 
 def answer_inputs(a: dict[str, np.ndarray], items: list[tuple[int, int, int, int]]) -> dict[str, np.ndarray]:

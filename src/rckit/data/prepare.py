@@ -30,7 +30,7 @@ from rckit.data import vocab as V
 from rckit.data.squad import SquadDataset, read_squad
 from rckit.data.tokenize import TOKENIZER_VERSION, char_to_token_span_fast, tokenize
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: question token offsets and question texts (what contextual states are read from)
 
 
 @dataclass
@@ -58,6 +58,8 @@ class TokenizedSplit:
     ctx_offsets: np.ndarray  # (N, 2) int32 half-open character spans
     q_ptr: np.ndarray  # (n_q + 1,) int64 into q_forms
     q_forms: np.ndarray  # (Nq,) int32
+    q_offsets: np.ndarray  # (Nq, 2) int32 half-open character spans in the question
+    questions: list[str]
     q_ctx: np.ndarray  # (n_q,) int32 context of each question
     y_start: np.ndarray  # (n_q,) int32 first answer's first token, -1 if none
     y_end: np.ndarray  # (n_q,) int32 inclusive
@@ -75,12 +77,14 @@ class TextTokens:
     ctx_offsets: list[tuple[int, int]]  # half-open character spans
     q_ptr: list[int]  # (n_q + 1,) into q_forms
     q_forms: list[int]
+    q_offsets: list[tuple[int, int]]  # half-open character spans in the question
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The token arrays as a prepared split holds them (pointers int64, form ids int32)."""
         return {"ctx_ptr": np.asarray(self.ctx_ptr, np.int64), "ctx_forms": np.asarray(self.ctx_forms, np.int32),
                 "ctx_offsets": np.asarray(self.ctx_offsets, np.int32).reshape(-1, 2),
-                "q_ptr": np.asarray(self.q_ptr, np.int64), "q_forms": np.asarray(self.q_forms, np.int32)}
+                "q_ptr": np.asarray(self.q_ptr, np.int64), "q_forms": np.asarray(self.q_forms, np.int32),
+                "q_offsets": np.asarray(self.q_offsets, np.int32).reshape(-1, 2)}
 
 
 def tokenize_texts(contexts: list[str], questions) -> TextTokens:
@@ -104,11 +108,13 @@ def tokenize_texts(contexts: list[str], questions) -> TextTokens:
         ctx_forms.extend(ids_of(toks))
         ctx_offsets.extend(offs)
         ctx_ptr.append(len(ctx_forms))
-    q_ptr, q_forms = [0], []
+    q_ptr, q_forms, q_offsets = [0], [], []
     for q in questions:
-        q_forms.extend(ids_of(tokenize(q)[0]))
+        toks, offs = tokenize(q)
+        q_forms.extend(ids_of(toks))
+        q_offsets.extend(offs)
         q_ptr.append(len(q_forms))
-    return TextTokens(forms, ctx_ptr, ctx_forms, ctx_offsets, q_ptr, q_forms)
+    return TextTokens(forms, ctx_ptr, ctx_forms, ctx_offsets, q_ptr, q_forms, q_offsets)
 
 
 def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
@@ -169,6 +175,7 @@ def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
         forms=forms,
         form_counts=counts,
         **t.arrays(),
+        questions=[ex.question for ex in ds.examples],
         q_ctx=q_ctx,
         y_start=y_start,
         y_end=y_end,
@@ -265,6 +272,7 @@ def index_split(tok: TokenizedSplit, vocabs: Vocabularies) -> dict[str, np.ndarr
         "ctx_offsets": tok.ctx_offsets,
         "q_ptr": tok.q_ptr,
         "q_forms": tok.q_forms,
+        "q_offsets": tok.q_offsets,
         "q_ctx": tok.q_ctx,
         "y_start": tok.y_start,
         "y_end": tok.y_end,
@@ -336,6 +344,11 @@ class Prepared:
     char_vectors: np.ndarray | None
     from_cache: bool = False
 
+    @property
+    def states_root(self) -> Path:
+        """Where the contextual states of this data's splits are cached (:mod:`rckit.contextual.cache`)."""
+        return self.root / "states"
+
     # batching and embeddings import torch (2.3 s on the development machine): they are imported
     # where a split is used, so that `rckit prepare` and `rckit score` run without torch.
     def split(self, name: str):
@@ -372,7 +385,8 @@ def load_prepared(root: str | Path) -> Prepared:
 def save_split(root: Path, name: str, tok: TokenizedSplit, arrays: dict[str, np.ndarray]) -> None:
     for k, a in arrays.items():
         np.save(root / f"{name}.{k}.npy", a)
-    (root / f"{name}.text.json").write_text(json.dumps({"qids": tok.qids, "contexts": tok.contexts}))
+    (root / f"{name}.text.json").write_text(json.dumps({"qids": tok.qids, "contexts": tok.contexts,
+                                                        "questions": tok.questions}))
 
 
 def prepare_squad(
@@ -468,4 +482,4 @@ def featurize(ds: SquadDataset, vocabs: Vocabularies):
     from rckit.data.split import SquadSplit
 
     tok = tokenize_dataset(ds)
-    return SquadSplit.from_arrays(index_split(tok, vocabs), tok.qids, tok.contexts), tok.stats
+    return SquadSplit.from_arrays(index_split(tok, vocabs), tok.qids, tok.contexts, tok.questions), tok.stats

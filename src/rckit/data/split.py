@@ -17,23 +17,25 @@ class SquadSplit:
 
     ARRAYS = (
         "form_words", "form_chars", "ctx_ptr", "ctx_forms", "ctx_offsets",
-        "q_ptr", "q_forms", "q_ctx", "y_start", "y_end", "answerable",
+        "q_ptr", "q_forms", "q_offsets", "q_ctx", "y_start", "y_end", "answerable",
     )  # fmt: skip
 
-    def __init__(self, arrays: dict[str, np.ndarray], qids: list[str], contexts: list[str]):
+    def __init__(self, arrays: dict[str, np.ndarray], qids: list[str], contexts: list[str],
+                 questions: list[str] | None = None):
         missing = [k for k in self.ARRAYS if k not in arrays]
         if missing:
             raise ValueError(f"split is missing arrays: {missing}")
         self.a = arrays
         self.qids = qids
         self.contexts = contexts
+        self.questions = questions
         ctx_len = np.diff(arrays["ctx_ptr"])
         self.c_len = ctx_len[arrays["q_ctx"]]  # (n_q,) context length of each question
         self.q_len = np.diff(arrays["q_ptr"])
 
     @classmethod
-    def from_arrays(cls, arrays, qids, contexts) -> "SquadSplit":
-        return cls(arrays, qids, contexts)
+    def from_arrays(cls, arrays, qids, contexts, questions=None) -> "SquadSplit":
+        return cls(arrays, qids, contexts, questions)
 
     @classmethod
     def load(cls, root: str | Path, name: str) -> "SquadSplit":
@@ -42,10 +44,37 @@ class SquadSplit:
             raise FileNotFoundError(f"{root}: no prepared split named {name!r}")
         arrays = {k: np.load(root / f"{name}.{k}.npy") for k in cls.ARRAYS}
         text = json.loads((root / f"{name}.text.json").read_text())
-        return cls(arrays, text["qids"], text["contexts"])
+        return cls(arrays, text["qids"], text["contexts"], text["questions"])
 
     def __len__(self) -> int:
         return len(self.q_len)
+
+    def texts(self):
+        """The contexts and questions with their tokens' character spans: what contextual states
+        are computed from (:class:`rckit.contextual.cache.SplitTexts`)."""
+        from rckit.contextual.cache import SplitTexts
+
+        if self.questions is None:
+            raise ValueError("this split does not hold its questions' texts")
+        a = self.a
+        return SplitTexts(self.contexts, a["ctx_ptr"], a["ctx_offsets"], self.questions, a["q_ptr"], a["q_offsets"])
+
+    def with_states(self, ctx_states: np.ndarray, q_states: np.ndarray) -> "SquadSplit":
+        """This split whose batches carry contextual states: ``ctx_states`` (N, K, D) row ``j`` the
+        state of context token ``j``, ``q_states`` (Nq, K, D) of question token ``j``."""
+        if len(ctx_states) != len(self.a["ctx_forms"]) or len(q_states) != len(self.a["q_forms"]):
+            raise ValueError(f"contextual states for {len(ctx_states)} context and {len(q_states)} question tokens, "
+                             f"and the split has {len(self.a['ctx_forms'])} and {len(self.a['q_forms'])}")
+        return SquadSplit({**self.a, "ctx_states": ctx_states, "q_states": q_states}, self.qids, self.contexts,
+                          self.questions)
+
+    def with_encoder(self, root: str | Path, encoder, what: str = "", progress: bool = True) -> "SquadSplit":
+        """This split with the states of ``encoder`` (a :class:`rckit.contextual.states.ContextualEncoder`),
+        from their cache under ``root``, built first where missing (:func:`rckit.contextual.cache.split_states`)."""
+        from rckit.contextual.cache import split_states
+
+        states = split_states(root, self.texts(), encoder, progress, what)
+        return self.with_states(states.ctx, states.q)
 
     def context_of(self, i: int) -> tuple[str, np.ndarray]:
         """Context text and its (T, 2) token character offsets for question ``i``."""

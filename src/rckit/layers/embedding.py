@@ -10,6 +10,14 @@ goes through a 2-layer highway network and a linear projection to ``d_model`` (t
 conv at the start of the embedding encoder; we do it here so the encoder block only sees
 ``d_model``). On CPU the kernel ``char_cnn`` (:func:`rckit.kernels.cpu.char_cnn`) computes the
 char CNN at the real characters only.
+
+Contextual vectors (``contextual_dim`` > 0; :mod:`rckit.contextual`): a frozen encoder's states
+of K layers for each token, ``h_{t,k}``, mixed as ELMo does (Peters et al. 2018, eq. 1),
+``e_t = gamma * sum_k softmax(s)_k h_{t,k}``, with ``s`` and ``gamma`` learned, then dropout,
+and joined to the word's other vectors before the projection: ``proj([highway([x_w; x_c]); e_t])``.
+DCN+'s CoVe baseline concatenates CoVe to GloVe as the LSTM's input; here the highway, which gates
+the context-free word and character features, is left at its paper's width (500 at QANet's sizes),
+and the already contextual ``e_t`` joins after it (the highway at 500 + 384 would cost 3x).
 """
 
 from __future__ import annotations
@@ -84,6 +92,19 @@ class CharCNN(nn.Module):
         return y.masked_fill(pad, 0.0).amax(1).view(B, T, -1)  # (B, T, C)
 
 
+class ScalarMix(nn.Module):
+    """``gamma * sum_k softmax(s)_k h_k`` over the K layers of ``h`` (..., K, D) -> (..., D) (ELMo)."""
+
+    def __init__(self, K: int):
+        super().__init__()
+        self.s = nn.Parameter(torch.zeros(K))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        w = torch.softmax(self.s, 0).to(h.dtype)  # (K,)
+        return self.gamma.to(h.dtype) * (h * w[:, None]).sum(-2)  # (..., D)
+
+
 class InputEmbedding(nn.Module):
     """Token ids + char ids -> (B, T, d_model); shared by the context and the question.
 
@@ -95,7 +116,8 @@ class InputEmbedding(nn.Module):
 
     def __init__(self, word_vectors: torch.Tensor, n_trainable_words: int, n_chars: int, d_model: int,
                  char_dim: int, char_conv_width: int, highway_layers: int = 2, dropout: float = 0.1,
-                 char_dropout: float = 0.05, char_vectors: torch.Tensor | None = None):
+                 char_dropout: float = 0.05, char_vectors: torch.Tensor | None = None,
+                 contextual_layers: int = 0, contextual_dim: int = 0):
         super().__init__()
         self.word = PartiallyFrozenEmbedding(word_vectors, n_trainable_words)
         if char_vectors is not None:
@@ -104,10 +126,25 @@ class InputEmbedding(nn.Module):
         d_in = self.word.embedding_dim + char_dim
         self.word_dropout = nn.Dropout(dropout)
         self.highway = Highway(d_in, highway_layers, dropout)
-        self.proj = nn.Linear(d_in, d_model)
+        self.mix = ScalarMix(contextual_layers) if contextual_dim else None
+        self.proj = nn.Linear(d_in + contextual_dim, d_model)
 
-    def forward(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
-        """``words`` (B, T), ``chars`` (B, T, W) -> (B, T, d_model)."""
+    def word_features(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        """``highway([x_w; x_c])``: what the word's spelling and GloVe row say, (B, T, Dw + Dc)."""
         x_w = self.word_dropout(self.word(words))  # (B, T, Dw)
         x_c = self.char(chars)  # (B, T, Dc)
-        return self.proj(self.highway(torch.cat([x_w, x_c], dim=-1)))  # (B, T, d_model)
+        return self.highway(torch.cat([x_w, x_c], dim=-1))
+
+    def join(self, x: torch.Tensor, states: torch.Tensor | None) -> torch.Tensor:
+        """The projection of the word features ``x`` (B, T, Dw + Dc), with the mixed contextual
+        ``states`` (B, T, K, D) beside them where the embedding reads them -> (B, T, d_model)."""
+        if self.mix is None:
+            return self.proj(x)
+        if states is None:
+            raise ValueError("this model reads contextual states beside its word vectors, and none were given")
+        e = self.word_dropout(self.mix(states.to(x.dtype)))  # (B, T, D)
+        return self.proj(torch.cat([x, e], dim=-1))  # (B, T, d_model)
+
+    def forward(self, words: torch.Tensor, chars: torch.Tensor, states: torch.Tensor | None = None) -> torch.Tensor:
+        """``words`` (B, T), ``chars`` (B, T, W), ``states`` (B, T, K, D) or None -> (B, T, d_model)."""
+        return self.join(self.word_features(words, chars), states)

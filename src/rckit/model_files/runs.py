@@ -84,6 +84,7 @@ def embedding_placeholder(e: dict) -> EmbeddingInfo:
         n_chars=e["n_chars"],
         char_vectors=None if e["char_vectors_dim"] is None else torch.zeros(e["n_chars"], e["char_vectors_dim"]),
         n_entities=e.get("n_entities", 0),
+        contextual=e.get("contextual"),
     )
 
 

@@ -11,7 +11,7 @@ A model is a :class:`ReadingModel`, built as ``Model(config, EmbeddingInfo)``:
   :class:`SpanOutput` (start/end over context tokens) or a :class:`ClozeOutput` (scores over
   the entity markers); a model may return a subclass that adds what its own loss needs (DCN's
   decoder iterations), and every consumer reads only the fields named here.
-- ``answer_pass(words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context)``: a span model's
+- ``answer_pass(words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context, c_states, q_states)``: a span model's
   forward pass as the answering path calls it (rckit.Reader, and the ONNX graph of ``rckit export
   --format onnx``); the default builds the batch and calls ``forward``.
 - ``loss(out, batch, reward_fn=None)``: a scalar float32 tensor. The default is the task's
@@ -72,6 +72,22 @@ class ClozeOutput:
     copy_logits: torch.Tensor | None = None  # (B, N) the copy task's scores (attention readers, training)
 
 
+def check_contextual(config, emb) -> None:
+    """Refuse a model whose config reads contextual states (``contextual`` not ``"none"``) built
+    on data without them, or the other way round: the two must agree on the encoder's layers."""
+    wanted = config.contextual
+    have = emb.contextual
+    if wanted == "none" and have is None:
+        return
+    if wanted == "none":
+        raise ValueError(f"the data carries contextual states of {have['name']!r} but the model's contextual is 'none'")
+    if have is None:
+        raise ValueError(f"the model reads contextual states ({wanted!r}) and the data carries none")
+    if list(have["layers"]) != list(config.contextual_layers):
+        raise ValueError(f"the model mixes contextual layers {list(config.contextual_layers)} and the data carries "
+                         f"layers {list(have['layers'])}")
+
+
 class ReadingModel(nn.Module):
     """The base of every model: the contract above, and its defaults."""
 
@@ -94,7 +110,8 @@ class ReadingModel(nn.Module):
         return cls.TASK
 
     def answer_pass(self, words: torch.Tensor, chars: torch.Tensor, c_tokens: torch.Tensor, c_mask: torch.Tensor,
-               q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor) -> SpanOutput:
+                    q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor,
+                    c_states: torch.Tensor | None = None, q_states: torch.Tensor | None = None) -> SpanOutput:
         """A span model's forward pass on the answering inputs (:func:`rckit.data.padding.answer_inputs`:
         distinct tokens, distinct windows, questions pointing at their window), as
         ``forward`` on the batch of (question, its window) rows. The default builds that batch; a
@@ -104,7 +121,8 @@ class ReadingModel(nn.Module):
         c_tokens, c_mask = c_tokens[q_context], c_mask[q_context]  # (B, Tc)
         none = torch.full(q_context.shape, -1, dtype=torch.long, device=q_context.device)
         return self(Batch(words[c_tokens], chars[c_tokens], c_mask, words[q_tokens], chars[q_tokens], q_mask,
-                          none, none, none))
+                          none, none, none, c_states=None if c_states is None else c_states[q_context],
+                          q_states=q_states))
 
     def loss(self, out: SpanOutput | ClozeOutput, batch, reward_fn=None) -> torch.Tensor:
         """The task's cross-entropy; ``reward_fn`` is for models with ``uses_reward``."""

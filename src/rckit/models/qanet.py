@@ -64,7 +64,7 @@ from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.embedding import InputEmbedding
 from rckit.layers.masking import mask_logits, with_null, zero_padding
-from rckit.models.contract import ReadingModel, SpanOutput
+from rckit.models.contract import ReadingModel, SpanOutput, check_contextual
 
 LAYER_DROPOUT = ("example", "batch")
 
@@ -90,6 +90,8 @@ class QANetConfig:
     checkpoint_blocks: bool = False  # recompute model-encoder blocks in backward: less memory, more time
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
     no_answer: bool = False  # a learned null position before the context (SQuAD v2.0; see docstring)
+    contextual: str = "none"  # a frozen encoder's states beside GloVe: "none", "minilm" or a folder (rckit.contextual)
+    contextual_layers: tuple[int, ...] = (4, 6)  # its layers mixed (0 = embeddings; ELMo's scalar mix)
 
 
 def positional_encoding(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -247,8 +249,10 @@ class QANet(ReadingModel):
         self.find_unused_parameters = config.layer_dropout == "batch"
         c, d = config, config.d_model
         n_trainable = emb.n_trainable_words if c.freeze_pretrained_words else emb.word_vectors.shape[0]
+        check_contextual(c, emb)
         self.embed = InputEmbedding(emb.word_vectors, n_trainable, emb.n_chars, d, c.char_dim, c.char_conv_width,
-                                    c.highway_layers, c.dropout, c.char_dropout, emb.char_vectors)
+                                    c.highway_layers, c.dropout, c.char_dropout, emb.char_vectors,
+                                    len(c.contextual_layers), emb.contextual_dim)
         self.emb_enc = EncoderStack(c.emb_enc_blocks, d, c.emb_enc_convs, c.emb_enc_kernel, c.n_heads,
                                     c.dropout, c.layer_survival, c.attention_dropout)
         self.cq_att = ContextQueryAttention(d)
@@ -275,11 +279,12 @@ class QANet(ReadingModel):
         Outside training on CPU the kernel ``dedupe`` shares work between questions on one
         context and between repeated tokens (:func:`rckit.kernels.cpu.encode_shared_contexts`).
         """
-        if not self.training and batch.c_words.device.type == "cpu" and kernels.enabled("dedupe"):
+        if (not self.training and batch.c_words.device.type == "cpu" and kernels.enabled("dedupe")
+                and batch.c_states is None):  # a token's contextual state is its own at each place: nothing to share
             return cpu.encode_shared_contexts(self.embed, self.emb_enc, batch.c_words, batch.c_chars, batch.c_mask,
                                               batch.q_words, batch.q_chars, batch.q_mask)
-        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars), c_pad, self.draws(self.emb_enc))
-        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars), q_pad, self.draws(self.emb_enc))
+        C = self.emb_enc(self.embed(batch.c_words, batch.c_chars, batch.c_states), c_pad, self.draws(self.emb_enc))
+        Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars, batch.q_states), q_pad, self.draws(self.emb_enc))
         return C, Q
 
     def forward(self, batch: Batch) -> SpanOutput:
@@ -287,13 +292,15 @@ class QANet(ReadingModel):
         return self.read(C, Q, batch.c_mask, batch.q_mask)
 
     def answer_pass(self, words: torch.Tensor, chars: torch.Tensor, c_tokens: torch.Tensor, c_mask: torch.Tensor,
-               q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor) -> SpanOutput:
-        """Each distinct token embedded once, each distinct window encoded once (the embedding and
+                    q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor,
+                    c_states: torch.Tensor | None = None, q_states: torch.Tensor | None = None) -> SpanOutput:
+        """Each distinct token's word features once, each distinct window encoded once (the embedding and
         the embedding encoder look no further than their own token or sequence), then read with
-        each question on its window: the same values as ``forward`` on the (question, window) batch."""
-        x = self.embed(words.unsqueeze(0), chars.unsqueeze(0))[0]  # (N, d)
-        C = self.emb_enc(x[c_tokens], padding_mask(c_mask))  # (U, Tc, d)
-        Q = self.emb_enc(x[q_tokens], padding_mask(q_mask))  # (B, Tq, d)
+        each question on its window: the same values as ``forward`` on the (question, window) batch.
+        A token's contextual state belongs to its place: ``c_states`` (U, Tc, K, D) per window."""
+        x = self.embed.word_features(words.unsqueeze(0), chars.unsqueeze(0))[0]  # (N, Dw + Dc)
+        C = self.emb_enc(self.embed.join(x[c_tokens], c_states), padding_mask(c_mask))  # (U, Tc, d)
+        Q = self.emb_enc(self.embed.join(x[q_tokens], q_states), padding_mask(q_mask))  # (B, Tq, d)
         return self.read(C[q_context], Q, c_mask[q_context], q_mask)
 
     def read(self, C: torch.Tensor, Q: torch.Tensor, c_mask: torch.Tensor, q_mask: torch.Tensor) -> SpanOutput:

@@ -3,7 +3,9 @@
 The loop in :mod:`rckit.training.loop` is the same for every model; what differs between
 SQuAD span extraction and cloze questions is small and lives here, behind one shape:
 
-- ``model_inputs()``: the :class:`EmbeddingInfo` the model is built from;
+- ``model_inputs(model_cfg)``: the :class:`EmbeddingInfo` a model of ``model_cfg`` is built from
+  (a span model that reads contextual states: the encoder's states of both splits, from their
+  cache, built first where missing: :mod:`rckit.contextual.cache`);
 - ``train_rows`` / ``train_lengths``: which training examples are used, and their lengths
   for length bucketing (``lengths_for_training(rows)`` for any rows);
 - ``collate(ids)``: a training batch (contexts cut at ``train.max_c_len``);
@@ -46,7 +48,8 @@ def embedding_shapes(info) -> dict:
     cv = info.char_vectors
     return {"words": int(info.word_vectors.shape[0]), "word_dim": int(info.word_vectors.shape[1]),
             "n_trainable_words": int(info.n_trainable_words), "n_chars": int(info.n_chars),
-            "char_vectors_dim": None if cv is None else int(cv.shape[1]), "n_entities": int(info.n_entities)}
+            "char_vectors_dim": None if cv is None else int(cv.shape[1]), "n_entities": int(info.n_entities),
+            "contextual": info.contextual}
 
 
 def training_indices(split, cfg) -> np.ndarray:
@@ -79,6 +82,8 @@ class SpanTask:
     def __init__(self, prepared, cfg, train_split: str = "train"):
         self.prepared, self.cfg = prepared, cfg
         self.train_split, self.dev_split = prepared.split(train_split), prepared.split("dev")
+        self.split_names = (train_split, "dev")
+        self.contextual: dict | None = None  # the encoder whose states the splits carry, once attached
         self.train_rows = training_indices(self.train_split, cfg)
         self.train_lengths = self.lengths_for_training(self.train_rows)
         self.n_dev = len(self.dev_split)
@@ -88,8 +93,23 @@ class SpanTask:
         self._dev_raw = None  # parsed on first evaluation (rank 0 only)
         self._reward = None
 
-    def model_inputs(self):
-        return self.prepared.embedding_info()
+    def model_inputs(self, model_cfg=None):
+        info = self.prepared.embedding_info()
+        # A config field, not a model's: span models without the setting read no states.
+        name = getattr(model_cfg, "contextual", "none")
+        if name == "none":
+            return info
+        layers = tuple(model_cfg.contextual_layers)
+        if self.contextual is None or (self.contextual["name"], tuple(self.contextual["layers"])) != (name, layers):
+            from rckit.contextual.states import ContextualEncoder, ContextualSpec
+
+            encoder = ContextualEncoder.load(ContextualSpec(name, layers))
+            root = self.prepared.states_root
+            self.train_split = self.train_split.with_encoder(root, encoder, self.split_names[0])
+            self.dev_split = self.dev_split.with_encoder(root, encoder, self.split_names[1])
+            self.contextual = {"name": name, "layers": list(layers), "digest": encoder.files.digest,
+                               "max_pieces": encoder.max_pieces, "dim": encoder.dim}
+        return replace(info, contextual=self.contextual)
 
     def check_model(self, model) -> None:
         """Refuse to train a model that cannot abstain on data with unanswerable questions
@@ -154,7 +174,7 @@ class SpanTask:
 
     def checkpoint_fields(self) -> dict:
         return {"task": self.kind, "vocab": self.prepared.vocabs.to_json(),
-                "embedding": embedding_shapes(self.prepared.embedding_info()),
+                "embedding": embedding_shapes(replace(self.prepared.embedding_info(), contextual=self.contextual)),
                 "data": {"key": self.prepared.meta["key"], "prepared": str(self.prepared.root),
                          "dev_file": self.dev_file, "dev_version": self.dev_version}}
 
@@ -217,7 +237,7 @@ class ClozeTask:
         self.n_dev = len(self.dev_split)
         self.copy_on = False  # the engine sets it for the steps before train.copy_steps
 
-    def model_inputs(self):
+    def model_inputs(self, model_cfg=None):
         return self.data.embedding_info()
 
     def first_rows(self, n: int) -> np.ndarray:

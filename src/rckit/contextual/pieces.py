@@ -1,0 +1,98 @@
+"""Text to the encoder's pieces and back to rckit's tokens, in NumPy.
+
+- :class:`PieceTokenizer`: WordPiece pieces of a text with half-open character offsets into it
+  (the ``tokenizers`` library, the encoder's own ``tokenizer.json``; its stored truncation and
+  padding are turned off, the special tokens added by :func:`piece_windows`' caller).
+- :func:`piece_windows`: a text longer than the encoder's window (``max_pieces``, with [CLS] and
+  [SEP]) is read in windows half a window apart; each piece takes its state from the window in
+  which it stands furthest from an edge, so it is read with context on both sides.
+- :func:`pool`: each rckit token's state is the mean of the states of the pieces that overlap its
+  characters (``reading`` -> ``read ##ing``; ``U.S.`` -> ``u . s .``); a token no piece touches
+  (characters the tokenizer drops) gets zeros. Text the tokenizer cannot spell (emoji, scripts
+  outside its vocabulary) becomes ``[UNK]`` pieces, which still carry their position and
+  neighbours: such a text is read, not refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+class PieceTokenizer:
+    """The encoder's tokenizer: texts -> (piece ids (P,) int64, offsets (P, 2) int64)."""
+
+    def __init__(self, path: str | Path):
+        try:
+            from tokenizers import Tokenizer
+        except ModuleNotFoundError as e:
+            e.msg = "contextual vectors need the tokenizers package: pip install 'rckit[contextual]'"
+            raise
+        self.tok = Tokenizer.from_file(str(path))
+        self.tok.no_truncation()
+        self.tok.no_padding()
+        self.cls = self._special("[CLS]")
+        self.sep = self._special("[SEP]")
+
+    def _special(self, piece: str) -> int:
+        i = self.tok.token_to_id(piece)
+        if i is None:
+            raise ValueError(f"the encoder's tokenizer has no {piece} piece")
+        return int(i)
+
+    def pieces(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for enc in self.tok.encode_batch(list(texts), add_special_tokens=False):
+            ids = np.asarray(enc.ids, np.int64)
+            offsets = np.asarray(enc.offsets, np.int64).reshape(-1, 2)
+            out.append((ids, offsets))
+        return out
+
+
+def piece_windows(n: int, size: int) -> list[tuple[int, int]]:
+    """Half-open piece ranges of at most ``size`` pieces, ``size // 2`` apart, covering ``n`` pieces
+    (one range, possibly empty, when they fit)."""
+    if n <= size:
+        return [(0, n)]
+    stride = max(1, size // 2)
+    starts = list(range(0, n - size, stride)) + [n - size]
+    return [(lo, lo + size) for lo in starts]
+
+
+def owners(n: int, windows: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``n`` pieces, the window it takes its state from (the one where it stands
+    furthest from an edge; the first such on ties) and its position in that window."""
+    best = np.full(n, -1, np.int64)
+    where = np.zeros(n, np.int64)
+    margin = np.full(n, -1, np.int64)
+    for w, (lo, hi) in enumerate(windows):
+        at = np.arange(lo, hi)
+        m = np.minimum(at - lo, hi - 1 - at)
+        better = m > margin[lo:hi]
+        best[lo:hi][better], where[lo:hi][better], margin[lo:hi][better] = w, (at - lo)[better], m[better]
+    return best, where
+
+
+def pool(states: np.ndarray, piece_offsets: np.ndarray, token_offsets: np.ndarray) -> np.ndarray:
+    """(T, ...) states of ``token_offsets`` (T, 2): the mean over the pieces (rows of ``states``,
+    (P, ...), character spans ``piece_offsets`` (P, 2)) that overlap each token; zeros where none.
+
+    Both offset lists run in text order, so the pieces overlapping token ``[s, e)`` are the run
+    from the first piece ending after ``s`` to the last starting before ``e``.
+    """
+    T = len(token_offsets)
+    out_shape = (T,) + states.shape[1:]
+    if T == 0 or len(piece_offsets) == 0:
+        return np.zeros(out_shape, np.float32)
+    token_offsets = np.asarray(token_offsets, np.int64).reshape(-1, 2)
+    p_start, p_end = piece_offsets[:, 0], piece_offsets[:, 1]
+    # A piece's end is at least its start, and pieces do not run backwards: p_end is sorted.
+    lo = np.searchsorted(np.maximum.accumulate(p_end), token_offsets[:, 0], side="right")  # (T,)
+    hi = np.searchsorted(p_start, token_offsets[:, 1], side="left")  # (T,)
+    n = np.maximum(hi - lo, 0)
+    flat = states.reshape(len(states), -1).astype(np.float64)
+    sums = np.concatenate([np.zeros((1, flat.shape[1])), np.cumsum(flat, axis=0)])  # (P + 1, K*D)
+    hi = np.maximum(hi, lo)
+    mean = (sums[hi] - sums[lo]) / np.maximum(n, 1)[:, None]
+    return mean.astype(np.float32).reshape(out_shape)

@@ -1,0 +1,151 @@
+"""Texts to per-token contextual states: the one path from text to what a reader reads beside GloVe.
+
+:class:`ContextualEncoder` holds an encoder's tokenizer and a runner (pieces in, states of the
+chosen layers out): :class:`TorchRunner` (the plain module of :mod:`rckit.contextual.bert`) or an
+ONNX Runtime session. :meth:`ContextualEncoder.states` reads each text alone — a context, or a
+question — in the encoder's own windows (:func:`~rckit.contextual.pieces.piece_windows`), batches
+the windows of many texts by length, and pools the pieces' states onto the text's tokens by their
+character offsets (:func:`~rckit.contextual.pieces.pool`). Data preparation (the cache of a split),
+evaluation and the Reader all call it, so a model reads at answer time what it trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from rckit.contextual.encoders import EncoderFiles, find_encoder
+from rckit.contextual.pieces import PieceTokenizer, owners, piece_windows, pool
+
+Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # ids (B, P), mask (B, P) -> (B, P, K, D) float32
+
+MAX_PIECES = 256  # the encoder's window, [CLS] and [SEP] included (all-MiniLM-L6-v2 was tuned at 256)
+BATCH_PIECES = 8192  # padded pieces per forward
+
+
+@dataclass(frozen=True)
+class ContextualSpec:
+    """What a model reads: encoder ``name`` (a known name or a folder) and which of its layers
+    (0 = embeddings), mixed by the model. ``digest``: the encoder a model was trained with, where
+    known (a model file names it; an encoder with another digest is refused)."""
+
+    name: str
+    layers: tuple[int, ...]
+    digest: str | None = None
+
+
+class TorchRunner:
+    """The encoder in PyTorch (:class:`rckit.contextual.bert.BertEncoder`), fp32, no gradients."""
+
+    backend = "torch"
+
+    def __init__(self, files: EncoderFiles, layers: tuple[int, ...], threads: int | None = None):
+        import torch
+
+        from rckit.contextual.bert import BertEncoder
+
+        self.torch = torch
+        self.module = BertEncoder.load(files.root, files.config)
+        self.layers = layers
+        self.threads = threads
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        with torch.inference_mode():
+            out = self.module(torch.from_numpy(ids), torch.from_numpy(mask), self.layers)
+        return out.float().numpy()
+
+
+class ContextualEncoder:
+    """Texts -> per-token states ``(T, K, D)`` float32 of ``layers`` of encoder ``files``."""
+
+    def __init__(self, files: EncoderFiles, layers: tuple[int, ...], runner: Runner | None = None,
+                 max_pieces: int | None = None):
+        layers = tuple(int(l) for l in layers)
+        if not layers or min(layers) < 0 or max(layers) > files.n_layers:
+            raise ValueError(f"contextual layers {list(layers)}: the encoder {files.name!r} has layers 0 "
+                             f"(embeddings) to {files.n_layers}")
+        if max_pieces is None:  # the default window, or the encoder's positions if it has fewer
+            max_pieces = min(MAX_PIECES, int(files.config["max_position_embeddings"]))
+        if not 3 <= max_pieces <= int(files.config["max_position_embeddings"]):
+            raise ValueError(f"max_pieces {max_pieces}: between 3 and the encoder's "
+                             f"{files.config['max_position_embeddings']} positions")
+        self.files, self.layers, self.max_pieces = files, layers, max_pieces
+        self.tokenizer = PieceTokenizer(files.root / "tokenizer.json")
+        self.runner = runner if runner is not None else TorchRunner(files, layers)
+
+    @classmethod
+    def load(cls, spec: ContextualSpec, runner: str = "torch") -> "ContextualEncoder":
+        """The encoder of ``spec``, refused in one line where its files' digest is not the one the
+        model was trained with."""
+        files = find_encoder(spec.name)
+        if spec.digest is not None and files.digest != spec.digest:
+            raise ValueError(f"the model was trained on the contextual encoder {spec.name!r} with digest "
+                             f"{spec.digest}, and the one installed at {files.root} has digest {files.digest}: "
+                             f"install the encoder it was trained with, or train again on this one")
+        if runner == "onnx":
+            from rckit.contextual.onnx_runner import OnnxRunner
+
+            return cls(files, spec.layers, OnnxRunner(files, spec.layers))
+        return cls(files, spec.layers)
+
+    @property
+    def dim(self) -> int:
+        return self.files.dim
+
+    @property
+    def spec(self) -> ContextualSpec:
+        return ContextualSpec(self.files.name, self.layers, self.files.digest)
+
+    def states(self, texts: list[str], token_offsets: list[np.ndarray]) -> list[np.ndarray]:
+        """For each text, the states of its tokens (character spans ``token_offsets[i]``, (T, 2)):
+        (T, K, D) float32, each text read alone."""
+        pieces = self.tokenizer.pieces(texts)
+        size = self.max_pieces - 2
+        # Every window of every text, as (text, lo, hi), then read in batches of similar length.
+        spans = [(t, lo, hi) for t, (ids, _) in enumerate(pieces) for lo, hi in piece_windows(len(ids), size)]
+        order = sorted(range(len(spans)), key=lambda w: spans[w][2] - spans[w][1])
+        read: list[np.ndarray | None] = [None] * len(spans)
+        batch: list[int] = []
+        for w in order + [None]:
+            width = 0 if not batch else spans[batch[-1]][2] - spans[batch[-1]][1] + 2
+            if w is None or (batch and (len(batch) + 1) * max(width, spans[w][2] - spans[w][1] + 2) > BATCH_PIECES):
+                if batch:
+                    self._read(batch, spans, pieces, read)
+                batch = []
+            if w is not None:
+                batch.append(w)
+        out = []
+        first = 0
+        for t, (ids, offsets) in enumerate(pieces):
+            n_windows = len(piece_windows(len(ids), size))
+            wins = spans[first:first + n_windows]
+            win_states = read[first:first + n_windows]
+            first += n_windows
+            K, D = len(self.layers), self.dim
+            piece_states = np.zeros((len(ids), K, D), np.float32)
+            if len(ids):
+                best, where = owners(len(ids), [(lo, hi) for _, lo, hi in wins])
+                for w, s in enumerate(win_states):
+                    mine = best == w
+                    piece_states[mine] = s[where[mine]]
+            out.append(pool(piece_states, offsets, token_offsets[t]))
+        return out
+
+    def _read(self, batch: list[int], spans, pieces, read) -> None:
+        """The windows ``batch`` through the encoder; each window's piece states (without [CLS] and
+        [SEP]) into ``read``."""
+        widths = [spans[w][2] - spans[w][1] for w in batch]
+        P = max(widths) + 2
+        ids = np.zeros((len(batch), P), np.int64)
+        mask = np.zeros((len(batch), P), bool)
+        for b, w in enumerate(batch):
+            t, lo, hi = spans[w]
+            ids[b, 0], ids[b, 1:hi - lo + 1], ids[b, hi - lo + 1] = (self.tokenizer.cls, pieces[t][0][lo:hi],
+                                                                      self.tokenizer.sep)
+            mask[b, :hi - lo + 2] = True
+        states = self.runner(ids, mask)  # (B, P, K, D)
+        for b, w in enumerate(batch):
+            read[w] = states[b, 1:widths[b] + 1]
