@@ -102,7 +102,7 @@ class Reader:
     def __init__(self, model: Model, vocabs: Vocabularies, decode: DecodeConfig | None = None,
                  window: int = DEFAULT_WINDOW, info: dict | None = None, batch_size: int = 32,
                  always_answer: bool = False, verifier: Verifier | None = None,
-                 no_answer_threshold: float | None = None):
+                 no_answer_threshold: float | None = None, encoder=None):
         if window < 1:
             raise ValueError(f"window must be >= 1 token, got {window}")
         if no_answer_threshold is not None and verifier is None:
@@ -111,6 +111,8 @@ class Reader:
         if no_answer_threshold is not None and not 0.0 <= no_answer_threshold <= 1.0:
             raise ValueError(f"the no-answer threshold is a probability between 0 and 1, got {no_answer_threshold}")
         self.model = model
+        # The contextual encoder whose states the model reads (rckit.contextual.states.ContextualEncoder), or None.
+        self.encoder = encoder
         self.vocabs = vocabs
         self.forms = FormIndex(vocabs)  # word and character ids of each token string met, computed once
         self.decode = decode or DecodeConfig()
@@ -179,7 +181,15 @@ class Reader:
                         window, meta.get("dev_score"), model.parameters, step=meta.get("step"))
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
         verifier = Verifier.from_json(meta["verifier"], str(file)) if meta.get("verifier") else None
-        return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold)
+        encoder = None
+        contextual = (meta.get("embedding") or {}).get("contextual")
+        if contextual is not None:  # the encoder the model was trained with, refused if another is installed
+            from rckit.contextual.states import ContextualEncoder, ContextualSpec
+
+            encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual), runner=model.backend)
+            info["contextual"] = contextual
+        return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold,
+                   encoder)
 
     # ------------------------------------------------------------------------------ answering
 
@@ -245,6 +255,8 @@ class Reader:
             t = tokenize_texts(list(context_ids), (q for _, q in all_pairs))
             form_words, form_chars = self.forms.rows(t.forms)
             a = {"form_words": form_words, "form_chars": form_chars, **t.arrays()}
+            if self.encoder is not None:  # each distinct context and each question read by the encoder once
+                a.update(self.states(list(context_ids), [q for _, q in all_pairs], a))
         jobs: list[Job | ValueError] = []
         first = 0
         for r in checked:
@@ -266,6 +278,17 @@ class Reader:
             jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, threshold, verifier))
             first += len(pairs)
         return jobs
+
+    def states(self, contexts: list[str], questions: list[str], a: dict) -> dict[str, np.ndarray]:
+        """The encoder's states of ``contexts`` and ``questions``, rows aligned with their tokens
+        in the arrays ``a``: ``ctx_states`` (N, K, D) and ``q_states`` (Nq, K, D), float32."""
+        def read(texts, ptr, offsets):
+            got = self.encoder.states(texts, [offsets[ptr[i]:ptr[i + 1]] for i in range(len(texts))])
+            K, D = len(self.encoder.layers), self.encoder.dim
+            return np.concatenate(got) if got else np.zeros((0, K, D), np.float32)
+
+        return {"ctx_states": read(contexts, a["ctx_ptr"], a["ctx_offsets"]),
+                "q_states": read(questions, a["q_ptr"], a["q_offsets"])}
 
     def _settings(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> tuple[int, int]:
         """``(top_k, max_answer_len)`` checked, the texts of ``pairs`` too (a ValueError names the pair)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rckit.data.padding import INPUTS
+from rckit.data.padding import INPUTS, STATE_INPUTS
 from rckit.models.contract import ReadingModel
 
 OUTPUTS = ("start_logits", "end_logits", "start_null", "end_null")  # the last two for a model that can abstain
@@ -31,7 +31,8 @@ class TorchModel:
     @torch.inference_mode()
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Start/end logits (B, Tc) float32, and the null's (B,) for a model that can abstain."""
-        out = self.model.answer_pass(*(torch.from_numpy(inputs[k]).to(self.device) for k in INPUTS))
+        states = {k: torch.from_numpy(inputs[k]).to(self.device) for k in STATE_INPUTS if k in inputs}
+        out = self.model.answer_pass(*(torch.from_numpy(inputs[k]).to(self.device) for k in INPUTS), **states)
         got = {"start_logits": out.start_logits, "end_logits": out.end_logits}
         if out.start_null is not None:
             got.update(start_null=out.start_null, end_null=out.end_null)

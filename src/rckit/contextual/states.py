@@ -34,6 +34,12 @@ class ContextualSpec:
     name: str
     layers: tuple[int, ...]
     digest: str | None = None
+    max_pieces: int | None = None  # the encoder's window (None: the default)
+
+    @classmethod
+    def of_model(cls, meta: dict) -> "ContextualSpec":
+        """The spec a model file records (its ``embedding.contextual``: name, layers, digest, max_pieces)."""
+        return cls(meta["name"], tuple(meta["layers"]), meta["digest"], meta.get("max_pieces"))
 
 
 class TorchRunner:
@@ -88,8 +94,8 @@ class ContextualEncoder:
         if runner == "onnx":
             from rckit.contextual.onnx_runner import OnnxRunner
 
-            return cls(files, spec.layers, OnnxRunner(files, spec.layers))
-        return cls(files, spec.layers)
+            return cls(files, spec.layers, OnnxRunner(files, spec.layers), spec.max_pieces)
+        return cls(files, spec.layers, max_pieces=spec.max_pieces)
 
     @property
     def dim(self) -> int:
@@ -97,7 +103,7 @@ class ContextualEncoder:
 
     @property
     def spec(self) -> ContextualSpec:
-        return ContextualSpec(self.files.name, self.layers, self.files.digest)
+        return ContextualSpec(self.files.name, self.layers, self.files.digest, self.max_pieces)
 
     def states(self, texts: list[str], token_offsets: list[np.ndarray]) -> list[np.ndarray]:
         """For each text, the states of its tokens (character spans ``token_offsets[i]``, (T, 2)):

@@ -15,6 +15,10 @@ questions share them (:meth:`rckit.models.contract.ReadingModel.answer_pass`):
 - ``c_tokens`` (U, Tc) rows of ``words``, ``c_mask`` (U, Tc): the distinct windows;
 - ``q_tokens`` (B, Tq), ``q_mask`` (B, Tq): the questions; ``q_context`` (B,): each one's window.
 
+- ``c_states`` (U, Tc, K, D) and ``q_states`` (B, Tq, K, D), float32, for a model that reads
+  contextual states (:mod:`rckit.contextual`), where the arrays hold them (``ctx_states``,
+  ``q_states``, rows aligned with the tokens): a token's state belongs to its place, not its form.
+
 Masks are True on real tokens; padding is id (or row) 0.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 INPUTS = ("words", "chars", "c_tokens", "c_mask", "q_tokens", "q_mask", "q_context")  # answer_inputs, in order
+STATE_INPUTS = ("c_states", "q_states")  # and for a model that reads contextual states, these after them
 
 
 def padded_inputs(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len) -> dict[str, np.ndarray]:
@@ -68,7 +73,7 @@ def answer_inputs(a: dict[str, np.ndarray], items: list[tuple[int, int, int, int
     forms = np.unique(np.concatenate([c_forms[c_mask], q_forms[q_mask]]))  # (N - 1,) the distinct tokens
     chars = a["form_chars"][forms]
     W = max(1, int((chars != 0).sum(1).max(initial=1)))  # the longest word's characters: the rest is padding
-    return {
+    out = {
         "words": np.concatenate([[0], a["form_words"][forms]]).astype(np.int64),  # row 0: padding
         "chars": np.concatenate([np.zeros((1, W), np.int64), chars[:, :W]]).astype(np.int64),
         "c_tokens": np.where(c_mask, 1 + np.searchsorted(forms, c_forms), 0),
@@ -77,6 +82,10 @@ def answer_inputs(a: dict[str, np.ndarray], items: list[tuple[int, int, int, int
         "q_mask": q_mask,
         "q_context": q_context,
     }
+    if "ctx_states" in a:
+        out["c_states"] = _state_rows(a["ctx_states"], a["ctx_ptr"][wc] + wlo, c_mask)  # (U, Tc, K, D)
+        out["q_states"] = _state_rows(a["q_states"], a["q_ptr"][i], q_mask)  # (B, Tq, K, D)
+    return out
 
 
 def _rows(flat: np.ndarray, lo: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,9 +106,13 @@ def merge_answer_inputs(groups: list[dict[str, np.ndarray]]) -> dict[str, np.nda
     Tc = max(g["c_tokens"].shape[1] for g in groups)
     Tq = max(g["q_tokens"].shape[1] for g in groups)
     W = max(g["chars"].shape[1] for g in groups)
-    out: dict[str, list[np.ndarray]] = {k: [] for k in INPUTS}
+    names = INPUTS + (STATE_INPUTS if "c_states" in groups[0] else ())
+    out: dict[str, list[np.ndarray]] = {k: [] for k in names}
     n_words = n_windows = 0
     for g in groups:
+        if "c_states" in g:
+            out["c_states"].append(_pad(g["c_states"], Tc))
+            out["q_states"].append(_pad(g["q_states"], Tq))
         out["words"].append(g["words"])
         out["chars"].append(_pad(g["chars"], W))
         out["c_tokens"].append(_pad(np.where(g["c_mask"], g["c_tokens"] + n_words, 0), Tc))
@@ -113,5 +126,5 @@ def merge_answer_inputs(groups: list[dict[str, np.ndarray]]) -> dict[str, np.nda
 
 
 def _pad(x: np.ndarray, width: int) -> np.ndarray:
-    """``x`` (B, T) padded with zeros (padding, False) to (B, width)."""
-    return np.pad(x, ((0, 0), (0, width - x.shape[1])))
+    """``x`` (B, T, ...) padded with zeros (padding, False) to (B, width, ...)."""
+    return np.pad(x, ((0, 0), (0, width - x.shape[1])) + ((0, 0),) * (x.ndim - 2))

@@ -95,7 +95,8 @@ def evaluate(source: str | Path, data: str | Path | None = None, *, split: str |
         decode = decode_config_of(meta)
         total = min(limit, len(ds.examples)) if limit else len(ds.examples)
         with progress_bar(total, progress) as bar:
-            spans, margins = squad_spans(model, vocabs, ds, limit, decode, batch_size, device, bar.update)
+            spans, margins = squad_spans(model, vocabs, ds, limit, decode, batch_size, device, bar.update,
+                                         meta["embedding"].get("contextual"))
         threshold = decode.no_answer_threshold
     raw = only_questions(ds.raw, set(spans)) if limit else ds.raw
     result, preds = score_squad(raw, spans, margins, threshold, ds.report.version, always_answer)

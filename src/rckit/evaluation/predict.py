@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -131,11 +132,20 @@ def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: 
 
 
 def squad_spans(model: torch.nn.Module, vocabs: Vocabularies, ds: SquadDataset, limit: int | None,
-                decode: DecodeConfig, batch_size: int, device: torch.device, progress=None) -> tuple[dict, dict]:
+                decode: DecodeConfig, batch_size: int, device: torch.device, progress=None,
+                contextual: dict | None = None) -> tuple[dict, dict]:
     """(``{question id: best span text}``, ``{question id: null margin}``) of ``model`` on the
     first ``limit`` questions of ``ds`` (all without one), each context read whole; margins only
-    for a model that can abstain. ``progress(n)``, if given, is called after each batch."""
+    for a model that can abstain. ``progress(n)``, if given, is called after each batch.
+    ``contextual``: the encoder a model reads states of (its file's ``embedding.contextual``):
+    the file's states are read from their cache (``<cache dir>/states``), computed first where missing."""
     split, _ = featurize(ds, vocabs)
+    if contextual is not None:
+        from rckit.contextual.states import ContextualEncoder, ContextualSpec
+        from rckit.data.download import default_cache_dir
+
+        encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual))
+        split = split.with_encoder(default_cache_dir() / "states", encoder, Path(ds.report.path).name)
     rows = list(range(min(limit, len(split)))) if limit else None
     margins: dict[str, float] = {}
     always = dataclasses.replace(decode, no_answer_threshold=math.inf)  # every question's best span
