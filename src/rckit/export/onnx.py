@@ -33,7 +33,7 @@ import torch
 
 from rckit import kernels
 from rckit.kernels import graph
-from rckit.data.padding import INPUTS, answer_inputs
+from rckit.data.padding import INPUTS, STATE_INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
 from rckit.export.safetensors import as_created, frozen_tables
@@ -76,8 +76,8 @@ class _Forward(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context):
-        out = self.model.answer_pass(words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context)
+    def forward(self, words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context, c_states=None, q_states=None):
+        out = self.model.answer_pass(words, chars, c_tokens, c_mask, q_tokens, q_mask, q_context, c_states, q_states)
         if out.start_null is None:
             return out.start_logits, out.end_logits
         return out.start_logits, out.end_logits, out.start_null, out.end_null
@@ -102,11 +102,14 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
     (c1, q1), (c2, q2) = (pairs[:2] if len(pairs) >= 2 and pairs[0][0] != pairs[1][0] else SAMPLES_PAIRS[:2])
     job = torch_reader.plan([(c1, q1), (c1, q2), (c2[: len(c2) // 2], q2)])
     example = answer_inputs(job.arrays, [item for group in job.windows for item in group])
-    args = tuple(torch.from_numpy(example[k]) for k in INPUTS)
+    names = INPUTS + (STATE_INPUTS if "c_states" in example else ())  # a contextual model reads the states too
+    args = tuple(torch.from_numpy(example[k]) for k in names)
     n, width, u, c_len, b, q_len = (torch.export.Dim(dim, min=1) for dim in
                                     ("tokens", "word", "windows", "context", "questions", "question"))
     shapes = {"words": {0: n}, "chars": {0: n, 1: width}, "c_tokens": {0: u, 1: c_len}, "c_mask": {0: u, 1: c_len},
               "q_tokens": {0: b, 1: q_len}, "q_mask": {0: b, 1: q_len}, "q_context": {0: b}}
+    if "c_states" in example:
+        shapes.update(c_states={0: u, 1: c_len}, q_states={0: b, 1: q_len})
     outputs = ["start_logits", "end_logits"] + (["start_null", "end_null"] if module.no_answer else [])
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +125,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
                     contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter), _quiet("torch"):
                 warnings.simplefilter("ignore")
                 program = torch.onnx.export(_Forward(module).eval(), args, dynamo=True, dynamic_shapes=shapes,
-                                            input_names=list(INPUTS), output_names=outputs, opset_version=opset,
+                                            input_names=list(names), output_names=outputs, opset_version=opset,
                                             custom_translation_table=graph.onnx_translations(), optimize=True,
                                             verbose=False)
         except Exception as e:
@@ -135,7 +138,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             "train_config": {"max_c_len": torch_reader.window}, "vocab": vocabs.to_json(),
             "dev_score": meta.get("dev_score"), "scores": [] if int8 else meta.get("scores", []),
             "step": meta.get("step"), "parameters": torch_reader.model.parameters, "quantized": None,
-            "frozen_rows": frozen_rows,
+            "frozen_rows": frozen_rows, "embedding": {"contextual": (meta.get("embedding") or {}).get("contextual")},
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
             **({"verifier": meta["verifier"]} if meta.get("verifier") else {}),  # rckit.answering.verifier
         }
