@@ -20,7 +20,9 @@
    gradients (Sundararajan et al. 2017, as AllenNLP Interpret) run from the all-zero word vectors
    to ``x`` with the trapezoid rule on ``steps + 1`` points, copies of the example in batched
    forwards; the point ``alpha = 1`` gives gradient x input, and the two ends give ``score`` and
-   ``baseline_score``. Each word's value is the dot product over the embedding dimension. The
+   ``baseline_score``. Each word's value is the dot product over the embedding dimension; a model
+   that reads contextual states has them scaled along the same path, and their part added to the
+   word's (the whole input vector, so the sum still meets the score's change). The
    character features (QANet, DCN with chars) are left as they are on the whole path. DCN's
    decoder follows, in every copy, the path it took on the real input (:func:`followed_path`).
    The default steps (``DEFAULT_STEPS``) are chosen by ``benchmarks/explain_steps.py``: against 256
@@ -43,7 +45,7 @@ from rckit import kernels
 from rckit.answering.explanation import DEFAULT_STEPS, Attention, DecoderStep, Explanation, Saliency
 from rckit.answering.torch_backend import TorchModel
 from rckit.data.batching import Batch
-from rckit.data.padding import INPUTS, answer_inputs
+from rckit.data.padding import INPUTS, STATE_INPUTS, answer_inputs
 from rckit.data.tokenize import tokenize
 from rckit.layers.attention import ContextQueryAttention
 from rckit.layers.coattention import Coattention, append_sentinel
@@ -88,7 +90,7 @@ def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max
 
     inputs = {k: torch.from_numpy(v).to(device) for k, v in answer_inputs(a, [item]).items()}
     with torch.no_grad(), recorded_attention(module, hi - lo) as seen:
-        out = module.answer_pass(*(inputs[k] for k in INPUTS))
+        out = module.answer_pass(*(inputs[k] for k in INPUTS), **{k: inputs[k] for k in STATE_INPUTS if k in inputs})
     start_probs, end_probs, null_prob = probabilities(out)
     attention = None
     if seen:
@@ -250,7 +252,7 @@ def word_saliency(module: ReadingModel, inputs: dict[str, torch.Tensor], span: t
     with torch.enable_grad(), kernels.use(fast):
         for lo in range(0, steps + 1, max(1, chunk)):
             part = alphas[lo:lo + chunk]
-            batch = copies(inputs, len(part))
+            batch, states = copies(inputs, len(part), part)
             with scaled_words(module, batch, part) as words, followed_path(module, path):
                 out = module(batch)
             if span is None:
@@ -259,10 +261,14 @@ def word_saliency(module: ReadingModel, inputs: dict[str, torch.Tensor], span: t
                 score = out.start_logits[:, span[0]] + out.end_logits[:, span[1]]  # (k,)
             if set(words) != {"context", "question"}:
                 raise RuntimeError(f"the model's word table read {sorted(words)}, not the context and the question")
-            grads = torch.autograd.grad(score.sum(), [words["context"][1], words["question"][1]])
+            leaves = [words["context"][1], words["question"][1]] + [at for _, at in states.values()]
+            grads = torch.autograd.grad(score.sum(), leaves)
             for side, grad in zip(("context", "question"), grads):
                 x = words[side][0][0]  # (T, Dw) the word vectors
                 g = (grad.float() * x.float()).sum(-1)  # (k, T) gradient . vector, per copy
+                if side in states:  # a contextual model: its states are part of the word's input vector
+                    x_s = states[side][0]  # (T, K, D)
+                    g = g + (grads[2 + list(states).index(side)].float() * x_s.float()).sum((-2, -1))
                 ig[side] = ig.get(side, 0) + (weights[lo:lo + chunk, None] * g).sum(0)
                 last[side] = g[-1]
             scores.append(score.detach().float())
@@ -274,13 +280,24 @@ def word_saliency(module: ReadingModel, inputs: dict[str, torch.Tensor], span: t
                                      "sum": total}}
 
 
-def copies(inputs: dict[str, torch.Tensor], k: int) -> Batch:
-    """``k`` copies of the one (question, window) example of answering ``inputs``, as a batch."""
+def copies(inputs: dict[str, torch.Tensor], k: int, alphas: torch.Tensor | None = None) -> tuple[Batch, dict]:
+    """``k`` copies of the one (question, window) example of answering ``inputs``, as a batch, and
+    for a model that reads contextual states ``{side: (x, alphas * x)}``: each copy's states scaled
+    by its ``alpha`` as leaves to take gradients at (integrated gradients over the whole input
+    vector: word vectors and states run from zero together)."""
     words, chars = inputs["words"], inputs["chars"]
     c, q = inputs["c_tokens"][inputs["q_context"]], inputs["q_tokens"]  # (1, Tc), (1, Tq)
     none = torch.full((k,), -1, dtype=torch.long, device=words.device)
-    return Batch(words[c].repeat(k, 1), chars[c].repeat(k, 1, 1), inputs["c_mask"][inputs["q_context"]].repeat(k, 1),
-                 words[q].repeat(k, 1), chars[q].repeat(k, 1, 1), inputs["q_mask"].repeat(k, 1), none, none, none)
+    states: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    if "c_states" in inputs:
+        alphas = torch.ones(k, device=words.device) if alphas is None else alphas
+        for side, x in (("context", inputs["c_states"][inputs["q_context"]][0]), ("question", inputs["q_states"][0])):
+            at = (x.unsqueeze(0) * alphas.view(-1, 1, 1, 1).to(x.dtype)).requires_grad_(True)  # (k, T, K, D)
+            states[side] = (x, at)
+    batch = Batch(words[c].repeat(k, 1), chars[c].repeat(k, 1, 1), inputs["c_mask"][inputs["q_context"]].repeat(k, 1),
+                  words[q].repeat(k, 1), chars[q].repeat(k, 1, 1), inputs["q_mask"].repeat(k, 1), none, none, none,
+                  c_states=states["context"][1] if states else None, q_states=states["question"][1] if states else None)
+    return batch, states
 
 
 @contextmanager

@@ -22,6 +22,9 @@ A model is a :class:`ReadingModel`, built as ``Model(config, EmbeddingInfo)``:
   loop logs as ``loss_<name>``; empty by default.
 - ``task_of(config)``: ``"span"`` or ``"cloze"``, known before the model is built (the CLI
   picks the data by it); ``self.task`` on a built model.
+- ``contextual_of(config)``: the contextual encoder and layers whose states the model reads, or
+  None, known before the model is built (the task brings the states); a model class whose config
+  has ``contextual`` sets ``READS_CONTEXTUAL``.
 
 Hooks, with the defaults a model overrides as class or instance attributes:
 
@@ -92,6 +95,7 @@ class ReadingModel(nn.Module):
     """The base of every model: the contract above, and its defaults."""
 
     TASK: ClassVar[str] = "span"
+    READS_CONTEXTUAL: ClassVar[bool] = False  # its config has `contextual` and `contextual_layers`
     cpu_bf16: ClassVar[bool] = False
     uses_reward: bool = False
     find_unused_parameters: bool = False
@@ -108,6 +112,15 @@ class ReadingModel(nn.Module):
     def task_of(cls, config) -> str:
         """``"span"`` or ``"cloze"``: what a model of this class with ``config`` answers."""
         return cls.TASK
+
+    @classmethod
+    def contextual_of(cls, config) -> tuple[str, tuple[int, ...]] | None:
+        """``(encoder, layers)`` whose states a model of this class with ``config`` reads beside its
+        word vectors (its ``contextual`` and ``contextual_layers`` settings), or None: known before
+        the model is built, so the task can bring the states (:mod:`rckit.contextual`)."""
+        if not cls.READS_CONTEXTUAL or config.contextual == "none":
+            return None
+        return config.contextual, tuple(int(k) for k in config.contextual_layers)
 
     def answer_pass(self, words: torch.Tensor, chars: torch.Tensor, c_tokens: torch.Tensor, c_mask: torch.Tensor,
                     q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor,

@@ -1,7 +1,9 @@
 """Dynamic Coattention Networks: DCN (Xiong, Zhong & Socher 2017) and DCN+ (Xiong et al. 2018).
 
 Document ``m`` tokens, question ``n``, hidden ``l``; input (:class:`TokenInput`): fixed GloVe rows,
-optionally ``[x_w; char-CNN]`` (DCN+'s CoVe, not available here, would join through ``extra=``).
+optionally ``[x_w; char-CNN]``, and with ``contextual`` a frozen encoder's states mixed over its
+layers, ``[x_w; (char-CNN;) e_t]`` (:mod:`rckit.contextual`): the place of CoVe in DCN+'s baseline
+("DCN w/ CoVe"), which concatenates CoVe to GloVe as the encoder LSTM's input.
 Encoders (:mod:`rckit.layers.coattention`) and the shared decoder (:class:`DynamicDecoder`)::
 
     DCN   D = LSTM(x^D), Q = tanh(W LSTM(x^Q) + b)          one shared unidirectional LSTM, width l
@@ -58,11 +60,11 @@ from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.kernels import cpu
 from rckit.layers.coattention import Coattention
-from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
+from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding, ScalarMix
 from rckit.layers.lstm import PeepholeLSTM
 from rckit.layers.masking import mask_logits, with_null, zero_padding
 from rckit.layers.maxout import Maxout, MixtureOfMaxouts
-from rckit.models.contract import ReadingModel, SpanOutput
+from rckit.models.contract import ReadingModel, SpanOutput, check_contextual
 from rckit.models.losses import (REWARD_CREDITS, iteration_log_probs, iterative_span_loss, null_targets,
                                  self_critical_loss, uncertainty_weighted)
 
@@ -76,7 +78,9 @@ class DCNConfig:
     use_chars: bool = False  # concatenate a char-CNN vector to the word vector
     char_dim: int = 100  # ignored when EmbeddingInfo.char_vectors is given (its width wins)
     char_conv_width: int = 5
-    extra_dim: int = 0  # width of contextual vectors (CoVe) passed to TokenInput; 0 = none
+    extra_dim: int = 0  # always 0: files saved before `contextual` replaced it carry the field
+    contextual: str = "none"  # a frozen encoder's states beside GloVe: "none", "minilm" or a folder (rckit.contextual)
+    contextual_layers: tuple[int, ...] = (4, 6)  # its layers mixed (0 = embeddings; ELMo's scalar mix)
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
     no_answer: bool = False  # a learned null position before U (SQuAD v2.0; see docstring)
 
@@ -114,10 +118,13 @@ class DCNOutput(SpanOutput):
 
 
 class TokenInput(nn.Module):
-    """Per token ``[GloVe; char-CNN?; extra?]`` with optional whole-token dropout."""
+    """Per token ``[GloVe; char-CNN?; contextual?]`` with optional whole-token dropout."""
 
     def __init__(self, emb: EmbeddingInfo, c: DCNConfig, word_dropout: float = 0.0):
         super().__init__()
+        if c.extra_dim:
+            raise ValueError(f"extra_dim={c.extra_dim}: contextual vectors are set with contextual (e.g. minilm)")
+        check_contextual(c, emb)
         V = emb.word_vectors.shape[0]
         self.word = PartiallyFrozenEmbedding(emb.word_vectors, emb.n_trainable_words if c.freeze_pretrained_words else V)
         self.char = None
@@ -125,18 +132,19 @@ class TokenInput(nn.Module):
         if c.use_chars:
             char_dim = emb.char_vectors.shape[1] if emb.char_vectors is not None else c.char_dim
             self.char = CharCNN(emb.n_chars, char_dim, char_dim, c.char_conv_width, emb.char_vectors)
-        self.extra_dim = c.extra_dim
-        self.out_dim = self.word.embedding_dim + char_dim + c.extra_dim
+        self.mix = ScalarMix(len(c.contextual_layers)) if emb.contextual_dim else None
+        self.out_dim = self.word.embedding_dim + char_dim + emb.contextual_dim
         self.word_dropout = word_dropout
 
-    def forward(self, words: torch.Tensor, chars: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, words: torch.Tensor, chars: torch.Tensor, states: torch.Tensor | None = None) -> torch.Tensor:
+        """``words`` (B, T), ``chars`` (B, T, W), ``states`` (B, T, K, D) for a model with ``contextual``."""
         parts = [self.word(words)]  # (B, T, Dw)
         if self.char is not None:
             parts.append(self.char(chars))  # (B, T, Dc)
-        if (extra is None) != (self.extra_dim == 0):
-            raise ValueError(f"extra_dim={self.extra_dim} but extra vectors {'not ' if extra is None else ''}given")
-        if extra is not None:
-            parts.append(extra)  # (B, T, extra_dim), e.g. CoVe
+        if self.mix is not None:
+            if states is None:
+                raise ValueError("this model reads contextual states beside its word vectors, and none were given")
+            parts.append(self.mix(states.to(parts[0].dtype)))  # (B, T, D), CoVe's place
         x = torch.cat(parts, dim=-1)  # (B, T, out_dim)
         if self.training and self.word_dropout > 0.0:
             keep = torch.rand(x.shape[:2], device=x.device) >= self.word_dropout  # (B, T)
@@ -151,10 +159,13 @@ def encode_documents(embed: TokenInput, encoder: PeepholeLSTM, batch: Batch) -> 
     once (:func:`rckit.kernels.cpu.once_per_distinct_text`): this encoder never sees the
     question, and SQuAD asks several questions about each paragraph.
     """
-    words, chars, mask = batch.c_words, batch.c_chars, batch.c_mask
+    words, chars, mask, states = batch.c_words, batch.c_chars, batch.c_mask, batch.c_states
     if not encoder.training and words.device.type == "cpu" and kernels.enabled("dedupe"):
-        return cpu.once_per_distinct_text(lambda i: encoder(embed(words[i], chars[i]), mask[i])[0], words, chars)
-    return encoder(embed(words, chars), mask)[0]
+        # A document's contextual states are its own whatever the question: the same text, the same states.
+        return cpu.once_per_distinct_text(
+            lambda i: encoder(embed(words[i], chars[i], None if states is None else states[i]), mask[i])[0],
+            words, chars)
+    return encoder(embed(words, chars, states), mask)[0]
 
 
 class HighwayMaxout(nn.Module):
@@ -286,6 +297,7 @@ def decoder_targets(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch
 
 
 class DCN(ReadingModel):
+    READS_CONTEXTUAL = True
     def __init__(self, config: DCNConfig, emb: EmbeddingInfo):
         super().__init__(config)
         c = config
@@ -303,7 +315,7 @@ class DCN(ReadingModel):
         """U (B, m, 2l), zero at padding."""
         c_mask, q_mask = batch.c_mask, batch.q_mask
         D = self.dropout(encode_documents(self.embed, self.encoder, batch))  # (B, m, l)
-        Q = self.dropout(self.encoder(self.embed(batch.q_words, batch.q_chars), q_mask)[0])  # (B, n, l)
+        Q = self.dropout(self.encoder(self.embed(batch.q_words, batch.q_chars, batch.q_states), q_mask)[0])  # (B, n, l)
         co = self.coattention(D, Q, c_mask, q_mask)
         U = self.fusion(torch.cat([D, co.S_D, co.C_D], dim=-1), c_mask)[0]  # (B, m, 2l)
         return zero_padding(self.dropout(U), c_mask)
@@ -318,6 +330,7 @@ class DCN(ReadingModel):
 
 
 class DCNPlus(ReadingModel):
+    READS_CONTEXTUAL = True
     def __init__(self, config: DCNPlusConfig, emb: EmbeddingInfo):
         super().__init__(config)
         if config.hidden % 2:
@@ -349,7 +362,7 @@ class DCNPlus(ReadingModel):
         """U (B, m, 2l), zero at padding."""
         c_mask, q_mask = batch.c_mask, batch.q_mask
         E1_D = self.dropout(encode_documents(self.embed, self.enc1, batch))  # (B, m, l)
-        E1_Q = self.dropout(self.enc1(self.embed(batch.q_words, batch.q_chars), q_mask)[0])  # (B, n, l)
+        E1_Q = self.dropout(self.enc1(self.embed(batch.q_words, batch.q_chars, batch.q_states), q_mask)[0])  # (B, n, l)
         co1 = self.coattn1(E1_D, E1_Q, c_mask, q_mask)
         E2_D = self.dropout(self.enc2(co1.S_D, c_mask)[0])  # (B, m, 2l)
         E2_Q = self.dropout(self.enc2(co1.S_Q, q_mask)[0])  # (B, n, 2l)

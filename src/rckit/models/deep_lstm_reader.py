@@ -30,6 +30,9 @@ sequence. In ``cqa`` the document is read before the question, so only ``g`` kno
 question: ``qca`` is the form for spans (the default). Loss: :func:`~rckit.models.losses.span_loss`.
 With ``no_answer`` (SQuAD v2.0) a learned ``z_0`` goes before the document's ``z`` and both
 pointers score it like a token, so ``p(no answer) = p_start(0) p_end(0)`` shares their softmaxes.
+With ``contextual`` (span head) each token's input is ``[e(w_t); mix_k h_{t,k}]``, a frozen
+encoder's states mixed over its layers beside the word vector (:mod:`rckit.contextual`), and the
+delimiter is as wide.
 
 Readings taken where the paper is loose: the scores run over the candidate entities only (the
 paper's softmax is over the whole output vocabulary; only entities can be answers); ``g`` is read at
@@ -53,10 +56,10 @@ from torch import nn
 
 from rckit.data.cloze import ENTITY_OFFSET
 from rckit.data.embeddings import EmbeddingInfo
-from rckit.layers.embedding import PartiallyFrozenEmbedding
+from rckit.layers.embedding import PartiallyFrozenEmbedding, ScalarMix
 from rckit.layers.lstm import PeepholeLSTM, chrono_init_
 from rckit.layers.masking import mask_logits, with_null
-from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput
+from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput, check_contextual
 
 HEADS = ("cloze", "span")
 FORMS = ("qca", "cqa")
@@ -75,6 +78,8 @@ class DeepLSTMReaderConfig:
     tied_output: bool = True  # cloze: W(a) = e(a)^T M through the markers' embeddings; False: a free row per number
     no_answer: bool = False  # span head: a learned null position before the document (SQuAD v2.0)
     chrono: float = 0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
+    contextual: str = "none"  # span head: a frozen encoder's states beside the word vectors (rckit.contextual)
+    contextual_layers: tuple[int, ...] = (4, 6)  # its layers mixed (0 = embeddings; ELMo's scalar mix)
 
 
 def entity_logits(answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tensor | None,
@@ -112,6 +117,7 @@ def join_sequences(a: torch.Tensor, a_len: torch.Tensor, b: torch.Tensor, b_len:
 
 
 class DeepLSTMReader(ReadingModel):
+    READS_CONTEXTUAL = True
     cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md)
 
     @classmethod
@@ -130,9 +136,14 @@ class DeepLSTMReader(ReadingModel):
             raise ValueError("no_answer is for the span head (SQuAD v2.0); a cloze answer is always an entity")
         if config.head == "cloze" and emb.n_entities < 1:
             raise ValueError("the cloze head needs data with entity markers (EmbeddingInfo.n_entities >= 1)")
-        V, E = emb.word_vectors.shape
+        if config.contextual != "none" and config.head != "span":
+            raise ValueError("contextual states are for the span head (SQuAD); cloze documents are anonymised")
+        check_contextual(config, emb)
+        V, E_w = emb.word_vectors.shape
         n_trainable = emb.n_trainable_words if config.freeze_pretrained_words else V
         self.embed = PartiallyFrozenEmbedding(emb.word_vectors, n_trainable)
+        self.mix = ScalarMix(len(config.contextual_layers)) if emb.contextual_dim else None
+        E = E_w + emb.contextual_dim  # x(t) = [e(w_t); contextual state?]
         # the ||| token, drawn at the word vectors' own spread so that it is as strong a signal
         # as the words around it (docs/investigations/model-design-notes.md)
         self.delim = nn.Parameter(torch.randn(E) * float(emb.word_vectors.std()))
@@ -147,7 +158,7 @@ class DeepLSTMReader(ReadingModel):
         self.dropout = nn.Dropout(config.dropout)
         G = K * S  # size of y(t) and g
         if config.head == "cloze":
-            self.answer = nn.Linear(G, E if config.tied_output else emb.n_entities)  # M, or W(a) over the markers
+            self.answer = nn.Linear(G, E_w if config.tied_output else emb.n_entities)  # M, or W(a) over the markers
             self.register_buffer("entity_ids", ENTITY_OFFSET + torch.arange(emb.n_entities), persistent=False)
         else:
             self.back = PeepholeLSTM(G, S, peephole=config.peephole)
@@ -172,6 +183,11 @@ class DeepLSTMReader(ReadingModel):
         d_ids, d_mask, q_ids, q_mask = batch.c_words, batch.c_mask, batch.q_words, batch.q_mask
         d_len, q_len = d_mask.sum(1), q_mask.sum(1)  # (B,)
         d, q = self.embed(d_ids), self.embed(q_ids)  # (B, Td, E), (B, Tq, E)
+        if self.mix is not None:  # [e(w_t); mixed contextual state]
+            if batch.c_states is None:
+                raise ValueError("this model reads contextual states beside its word vectors, and none were given")
+            d = torch.cat([d, self.mix(batch.c_states.to(d.dtype))], dim=-1)
+            q = torch.cat([q, self.mix(batch.q_states.to(q.dtype))], dim=-1)
         if self.config.form == "qca":
             x, mask = join_sequences(q, q_len, d, d_len, self.delim)  # (B, T, E)
             doc_start = q_len + 1  # (B,)

@@ -239,6 +239,7 @@ class EncoderStack(nn.Module):
 
 
 class QANet(ReadingModel):
+    READS_CONTEXTUAL = True
     cpu_bf16 = True  # trains faster under bf16 autocast on CPU (BENCHMARKS.md)
 
     def __init__(self, config: QANetConfig, emb: EmbeddingInfo):

@@ -69,7 +69,7 @@ def bench_model(model_name: str, mcfg, tcfg: TrainConfig, decode: DecodeConfig, 
         tcfg = replace(tcfg, **SPAN_LENGTHS)
     task = make_task(kind, data, tcfg, train_split="dev")
     torch.manual_seed(0)
-    model = model_cls(mcfg, task.model_inputs(mcfg)).to(device)
+    model = model_cls(mcfg, task.model_inputs(model_cls.contextual_of(mcfg))).to(device)
     return bench(model, task, device, dtype, train_steps=train_steps, n_questions=n_questions,
                  heap_limit_mb=heap_limit_mb, decode=decode)
 

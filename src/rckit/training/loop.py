@@ -342,7 +342,7 @@ def open_run_dir(files: RunFiles, resume: bool) -> None:
 def set_up(run: Run, model_cls: type[ReadingModel]) -> Parts:
     """The model on its device, what trains it (:func:`optimisation`) and the batch order."""
     cfg, dist = run.cfg, run.dist
-    model = model_cls(run.model_cfg, run.task.model_inputs(run.model_cfg)).to(run.device)
+    model = model_cls(run.model_cfg, run.task.model_inputs(model_cls.contextual_of(run.model_cfg))).to(run.device)
     run.task.check_model(model)
     sampler = BucketBatchSampler(run.task.train_lengths, cfg.batch_size // dist.world_size, seed=cfg.seed,
                                  pool_batches=cfg.pool_batches, num_replicas=dist.world_size, rank=dist.rank)

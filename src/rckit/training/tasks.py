@@ -3,9 +3,10 @@
 The loop in :mod:`rckit.training.loop` is the same for every model; what differs between
 SQuAD span extraction and cloze questions is small and lives here, behind one shape:
 
-- ``model_inputs(model_cfg)``: the :class:`EmbeddingInfo` a model of ``model_cfg`` is built from
-  (a span model that reads contextual states: the encoder's states of both splits, from their
-  cache, built first where missing: :mod:`rckit.contextual.cache`);
+- ``model_inputs(contextual)``: the :class:`EmbeddingInfo` a model is built from; with
+  ``contextual`` (``ReadingModel.contextual_of(config)``: a span model that reads an encoder's
+  states) the states of both splits, from their cache, built first where missing
+  (:mod:`rckit.contextual.cache`);
 - ``train_rows`` / ``train_lengths``: which training examples are used, and their lengths
   for length bucketing (``lengths_for_training(rows)`` for any rows);
 - ``collate(ids)``: a training batch (contexts cut at ``train.max_c_len``);
@@ -93,13 +94,11 @@ class SpanTask:
         self._dev_raw = None  # parsed on first evaluation (rank 0 only)
         self._reward = None
 
-    def model_inputs(self, model_cfg=None):
+    def model_inputs(self, contextual: tuple[str, tuple[int, ...]] | None = None):
         info = self.prepared.embedding_info()
-        # A config field, not a model's: span models without the setting read no states.
-        name = getattr(model_cfg, "contextual", "none")
-        if name == "none":
+        if contextual is None:
             return info
-        layers = tuple(model_cfg.contextual_layers)
+        name, layers = contextual
         if self.contextual is None or (self.contextual["name"], tuple(self.contextual["layers"])) != (name, layers):
             from rckit.contextual.states import ContextualEncoder, ContextualSpec
 
@@ -237,7 +236,9 @@ class ClozeTask:
         self.n_dev = len(self.dev_split)
         self.copy_on = False  # the engine sets it for the steps before train.copy_steps
 
-    def model_inputs(self, model_cfg=None):
+    def model_inputs(self, contextual=None):
+        if contextual is not None:
+            raise ValueError("contextual states are for span models on SQuAD; cloze documents are anonymised")
         return self.data.embedding_info()
 
     def first_rows(self, n: int) -> np.ndarray:
