@@ -364,7 +364,7 @@ def tiny_split() -> SquadSplit:
         "form_words": np.arange(n_forms), "form_chars": np.ones((n_forms, 3), np.int64),
         "ctx_ptr": np.array(ctx_ptr), "ctx_forms": np.array(ctx_forms), "ctx_offsets": np.array(offsets),
         "q_ptr": np.arange(len(questions) + 1), "q_forms": np.ones(len(questions), np.int64),
-        "q_ctx": np.array([q[0] for q in questions]), "y_start": np.array([q[1] for q in questions]),
+        "q_offsets": np.zeros((len(questions), 2), np.int32), "q_ctx": np.array([q[0] for q in questions]), "y_start": np.array([q[1] for q in questions]),
         "y_end": np.array([q[2] for q in questions]), "answerable": np.array([q[1] >= 0 for q in questions]),
     }
     return SquadSplit.from_arrays(arrays, ["q0", "q1", "q2"], contexts)

@@ -156,7 +156,7 @@ class Reader:
 
             model = OnnxModel(found.path, device=str(device), threads=threads, spin=spin)
             return cls.from_parts(model, Vocabularies.from_json(model.meta["vocab"]), model.meta, found.path,
-                                  always_answer, batch_size, no_answer_threshold)
+                                  always_answer, batch_size, no_answer_threshold, threads, spin)
         # PyTorch only here: answering with an ONNX file imports none of it.
         from rckit.answering.torch_backend import TorchModel
         from rckit.device import pick_device
@@ -165,16 +165,18 @@ class Reader:
         device = pick_device(device) if isinstance(device, str) else device
         module, vocabs, meta = load_span_model(found, device)
         return cls.from_parts(TorchModel(module, device, threads), vocabs, meta, meta["file"], always_answer,
-                              batch_size, no_answer_threshold)
+                              batch_size, no_answer_threshold, threads, spin)
 
     @classmethod
     def from_parts(cls, model: Model, vocabs: Vocabularies, meta: dict, file: str | Path,
                    always_answer: bool = False, batch_size: int = 32,
-                   no_answer_threshold: float | None = None) -> "Reader":
+                   no_answer_threshold: float | None = None, threads: int | None = None,
+                   spin: bool = True) -> "Reader":
         """A reader on ``model`` (a :class:`~rckit.answering.torch_backend.TorchModel` or
         :class:`~rckit.answering.onnx_backend.OnnxModel`) with what its file's metadata ``meta``
         says: its decode settings, its window (the longest context it trained on), its verifier
-        (if it has one), and ``info``, which names ``file``."""
+        (if it has one), its contextual encoder (if it reads one: on the model's backend, with
+        ``threads`` and ``spin`` as :meth:`load` takes them), and ``info``, which names ``file``."""
         decode = decode_config_of(meta)
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
         info = describe(meta["model"], str(Path(file).resolve()), meta["format"], meta["model_config"], decode,
@@ -188,7 +190,7 @@ class Reader:
             from rckit.data.download import default_cache_dir
 
             encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual), runner=model.backend,
-                                             graphs=default_cache_dir() / "encoders")
+                                             graphs=default_cache_dir() / "encoders", threads=threads, spin=spin)
             info["contextual"] = contextual
         return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold,
                    encoder)

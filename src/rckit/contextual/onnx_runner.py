@@ -141,13 +141,17 @@ class OnnxRunner:
     backend = "onnxruntime"
 
     def __init__(self, files: EncoderFiles, layers: tuple[int, ...], cache: str | Path, int8: bool = False,
-                 threads: int | None = None):
+                 threads: int | None = None, spin: bool = True):
         import onnxruntime as ort
 
         self.path = encoder_graph(files, layers, int8, cache)
         options = ort.SessionOptions()
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # errors only
         if threads is not None:
             options.intra_op_num_threads = threads
+        if not spin:  # a server's HTTP side shares the cores (as the reader's own session)
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -85,10 +85,12 @@ class ContextualEncoder:
 
     @classmethod
     def load(cls, spec: ContextualSpec, runner: str = "torch", graphs: str | Path | None = None,
-             int8: bool = False) -> "ContextualEncoder":
+             int8: bool = False, threads: int | None = None, spin: bool = True) -> "ContextualEncoder":
         """The encoder of ``spec``, refused in one line where its files' digest is not the one the
         model was trained with. ``runner``: ``torch`` or ``onnxruntime`` (its graph built on first use
-        and kept under ``graphs``, int8-quantized with ``int8``: :mod:`rckit.contextual.onnx_runner`)."""
+        and kept under ``graphs``, int8-quantized with ``int8``: :mod:`rckit.contextual.onnx_runner`);
+        ``threads`` and ``spin`` as the model's own runtime takes them (PyTorch's threads are the
+        process's, set by the model's loader)."""
         files = find_encoder(spec.name)
         if spec.digest is not None and files.digest != spec.digest:
             raise ValueError(f"the model was trained on the contextual encoder {spec.name!r} with digest "
@@ -99,7 +101,7 @@ class ContextualEncoder:
 
             if graphs is None:
                 raise ValueError("the encoder on onnxruntime needs a folder to keep its graph in")
-            return cls(files, spec.layers, OnnxRunner(files, spec.layers, graphs, int8), spec.max_pieces)
+            return cls(files, spec.layers, OnnxRunner(files, spec.layers, graphs, int8, threads, spin), spec.max_pieces)
         return cls(files, spec.layers, max_pieces=spec.max_pieces)
 
     @property
