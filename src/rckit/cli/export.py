@@ -29,12 +29,14 @@ def add_arguments(p) -> None:
     p.add_argument("--check-questions", type=int, default=256, metavar="N", help="onnx: how many (default 256)")
     p.add_argument("--int8", choices=["dynamic"], help="onnx: quantize the matrix weights to int8 (onnxruntime's "
                    "dynamic quantization; measured in BENCHMARKS.md)")
+    p.add_argument("--encoder-int8", action="store_true", help="onnx, a model that reads contextual states: answer "
+                   "with the encoder's graph quantized to int8 (built on first use; docs/contextual.md)")
 
 
 def run(args) -> int:
     fmt = export_format(args.out, args.format)
-    if fmt != "onnx" and (args.int8 or args.check_data):
-        raise ValueError("--int8 and --check-data are for --format onnx")
+    if fmt != "onnx" and (args.int8 or args.check_data or args.encoder_int8):
+        raise ValueError("--int8, --encoder-int8 and --check-data are for --format onnx")
     given = model_source(args)
     if given is None:
         raise ValueError("give what to export: SOURCE or --model NAME")
@@ -42,7 +44,7 @@ def run(args) -> int:
     if fmt == "onnx":
         from rckit.export.onnx import export_onnx  # imports PyTorch
 
-        res = export_onnx(source, args.out, args.check_data, args.check_questions, args.int8)
+        res = export_onnx(source, args.out, args.check_data, args.check_questions, args.int8, args.encoder_int8)
         check = res["check"]
         print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, "
               f"{res['quantized'] or 'fp32'}), sha256 {res['sha256']}")

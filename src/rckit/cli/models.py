@@ -58,7 +58,8 @@ def installed_table() -> str:
             backend = "onnxruntime" if installed_path(name).suffix == ".onnx" else "PyTorch"
         except MissingPackage as e:
             backend = f"nothing: {one_line(e)}"
-        rows.append((name, meta["model"], sizes, f"{dev['exact_match']:.2f} / {dev['f1']:.2f}" if dev else "not recorded",
+        reads = (meta.get("embedding") or {}).get("contextual")  # the encoder whose states it reads, if any
+        rows.append((name, meta["model"] + (f" + {reads['name']}" if reads else ""), sizes, f"{dev['exact_match']:.2f} / {dev['f1']:.2f}" if dev else "not recorded",
                      ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-", backend))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]

@@ -75,7 +75,7 @@ def run(args) -> int:
             from rckit.retrieval.verifier_training import train_collection_verifier
 
             asking = Reader(reader.model, reader.vocabs, reader.decode, reader.window, reader.info, reader.batch_size,
-                            verifier=verifier)  # reads as `rckit ask` will, with the passage verifier
+                            verifier=verifier, encoder=reader.encoder)  # reads as `rckit ask` will, with the verifier
             verifier.collection, collection = train_collection_verifier(
                 asking, train, args.collection, seed=args.seed, log=lambda m: print(m, file=sys.stderr))
             print(json.dumps({"collection": collection}))

@@ -36,11 +36,13 @@ class ContextualSpec:
     layers: tuple[int, ...]
     digest: str | None = None
     max_pieces: int | None = None  # the encoder's window (None: the default)
+    int8: bool = False  # on onnxruntime: its graph quantized to int8 (an ONNX file exported with --encoder-int8)
 
     @classmethod
     def of_model(cls, meta: dict) -> "ContextualSpec":
-        """The spec a model file records (its ``embedding.contextual``: name, layers, digest, max_pieces)."""
-        return cls(meta["name"], tuple(meta["layers"]), meta["digest"], meta.get("max_pieces"))
+        """The spec a model file records (its ``embedding.contextual``: name, layers, digest, max_pieces,
+        and for an ONNX file whether the encoder runs in int8)."""
+        return cls(meta["name"], tuple(meta["layers"]), meta["digest"], meta.get("max_pieces"), bool(meta.get("int8")))
 
 
 class TorchRunner:
@@ -85,10 +87,10 @@ class ContextualEncoder:
 
     @classmethod
     def load(cls, spec: ContextualSpec, runner: str = "torch", graphs: str | Path | None = None,
-             int8: bool = False, threads: int | None = None, spin: bool = True) -> "ContextualEncoder":
+             threads: int | None = None, spin: bool = True) -> "ContextualEncoder":
         """The encoder of ``spec``, refused in one line where its files' digest is not the one the
         model was trained with. ``runner``: ``torch`` or ``onnxruntime`` (its graph built on first use
-        and kept under ``graphs``, int8-quantized with ``int8``: :mod:`rckit.contextual.onnx_runner`);
+        and kept under ``graphs``, int8-quantized where ``spec.int8``: :mod:`rckit.contextual.onnx_runner`);
         ``threads`` and ``spin`` as the model's own runtime takes them (PyTorch's threads are the
         process's, set by the model's loader)."""
         files = find_encoder(spec.name)
@@ -101,7 +103,8 @@ class ContextualEncoder:
 
             if graphs is None:
                 raise ValueError("the encoder on onnxruntime needs a folder to keep its graph in")
-            return cls(files, spec.layers, OnnxRunner(files, spec.layers, graphs, int8, threads, spin), spec.max_pieces)
+            return cls(files, spec.layers, OnnxRunner(files, spec.layers, graphs, spec.int8, threads, spin),
+                       spec.max_pieces)
         return cls(files, spec.layers, max_pieces=spec.max_pieces)
 
     @property

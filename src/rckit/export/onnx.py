@@ -84,9 +84,11 @@ class _Forward(torch.nn.Module):
 
 
 def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path | None = None,
-                check_questions: int = 256, int8: str | None = None) -> dict:
+                check_questions: int = 256, int8: str | None = None, encoder_int8: bool = False) -> dict:
     """Write the span model of ``source`` (a run, a checkpoint or an exported ``.safetensors``) to
-    ``out_file`` as ONNX; returns what was written and how it compared with PyTorch."""
+    ``out_file`` as ONNX; returns what was written and how it compared with PyTorch. ``encoder_int8``:
+    a model that reads contextual states answers with the encoder's graph in int8 (its metadata
+    says so; the check then compares answers, as for ``int8``)."""
     import onnx
 
     if int8 is not None and int8 not in QUANTIZATIONS:
@@ -138,7 +140,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             "train_config": {"max_c_len": torch_reader.window}, "vocab": vocabs.to_json(),
             "dev_score": meta.get("dev_score"), "scores": [] if int8 else meta.get("scores", []),
             "step": meta.get("step"), "parameters": torch_reader.model.parameters, "quantized": None,
-            "frozen_rows": frozen_rows, "embedding": {"contextual": (meta.get("embedding") or {}).get("contextual")},
+            "frozen_rows": frozen_rows, "embedding": {"contextual": contextual_record(meta, encoder_int8)},
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
             **({"verifier": meta["verifier"]} if meta.get("verifier") else {}),  # rckit.answering.verifier
         }
@@ -157,7 +159,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             raise ValueError(f"{source}: the {name} model's ONNX graph does not run on onnxruntime "
                              f"({' '.join(str(e).split())[:200]}): not written") from e
         check["data"] = where
-        if not int8 and check["max_abs_logit_diff"] > TOLERANCE:
+        if not int8 and not encoder_int8 and check["max_abs_logit_diff"] > TOLERANCE:
             raise ValueError(f"{source}: the ONNX model's logits differ from PyTorch's by "
                              f"{check['max_abs_logit_diff']:.3g} (more than {TOLERANCE}) on {where}: not written")
         record["check"] = check
@@ -168,6 +170,16 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         tmp.unlink(missing_ok=True)
     return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file),
             "model": name, "quantized": record["quantized"], "check": check}
+
+
+def contextual_record(meta: dict, encoder_int8: bool) -> dict | None:
+    """The encoder an ONNX file's model reads (as its source names it), and whether its graph runs in int8."""
+    contextual = (meta.get("embedding") or {}).get("contextual")
+    if contextual is None:
+        if encoder_int8:
+            raise ValueError("--encoder-int8 is for a model that reads contextual states, and this one reads none")
+        return None
+    return {**contextual, "int8": bool(encoder_int8)}
 
 
 def why_not(e: Exception) -> str:
