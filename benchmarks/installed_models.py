@@ -1,6 +1,7 @@
 """One question, and one explanation, with each model installed with rckit, in one process.
 
     python benchmarks/installed_models.py [--repeat 100] [--explain 10] [--record]
+    python benchmarks/installed_models.py --files A.onnx B.safetensors ...   (any exported files)
 
 For each installed model (``rckit models``) and each file it has (``.safetensors`` on PyTorch,
 ``.onnx`` on onnxruntime), loaded with ``rckit.Reader.load`` and its default threads:
@@ -67,11 +68,17 @@ def main() -> None:
     ap.add_argument("--explain", type=int, default=10)
     ap.add_argument("--models", default="all", help="names joined by commas (default: every installed model)")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--files", nargs="+", metavar="FILE", help="time these exported files instead (named by their "
+                    "file names; not recorded)")
     args = ap.parse_args()
     names = installed_models() if args.models == "all" else args.models.split(",")
     rows, speed = [], {}
+    if args.files:
+        args.record = False
+        names = [Path(f).name for f in args.files]
+        given = {Path(f).name: {Path(f).suffix.lstrip("."): Path(f)} for f in args.files}
     for name in names:
-        for fmt, path in installed_files(name).items():
+        for fmt, path in (given[name] if args.files else installed_files(name)).items():
             start = time.perf_counter()
             reader = Reader.load(path)
             load_s = time.perf_counter() - start

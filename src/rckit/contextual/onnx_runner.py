@@ -7,7 +7,9 @@ ONNX graph with the ``onnx`` package, the weights read from ``model.safetensors`
 or committed: the graph is built on first use and kept in ``<cache dir>/encoders/`` under the
 encoder's digest, its layers and whether it is quantized (:func:`encoder_graph`), so the next
 start only loads it. ``int8``: the MatMul weights quantized to int8 by ONNX Runtime's dynamic
-quantization (activations quantized per call), a quarter of the size and faster on the CPU.
+quantization (activations quantized per call, weights per output channel), a quarter of the size
+and faster on the CPU; the attention's two products of activations (Q K^T and the weights times V)
+stay in fp32.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from rckit.contextual.encoders import EncoderFiles
 
 OPSET = 17  # LayerNormalization
+ATTENTION = "attention_"  # the names of the attention's products of two activations
 
 
 def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -> Path:
@@ -46,10 +49,10 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -
         value = weights[name]
         return const(name, np.ascontiguousarray(value.T) if transpose else value)
 
-    def node(op: str, inputs: list[str], **attrs) -> str:
+    def node(op: str, inputs: list[str], prefix: str = "", **attrs) -> str:
         count["n"] += 1
-        out_name = f"{op.lower()}_{count['n']}"
-        nodes.append(helper.make_node(op, inputs, [out_name], **attrs))
+        out_name = f"{prefix}{op.lower()}_{count['n']}"
+        nodes.append(helper.make_node(op, inputs, [out_name], name=out_name, **attrs))
         return out_name
 
     def linear(x: str, prefix: str) -> str:  # x W^T + b, W stored (out, in) as PyTorch's
@@ -83,9 +86,10 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -
             return node("Transpose", [node("Reshape", [x, heads_shape])], perm=[0, 2, 1, 3])
 
         q, k, v = (heads(linear(h, p + f"attention.self.{part}")) for part in ("query", "key", "value"))
-        scores = node("Add", [node("Mul", [node("MatMul", [q, node("Transpose", [k], perm=[0, 1, 3, 2])]), scale]),
-                              bias])  # (B, H, P, P)
-        ctx = node("MatMul", [node("Softmax", [scores], axis=-1), v])  # (B, H, P, d/H)
+        # The two products of activations are named "attention_": int8 quantization leaves them in fp32.
+        scores = node("Add", [node("Mul", [node("MatMul", [q, node("Transpose", [k], perm=[0, 1, 3, 2])],
+                                                prefix=ATTENTION), scale]), bias])  # (B, H, P, P)
+        ctx = node("MatMul", [node("Softmax", [scores], axis=-1), v], prefix=ATTENTION)  # (B, H, P, d/H)
         ctx = node("Reshape", [node("Transpose", [ctx], perm=[0, 2, 1, 3]), merged_shape])  # (B, P, d)
         a = norm(node("Add", [h, linear(ctx, p + "attention.output.dense")]), p + "attention.output.LayerNorm")
         f = linear(a, p + "intermediate.dense")
@@ -130,7 +134,13 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             built = Path(tmp) / "int8.onnx"
-            quantize_dynamic(str(fp32), str(built), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+            import onnx
+
+            products = [n.name for n in onnx.load(str(fp32)).graph.node if n.name.startswith(ATTENTION)]
+            # Per output channel: a scale for each column of a weight (on all-MiniLM-L6-v2 the states' mean
+            # error from fp32 falls from 0.087 to 0.039 against a mean size of 0.35).
+            quantize_dynamic(str(fp32), str(built), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                             nodes_to_exclude=products, per_channel=True)
         os.replace(built, path)
     return path
 

@@ -138,7 +138,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         record = {
             "format": FORMAT, "model": name, "model_config": meta["model_config"], "decode": asdict(decode_config_of(meta)),
             "train_config": {"max_c_len": torch_reader.window}, "vocab": vocabs.to_json(),
-            "dev_score": meta.get("dev_score"), "scores": [] if int8 else meta.get("scores", []),
+            "dev_score": meta.get("dev_score"), "scores": [] if int8 or encoder_int8 else meta.get("scores", []),
             "step": meta.get("step"), "parameters": torch_reader.model.parameters, "quantized": None,
             "frozen_rows": frozen_rows, "embedding": {"contextual": contextual_record(meta, encoder_int8)},
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
