@@ -136,3 +136,28 @@ def test_an_onnx_file_may_answer_with_the_encoder_in_int8(ctx_run, tmp_path, cap
     assert reader.answer(CONTEXT, QUESTIONS[0])[0]["answer"]
     assert main(["export", str(ctx_run), "--out", str(tmp_path / "m.safetensors"), "--encoder-int8"]) == 2
     assert "are for --format onnx" in capsys.readouterr().err
+
+
+def test_the_onnx_file_answers_where_torch_cannot_be_imported(ctx_files, cache, tmp_path):
+    import os
+
+    from tests.export.test_onnx import run_without_torch
+
+    graphs = tmp_path / "fresh-cache"  # the encoder's graph built anew, from the package's weights, without torch
+    os.environ["RCKIT_CACHE"] = str(graphs)
+    try:
+        got = run_without_torch(f"""
+            import json, sys
+            import rckit
+            reader = rckit.Reader.load({str(ctx_files[1])!r})
+            print(json.dumps(reader.answer({CONTEXT!r}, {QUESTIONS[0]!r})))
+            assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
+        """)
+    finally:
+        os.environ["RCKIT_CACHE"] = str(cache)
+    assert got.returncode == 0, got.stderr
+    import rckit
+
+    assert json.loads(got.stdout.splitlines()[0])[0]["answer"] == rckit.Reader.load(ctx_files[1]).answer(
+        CONTEXT, QUESTIONS[0])[0]["answer"]
+    assert list((graphs / "encoders").glob("*.onnx"))

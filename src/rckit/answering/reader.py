@@ -187,10 +187,10 @@ class Reader:
         contextual = (meta.get("embedding") or {}).get("contextual")
         if contextual is not None:  # the encoder the model was trained with, refused if another is installed
             from rckit.contextual.states import ContextualEncoder, ContextualSpec
-            from rckit.data.download import default_cache_dir
+            from rckit.data.download import cache_root
 
             encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual), runner=model.backend,
-                                             graphs=default_cache_dir() / "encoders", threads=threads, spin=spin)
+                                             graphs=cache_root() / "encoders", threads=threads, spin=spin)
             info["contextual"] = contextual
         return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold,
                    encoder)

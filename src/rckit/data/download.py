@@ -116,10 +116,14 @@ def find_local_file(data_dir: str | Path, split: str, version: str) -> Path | No
     return data_dir / names[0] if names else None
 
 
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """``cache_dir`` or ``$RCKIT_CACHE`` or ``~/.cache/rckit``: where rckit keeps what it computes once."""
+    return Path(cache_dir or os.environ.get("RCKIT_CACHE") or Path.home() / ".cache" / "rckit").expanduser()
+
+
 def default_cache_dir(cache_dir: str | Path | None = None) -> Path:
-    """``cache_dir`` or ``$RCKIT_CACHE`` or ``~/.cache/rckit``, with ``squad/`` appended."""
-    root = cache_dir or os.environ.get("RCKIT_CACHE") or Path.home() / ".cache" / "rckit"
-    return Path(root).expanduser() / "squad"
+    """:func:`cache_root` with ``squad/`` appended: SQuAD's downloads and prepared data."""
+    return cache_root(cache_dir) / "squad"
 
 
 def resolve_squad_files(

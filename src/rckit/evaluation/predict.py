@@ -138,14 +138,14 @@ def squad_spans(model: torch.nn.Module, vocabs: Vocabularies, ds: SquadDataset, 
     first ``limit`` questions of ``ds`` (all without one), each context read whole; margins only
     for a model that can abstain. ``progress(n)``, if given, is called after each batch.
     ``contextual``: the encoder a model reads states of (its file's ``embedding.contextual``):
-    the file's states are read from their cache (``<cache dir>/states``), computed first where missing."""
+    the file's states are read from their cache (``$RCKIT_CACHE/states``), computed first where missing."""
     split, _ = featurize(ds, vocabs)
     if contextual is not None:
         from rckit.contextual.states import ContextualEncoder, ContextualSpec
-        from rckit.data.download import default_cache_dir
+        from rckit.data.download import cache_root
 
         encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual))
-        split = split.with_encoder(default_cache_dir() / "states", encoder, Path(ds.report.path).name)
+        split = split.with_encoder(cache_root() / "states", encoder, Path(ds.report.path).name)
     rows = list(range(min(limit, len(split)))) if limit else None
     margins: dict[str, float] = {}
     always = dataclasses.replace(decode, no_answer_threshold=math.inf)  # every question's best span
