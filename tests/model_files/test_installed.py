@@ -17,7 +17,8 @@ from tests.model_files.test_bundled import CASES, rckit_cli
 
 # What each installed file scores on the first 200 SQuAD v1.1 dev questions (`rckit evaluate
 # --model NAME --data DEV --limit 200`, 2026-11-25); the full-dev figures are recorded in the files.
-SUBSET_F1 = {"dcn": 68.43, "dcn_plus": 71.04, "deep_lstm_reader": 38.93, "qanet_paper": 75.26}
+SUBSET_F1 = {"dcn": 68.43, "dcn_plus": 71.04, "deep_lstm_reader": 38.93, "qanet_paper": 75.26,
+             "qanet_minilm": 89.79}  # qanet_minilm: 2026-11-27
 SPAN_READERS = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader")  # one per span reader of the seeds
 EIFFEL = CASES[0]
 
@@ -28,7 +29,7 @@ def test_a_span_reader_of_every_seed_is_installed_with_its_full_dev_figure():
                                                                        if n in installed_models()]
     for name in installed_models():
         meta = read_metadata(installed_files(name)["safetensors"])
-        assert meta["model"] == ("qanet" if name == "qanet_paper" else name)
+        assert meta["model"] == ("qanet" if name in ("qanet_paper", "qanet_minilm") else name)
         assert meta["dtype"] == ("fp16" if meta["model"] == "qanet" else "int8"), name  # the RNN readers: int8 rows
         assert installed_files(name)["safetensors"].stat().st_size < 16 * 2**20, name  # the wheel stays under 60 MB
         full = [s for s in meta["scores"] if s["total"] == 10570 and s["data"] == "dev-v1.1.json.gz"]
@@ -130,3 +131,20 @@ def test_explain_by_name_reads_the_pytorch_file_and_a_given_onnx_path_stays():
 
     assert torch_source("qanet") == BUNDLED and torch_source("dcn") == installed_files("dcn")["safetensors"]
     assert torch_source(str(BUNDLED_ONNX)) == str(BUNDLED_ONNX)  # refused by the reader, naming the file beside it
+
+
+ROSETTA = ("The Rosetta Stone is a slab of dark granodiorite that French soldiers found in July 1799 while rebuilding "
+           "a fort near the town of Rashid, in the Nile Delta. It carries one decree of King Ptolemy V written three "
+           "times: in hieroglyphs, in Demotic script and in ancient Greek. Because scholars could still read the "
+           "Greek, the stone became the key to the hieroglyphs, and Jean-François Champollion announced their "
+           "decipherment in Paris in 1822. After the British defeated the French in Egypt, the stone was shipped to "
+           "London, where it has been shown at the British Museum since 1802.")  # the page's own example
+
+
+def test_the_contextual_reader_names_who_deciphered_the_hieroglyphs():
+    """The page's example, where the GloVe-only QANet marks "King Ptolemy V": the reader that reads
+    each word in its context answers it, on PyTorch with its encoder from the package."""
+    reader = Reader.load("qanet_minilm")
+    assert reader.info["contextual"]["name"] == "minilm" and reader.encoder is not None
+    got = reader.answer(ROSETTA, "Who deciphered the hieroglyphs?")[0]
+    assert got["answer"] == "Jean-François Champollion" and ROSETTA[got["start"]:got["end"]] == got["answer"]
