@@ -220,8 +220,8 @@ def test_each_context_is_tokenized_once_and_encoded_once_per_batch(reader, monke
     tokenized, embedded, encoded = [], [], []
     tokenize = prepare.tokenize
     monkeypatch.setattr(prepare, "tokenize", lambda text: tokenized.append(text) or tokenize(text))
-    embed, encode = model.embed.forward, model.emb_enc.forward
-    monkeypatch.setattr(model.embed, "forward", lambda w, c: embedded.append(tuple(w.shape)) or embed(w, c))
+    embed, encode = model.embed.word_features, model.emb_enc.forward
+    monkeypatch.setattr(model.embed, "word_features", lambda w, c: embedded.append(tuple(w.shape)) or embed(w, c))
     monkeypatch.setattr(model.emb_enc, "forward", lambda x, *a: encoded.append(x.shape[0]) or encode(x, *a))
     pairs = [(CONTEXTS[i % 2], q) for i, q in enumerate(QUESTIONS * 2)]
     reader.answer_batch(pairs)

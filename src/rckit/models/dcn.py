@@ -49,7 +49,7 @@ minutes on 2 cores. Why: docs/investigations/model-design-notes.md; measured: RE
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -80,7 +80,7 @@ class DCNConfig:
     char_conv_width: int = 5
     extra_dim: int = 0  # always 0: files saved before `contextual` replaced it carry the field
     contextual: str = "none"  # a frozen encoder's states beside GloVe: "none", "minilm" or a folder (rckit.contextual)
-    contextual_layers: tuple[int, ...] = (4, 6)  # its layers mixed (0 = embeddings; ELMo's scalar mix)
+    contextual_layers: list[int] = field(default_factory=lambda: [4, 6])  # mixed as ELMo's; 0 = embeddings
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
     no_answer: bool = False  # a learned null position before U (SQuAD v2.0; see docstring)
 

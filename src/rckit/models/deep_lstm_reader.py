@@ -49,7 +49,7 @@ Design notes: docs/investigations/model-design-notes.md; measured: RESULTS.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -79,7 +79,7 @@ class DeepLSTMReaderConfig:
     no_answer: bool = False  # span head: a learned null position before the document (SQuAD v2.0)
     chrono: float = 0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
     contextual: str = "none"  # span head: a frozen encoder's states beside the word vectors (rckit.contextual)
-    contextual_layers: tuple[int, ...] = (4, 6)  # its layers mixed (0 = embeddings; ELMo's scalar mix)
+    contextual_layers: list[int] = field(default_factory=lambda: [4, 6])  # mixed as ELMo's; 0 = embeddings
 
 
 def entity_logits(answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tensor | None,

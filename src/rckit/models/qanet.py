@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -91,7 +91,7 @@ class QANetConfig:
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
     no_answer: bool = False  # a learned null position before the context (SQuAD v2.0; see docstring)
     contextual: str = "none"  # a frozen encoder's states beside GloVe: "none", "minilm" or a folder (rckit.contextual)
-    contextual_layers: tuple[int, ...] = (4, 6)  # its layers mixed (0 = embeddings; ELMo's scalar mix)
+    contextual_layers: list[int] = field(default_factory=lambda: [4, 6])  # mixed as ELMo's; 0 = embeddings
 
 
 def positional_encoding(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
