@@ -89,6 +89,24 @@ def test_a_text_longer_than_the_window_is_read_in_windows(tiny):
         np.testing.assert_allclose(got[p], state, atol=1e-6)
 
 
+def test_a_short_text_is_not_padded_to_a_long_ones_width(tiny):
+    """A question read beside its paragraph goes through the encoder in a batch of its own width;
+    texts of like length share one batch; the states are those of each text read alone."""
+    enc = ContextualEncoder(find_encoder(str(tiny)), (1,))
+    calls = []
+    runner = enc.runner
+    enc.runner = lambda ids, mask: calls.append(ids.shape) or runner(ids, mask)
+    paragraph = " ".join(["the tower was built in paris"] * 8)  # 48 pieces
+    texts = [paragraph, "when was the tower built ?", "when was the tower built in paris ?", paragraph]
+    offsets = [np.array(tokenize(t)[1]) for t in texts]
+    got = enc.states(texts, offsets)
+    width = [len(ids) + 2 for ids, _ in enc.tokenizer.pieces(texts)]
+    assert width[1] < width[2] < width[0] // 2
+    assert sorted(calls) == [(2, width[2]), (2, width[0])]  # the two questions padded to the longer
+    for text, offs, states in zip(texts, offsets, got):
+        np.testing.assert_allclose(states, enc.states([text], [offs])[0], atol=1e-5)
+
+
 def texts_of(contexts, questions):
     def flat(strings):
         offs = [np.array(tokenize(s)[1], np.int64).reshape(-1, 2) for s in strings]

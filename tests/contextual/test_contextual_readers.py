@@ -67,6 +67,10 @@ def test_the_run_the_file_and_the_onnx_file_answer_alike(ctx_run, ctx_files):
             assert [x["answer"] for x in a] == [x["answer"] for x in b]
             np.testing.assert_allclose([x["score"] for x in a], [x["score"] for x in b], rtol=2e-3)
     assert readers[2].model.backend == "onnxruntime" and readers[2].info["contextual"]["layers"] == [1, 2]
+    # Two thread pools on the same cores: only the encoder's spins; a server's (spin=False) neither.
+    assert readers[2].encoder.runner.spin and not readers[2].model.spin
+    served = rckit.Reader.load(ctx_files[1], spin=False)
+    assert not served.encoder.runner.spin and not served.model.spin
 
 
 def test_evaluation_reads_the_states_as_training_did(ctx_run, ctx_files, capsys):

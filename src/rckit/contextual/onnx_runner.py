@@ -166,6 +166,7 @@ class OnnxRunner:
         options.log_severity_level = 3  # errors only
         if threads is not None:
             options.intra_op_num_threads = threads
+        self.spin = spin  # the reader's own session sleeps between calls, so the encoder's threads may spin
         if not spin:  # a server's HTTP side shares the cores (as the reader's own session)
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])

@@ -24,6 +24,7 @@ Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # ids (B, P), mask (B, 
 
 MAX_PIECES = 256  # the encoder's window, [CLS] and [SEP] included (all-MiniLM-L6-v2 was tuned at 256)
 BATCH_PIECES = 8192  # padded pieces per forward
+PAD_SLACK = 1.25  # a batch's widest window at most 1.25 times its narrowest (+16 pieces)
 
 
 @dataclass(frozen=True)
@@ -120,16 +121,22 @@ class ContextualEncoder:
         (T, K, D) float32, each text read alone."""
         pieces = self.tokenizer.pieces(texts)
         size = self.max_pieces - 2
+
+        def fits(batch: list[int], width: int) -> bool:
+            """Whether a window of ``width`` pieces joins ``batch`` (its windows no wider): the padded
+            batch stays under BATCH_PIECES, and its narrowest window is not padded to much more than
+            its own width (a question read beside its paragraph would cost as much as the paragraph)."""
+            narrowest = spans[batch[0]][2] - spans[batch[0]][1] + 2
+            return (len(batch) + 1) * width <= BATCH_PIECES and width <= PAD_SLACK * narrowest + 16
+
         # Every window of every text, as (text, lo, hi), then read in batches of similar length.
         spans = [(t, lo, hi) for t, (ids, _) in enumerate(pieces) for lo, hi in piece_windows(len(ids), size)]
         order = sorted(range(len(spans)), key=lambda w: spans[w][2] - spans[w][1])
         read: list[np.ndarray | None] = [None] * len(spans)
         batch: list[int] = []
         for w in order + [None]:
-            width = 0 if not batch else spans[batch[-1]][2] - spans[batch[-1]][1] + 2
-            if w is None or (batch and (len(batch) + 1) * max(width, spans[w][2] - spans[w][1] + 2) > BATCH_PIECES):
-                if batch:
-                    self._read(batch, spans, pieces, read)
+            if batch and (w is None or not fits(batch, spans[w][2] - spans[w][1] + 2)):
+                self._read(batch, spans, pieces, read)
                 batch = []
             if w is not None:
                 batch.append(w)
