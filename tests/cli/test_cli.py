@@ -249,6 +249,19 @@ def test_evaluate_record_keeps_every_questions_figures_in_an_exported_file(tiny_
     assert len(read_metadata(model)["scores"]) == 1
     code, _, err = _run(["evaluate", model, "--data", dev, "--record", "--limit", 2], capsys)
     assert code == 2 and "without --limit" in err
+    # An ONNX file keeps its own figures, its graph unchanged, with no PyTorch needed to write them.
+    import onnx
+
+    from rckit.cli.models import onnx_metadata
+
+    graph = tmp_path / "m.onnx"
+    assert _run(["export", tiny_export, "--out", graph], capsys)[0] == 0
+    weights = {t.name: t.raw_data for t in onnx.load(str(graph)).graph.initializer}
+    code, out, err = _run(["evaluate", graph, "--data", dev, "--record"], capsys)
+    assert code == 0 and f"recorded in {graph}" in err
+    (entry,) = onnx_metadata(graph)["scores"]
+    assert entry["f1"] == json.loads(out)["f1"] and entry["data"] == "dev.json"
+    assert {t.name: t.raw_data for t in onnx.load(str(graph)).graph.initializer} == weights
 
 
 def test_serve_parses_and_delegates(monkeypatch, capsys):

@@ -33,15 +33,15 @@ def run(args) -> int:
     args.run = model_source(args)
     if args.run is None:
         raise ValueError("give the model to evaluate: RUN|FILE or --model NAME")
-    if args.record and (open_model(args.run).kind != "safetensors" or not args.data or args.limit):
-        raise ValueError("--record keeps the figures of every question of --data in an exported .safetensors file; "
-                         "give the file and --data, without --limit")
+    if args.record and (not open_model(args.run).exported or not args.data or args.limit):
+        raise ValueError("--record keeps the figures of every question of --data in an exported file (.safetensors, "
+                         ".onnx); give the file and --data, without --limit")
     result = evaluate(args.run, args.data, split=args.split, weights=args.weights, limit=args.limit,
                       batch_size=args.batch_size, out=args.out, always_answer=args.always_answer, device=args.device,
                       no_answer_threshold=args.no_answer_threshold)
     print(json.dumps(result))
     if args.record:
-        from rckit.export.safetensors import record_score  # imports PyTorch
+        from rckit.export.metadata_edit import record_score  # an ONNX file: the onnx package, no PyTorch
 
         record_score(open_model(args.run).path, args.data, result)
         print(f"recorded in {args.run}", file=sys.stderr)

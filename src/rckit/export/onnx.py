@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import re
@@ -36,7 +35,8 @@ from rckit.kernels import graph
 from rckit.data.padding import INPUTS, STATE_INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
-from rckit.export.safetensors import as_created, frozen_tables
+from rckit.export.metadata_edit import as_created, with_metadata
+from rckit.export.safetensors import frozen_tables
 from rckit.model_files.load import load_span_model
 from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, encode_indices, package_indices, package_version, rows_at, rows_digest
 from rckit.answering.decoding import decode_config_of
@@ -144,7 +144,7 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
             **({"verifier": meta["verifier"]} if meta.get("verifier") else {}),  # rckit.answering.verifier
         }
-        _with_metadata(proto, record)
+        with_metadata(proto, record)
         onnx.save(proto, str(tmp))
         if int8:
             _quantize(tmp)
@@ -301,17 +301,11 @@ def leave_out_package_rows(proto, module: torch.nn.Module, vocabs) -> dict:
     return entries
 
 
-def _with_metadata(proto, record: dict) -> None:
-    del proto.metadata_props[:]
-    entry = proto.metadata_props.add()
-    entry.key, entry.value = "rckit", json.dumps(record, ensure_ascii=False)
-
-
 def _set_metadata(path: Path, record: dict) -> None:
     import onnx
 
     model = onnx.load(str(path))
-    _with_metadata(model, record)
+    with_metadata(model, record)
     onnx.save(model, str(path))
 
 

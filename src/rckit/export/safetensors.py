@@ -19,7 +19,8 @@ settings, as :meth:`Vocabularies.to_json`), ``embedding`` (table shapes), ``froz
 buffer: rows, dim, digest, whether stored or rebuilt, the package version), ``dev_score`` (the
 run's best dev score and how many questions it was measured on, or null), ``step``,
 ``dtype``, ``extra_state`` (non-tensor state, such as QANet's per-batch layer-drop seed) and,
-once ``rckit evaluate FILE --data DATA --record`` has run, ``scores`` (:func:`record_score`).
+once ``rckit evaluate FILE --data DATA --record`` has run, ``scores``
+(:func:`rckit.export.metadata_edit.record_score`).
 No pickle anywhere: safetensors holds raw tensor bytes and a JSON header.
 
 A file that is truncated, not safetensors, or another program's is refused with one line
@@ -35,13 +36,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from rckit.answering.decoding import decode_config_of
+from rckit.export.metadata_edit import as_created
 from rckit.data.prepare import file_digest
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, package_rows, package_version, rows_digest
-from rckit.model_files.metadata import FORMAT, read_metadata
+from rckit.model_files.metadata import FORMAT
 from rckit.model_files.load import load_model
 from rckit.model_files.safetensors import INT8_SCALE
 
@@ -135,35 +137,6 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
     return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file), "dtype": dtype,
             "model": loaded["model"], "dev_score": dev,
             "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()}}
-
-
-SCORE_KEYS = ("exact_match", "f1", "total", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1",
-              "best_f1", "best_f1_thresh", "no_answer_threshold", "always_answer")
-
-
-def record_score(path: str | Path, data: str | Path, result: dict) -> dict:
-    """Keep ``rckit evaluate``'s figures of the exported file at ``path`` on the SQuAD file ``data``
-    in the file's metadata (``scores``, one entry per data file name and always-answer setting,
-    replacing an earlier one), so that ``rckit models`` and ``GET /v1/model`` show what the
-    model scores on every question, not on the dev subset training watched. The tensors are
-    written back unchanged; returns the entry."""
-    path = Path(path)
-    meta = read_metadata(path)
-    tensors = load_file(path)
-    entry = {"data": Path(data).name, "data_sha256": file_digest(Path(data)),
-             **{k: result[k] for k in SCORE_KEYS if k in result}}
-    same = lambda e: (e.get("data"), bool(e.get("always_answer"))) == (entry["data"], bool(entry.get("always_answer")))  # noqa: E731
-    meta["scores"] = [e for e in meta.get("scores", []) if not same(e)] + [entry]
-    _write(tensors, meta, path)
-    return entry
-
-
-def as_created(path: str | Path) -> None:
-    """Give a file from ``tempfile.mkstemp`` (private, 0600) the permissions ``open()`` would have
-    given it (0666 less the umask): an exported model is an ordinary file others may read."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
 
 
 def _write(tensors: dict[str, torch.Tensor], meta: dict, path: Path) -> None:
