@@ -8,7 +8,8 @@ under mixed load (long documents beside paragraph questions).
 Starts a real ``rckit serve`` on 127.0.0.1 (a free port) with the given model (default: the
 installed one, or ``$RCKIT_MODEL``), then for each level runs that many client threads, each
 on its own keep-alive connection, posting one ~150-token paragraph and a question (one question
-per request unless ``--questions-per-request``) until ``--seconds`` have passed or
+per request unless ``--questions-per-request``; ``--new-contexts``: the paragraph ends with the
+request's number, a text the server has not read) until ``--seconds`` have passed or
 ``--max-requests`` requests of the level have been sent. Per level it prints questions/s,
 median and 99th-percentile latency (send to last byte of the answer), errors (any non-200 or
 broken connection; must be 0), the mean number of questions per model call (from ``/health``),
@@ -140,8 +141,10 @@ class Level:
     """One load level: ``clients`` threads sharing a request budget and a deadline."""
 
     def __init__(self, host: str, port: int, clients: int, seconds: float, max_requests: int, per_request: int,
-                 context: str = PARAGRAPH, questions: list[str] = QUESTIONS, keys: list[str] | None = None):
+                 context: str = PARAGRAPH, questions: list[str] = QUESTIONS, keys: list[str] | None = None,
+                 new_contexts: bool = False):
         self.host, self.port, self.clients = host, port, clients
+        self.new_contexts = new_contexts  # each request's paragraph ends with its number: a text not read before
         self.keys = keys  # client i sends keys[i]; None: no key
         self.seconds, self.max_requests, self.per_request = seconds, max_requests, per_request
         self.context, self.questions_asked = context, questions
@@ -154,10 +157,11 @@ class Level:
 
     def body(self, i: int) -> bytes:
         asked = self.questions_asked
+        context = f"{self.context} ({i})" if self.new_contexts else self.context
         if self.per_request == 1:
-            return json.dumps({"context": self.context, "question": asked[i % len(asked)]}).encode()
+            return json.dumps({"context": context, "question": asked[i % len(asked)]}).encode()
         qs = [asked[(i + k) % len(asked)] for k in range(self.per_request)]
-        return json.dumps({"context": self.context, "questions": qs}).encode()
+        return json.dumps({"context": context, "questions": qs}).encode()
 
     def claim(self) -> int | None:
         with self.lock:
@@ -413,7 +417,8 @@ def measure(host: str, port: int, pid: int, clients: int, args) -> dict:
     warm.run()
     before = rss_mib(pid)
     health0 = get_json(host, port, "/health")
-    level = Level(host, port, clients, args.seconds, args.max_requests, args.questions_per_request)
+    level = Level(host, port, clients, args.seconds, args.max_requests, args.questions_per_request,
+                  new_contexts=args.new_contexts)
     seconds = level.run()
     health1 = get_json(host, port, "/health")
     after = rss_mib(pid)
@@ -446,6 +451,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20, help="time per level")
     ap.add_argument("--max-requests", type=int, default=5000, help="requests per level at most")
     ap.add_argument("--questions-per-request", type=int, default=1)
+    ap.add_argument("--new-contexts", action="store_true", help="each request's paragraph ends with its number, "
+                    "so a model reading a contextual encoder reads every paragraph (its memo never holds it)")
     ap.add_argument("--max-batch", type=int, default=32, help="as rckit serve --max-batch")
     ap.add_argument("--batch-window-ms", type=float, default=2, help="as rckit serve --batch-window-ms")
     ap.add_argument("--threads", type=int, help="as rckit serve --threads")

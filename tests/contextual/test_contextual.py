@@ -107,6 +107,28 @@ def test_a_short_text_is_not_padded_to_a_long_ones_width(tiny):
         np.testing.assert_allclose(states, enc.states([text], [offs])[0], atol=1e-5)
 
 
+def test_the_memo_reads_a_text_asked_again_from_memory_and_keeps_to_its_size(tiny):
+    """A passage asked one question after another is read by the encoder once; the states are
+    those read fresh; the memo drops the texts used least recently past its size."""
+    enc = ContextualEncoder(find_encoder(str(tiny)), (1, 2), memo_mb=0.01)  # 10 KiB: a few short texts
+    calls = []
+    runner = enc.runner
+    enc.runner = lambda ids, mask: calls.append(ids.shape) or runner(ids, mask)
+    paragraph = " ".join(["the tower was built in paris"] * 4)
+    offs = np.array(tokenize(paragraph)[1])
+    first = enc.states([paragraph], [offs])[0]
+    again = enc.states([paragraph, "when ?"], [offs, np.array(tokenize("when ?")[1])])[0]
+    assert len(calls) == 2 and calls[1][1] == 4  # the second call read only the question ([CLS] when ? [SEP])
+    np.testing.assert_array_equal(first, again)
+    fresh = ContextualEncoder(find_encoder(str(tiny)), (1, 2)).states([paragraph], [offs])[0]
+    np.testing.assert_allclose(first, fresh, atol=1e-6)
+    for i in range(40):  # other texts push the paragraph out
+        enc.states([f"the tower {i}"], [np.array(tokenize(f"the tower {i}")[1])])
+    assert enc.memo.size <= enc.memo.limit and paragraph not in enc.memo.items
+    enc.states([paragraph], [offs])
+    assert calls[-1][1] == 26  # read again: 24 pieces, [CLS], [SEP]
+
+
 def texts_of(contexts, questions):
     def flat(strings):
         offs = [np.array(tokenize(s)[1], np.int64).reshape(-1, 2) for s in strings]

@@ -83,6 +83,25 @@ def test_evaluation_reads_the_states_as_training_did(ctx_run, ctx_files, capsys)
     assert scores[0] == pytest.approx(scores[1], abs=1e-6) == pytest.approx(scores[2], abs=1e-6)
 
 
+def test_a_passage_asked_again_is_not_read_by_the_encoder_again(ctx_files):
+    """The page's user asks one question, then another on the same passage: the encoder reads
+    the passage once, and the answers are those of a reader that reads it afresh."""
+    import rckit
+
+    reader, fresh = rckit.Reader.load(ctx_files[1]), rckit.Reader.load(ctx_files[1])
+    widths = []
+    runner = reader.encoder.runner
+    reader.encoder.runner = lambda ids, mask: widths.append(ids.shape[1]) or runner(ids, mask)
+    first = reader.answer(CONTEXT, QUESTIONS[0], top_k=2)
+    second = reader.answer(CONTEXT, QUESTIONS[1], top_k=2)
+    passage = len(reader.encoder.tokenizer.pieces([CONTEXT])[0][0]) + 2
+    assert widths.count(passage) == 1 and len(widths) == 3  # the passage once, each question once
+    for got, question in ((first, QUESTIONS[0]), (second, QUESTIONS[1])):
+        want = fresh.answer(CONTEXT, question, top_k=2)
+        assert [a["answer"] for a in got] == [a["answer"] for a in want]
+        assert [a["score"] for a in got] == pytest.approx([a["score"] for a in want], abs=1e-6)
+
+
 def test_a_context_longer_than_the_window_is_read_in_windows(ctx_files):
     import rckit
 

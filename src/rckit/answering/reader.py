@@ -56,6 +56,7 @@ from rckit.model_files.source import open_model
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
 
 DEFAULT_WINDOW = 400  # tokens; TrainConfig.max_c_len's default, for runs that do not record one
+ENCODER_MEMO_MB = 32  # the contextual encoder keeps the states of the texts read last (about 60 paragraphs)
 
 
 def text_problem(text: str) -> str | None:
@@ -190,7 +191,8 @@ class Reader:
             from rckit.data.download import cache_root
 
             encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual), runner=model.backend,
-                                             graphs=cache_root() / "encoders", threads=threads, spin=spin)
+                                             graphs=cache_root() / "encoders", threads=threads, spin=spin,
+                                             memo_mb=ENCODER_MEMO_MB)
             info["contextual"] = contextual
         return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold,
                    encoder)

@@ -11,6 +11,8 @@ evaluation and the Reader all call it, so a model reads at answer time what it t
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -68,11 +70,40 @@ class TorchRunner:
         return out.float().numpy()
 
 
+class Memo:
+    """Texts -> their pieces' states and spans, the most recently used kept up to ``limit`` bytes;
+    safe to share between a server's threads."""
+
+    def __init__(self, limit: int):
+        self.limit, self.size = limit, 0
+        self.items: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, text: str) -> tuple[np.ndarray, np.ndarray] | None:
+        with self.lock:
+            got = self.items.get(text)
+            if got is not None:
+                self.items.move_to_end(text)
+            return got
+
+    def put_all(self, read: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        with self.lock:
+            for text, item in read.items():
+                cost = item[0].nbytes + item[1].nbytes + len(text)
+                if text in self.items or cost > self.limit:
+                    continue
+                self.items[text] = item
+                self.size += cost
+                while self.size > self.limit:
+                    old, (states, offsets) = self.items.popitem(last=False)
+                    self.size -= states.nbytes + offsets.nbytes + len(old)
+
+
 class ContextualEncoder:
     """Texts -> per-token states ``(T, K, D)`` float32 of ``layers`` of encoder ``files``."""
 
     def __init__(self, files: EncoderFiles, layers: tuple[int, ...], runner: Runner | None = None,
-                 max_pieces: int | None = None):
+                 max_pieces: int | None = None, memo_mb: float = 0):
         layers = tuple(int(l) for l in layers)
         if not layers or min(layers) < 0 or max(layers) > files.n_layers:
             raise ValueError(f"contextual layers {list(layers)}: the encoder {files.name!r} has layers 0 "
@@ -85,15 +116,19 @@ class ContextualEncoder:
         self.files, self.layers, self.max_pieces = files, layers, max_pieces
         self.tokenizer = PieceTokenizer(files.root / "tokenizer.json")
         self.runner = runner if runner is not None else TorchRunner(files, layers)
+        # The states of the texts read last, up to memo_mb: a passage asked one question after another
+        # (the page, a server's clients) is read by the encoder once.
+        self.memo = Memo(int(memo_mb * 2**20)) if memo_mb > 0 else None
 
     @classmethod
     def load(cls, spec: ContextualSpec, runner: str = "torch", graphs: str | Path | None = None,
-             threads: int | None = None, spin: bool = True) -> "ContextualEncoder":
+             threads: int | None = None, spin: bool = True, memo_mb: float = 0) -> "ContextualEncoder":
         """The encoder of ``spec``, refused in one line where its files' digest is not the one the
         model was trained with. ``runner``: ``torch`` or ``onnxruntime`` (its graph built on first use
         and kept under ``graphs``, int8-quantized where ``spec.int8``: :mod:`rckit.contextual.onnx_runner`);
         ``threads`` and ``spin`` as the model's own runtime takes them (PyTorch's threads are the
-        process's, set by the model's loader)."""
+        process's, set by the model's loader); ``memo_mb``: keep the states of the texts read last,
+        up to that many MiB, and read them from there when asked again."""
         files = find_encoder(spec.name)
         if spec.digest is not None and files.digest != spec.digest:
             raise ValueError(f"the model was trained on the contextual encoder {spec.name!r} with digest "
@@ -105,8 +140,8 @@ class ContextualEncoder:
             if graphs is None:
                 raise ValueError("the encoder on onnxruntime needs a folder to keep its graph in")
             return cls(files, spec.layers, OnnxRunner(files, spec.layers, graphs, spec.int8, threads, spin),
-                       spec.max_pieces)
-        return cls(files, spec.layers, max_pieces=spec.max_pieces)
+                       spec.max_pieces, memo_mb)
+        return cls(files, spec.layers, max_pieces=spec.max_pieces, memo_mb=memo_mb)
 
     @property
     def dim(self) -> int:
@@ -119,6 +154,22 @@ class ContextualEncoder:
     def states(self, texts: list[str], token_offsets: list[np.ndarray]) -> list[np.ndarray]:
         """For each text, the states of its tokens (character spans ``token_offsets[i]``, (T, 2)):
         (T, K, D) float32, each text read alone."""
+        read = self.piece_states(texts)
+        return [pool(states, offsets, token_offsets[t]) for t, (states, offsets) in enumerate(read)]
+
+    def piece_states(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """For each text, its pieces' states (P, K, D) float32 and their character spans (P, 2);
+        texts the memo holds are not read again."""
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [self.memo.get(t) if self.memo else None for t in texts]
+        todo = sorted({t for t, got in zip(texts, out) if got is None})
+        if todo:
+            fresh = dict(zip(todo, self._piece_states(todo)))
+            out = [got if got is not None else fresh[t] for t, got in zip(texts, out)]
+            if self.memo is not None:
+                self.memo.put_all(fresh)
+        return out
+
+    def _piece_states(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         pieces = self.tokenizer.pieces(texts)
         size = self.max_pieces - 2
 
@@ -154,7 +205,7 @@ class ContextualEncoder:
                 for w, s in enumerate(win_states):
                     mine = best == w
                     piece_states[mine] = s[where[mine]]
-            out.append(pool(piece_states, offsets, token_offsets[t]))
+            out.append((piece_states, offsets))
         return out
 
     def _read(self, batch: list[int], spans, pieces, read) -> None:
