@@ -147,3 +147,20 @@ def test_the_answering_path_indexes_texts_as_featurize_does(tiny_squad, tiny_glo
     want_words, want_chars = form_rows(["Oslo", "Oslo", "cold", "Oslo"], p.vocabs)
     np.testing.assert_array_equal(words, want_words)
     np.testing.assert_array_equal(chars, want_chars)
+
+
+def test_the_head_of_a_split_batches_its_first_questions_alike(tiny_squad, tiny_glove, tmp_path):
+    """`rckit evaluate --limit N` reads split.head(N): the first N questions, batched as in the whole
+    split, and only the contexts they ask about (the texts a contextual encoder then reads)."""
+    p = _prep(tiny_squad, tiny_glove, tmp_path / "out")
+    train = p.split("train")
+    n = 2  # the tiny train file: two questions on its first context, then others
+    assert len(train) > n and len(set(train.a["q_ctx"].tolist())) > 1
+    head = train.head(n)
+    assert len(head) == n and head.qids == train.qids[:n] and head.questions == train.questions[:n]
+    assert head.contexts == train.contexts[:int(train.a["q_ctx"][:n].max()) + 1] != train.contexts
+    whole, part = train.collate(list(range(n))), head.collate(list(range(n)))
+    for field in ("c_words", "c_chars", "q_words", "q_chars", "y_start", "y_end"):
+        assert getattr(whole, field).equal(getattr(part, field)), field
+    assert head.texts().digest() != train.texts().digest()
+    assert len(train.head(10**6)) == len(train) and len(train.head(0)) == 0

@@ -59,6 +59,22 @@ class SquadSplit:
         a = self.a
         return SplitTexts(self.contexts, a["ctx_ptr"], a["ctx_offsets"], self.questions, a["q_ptr"], a["q_offsets"])
 
+    def head(self, n: int) -> "SquadSplit":
+        """The first ``n`` questions, with the contexts up to the last they ask about (a split lists
+        its questions context by context): what ``rckit evaluate --limit N`` reads, so a model
+        reading contextual states pays the encoder for those texts only."""
+        a = self.a
+        n = min(int(n), len(self))
+        n_ctx = int(a["q_ctx"][:n].max()) + 1 if n else 0
+        c_end, q_end = int(a["ctx_ptr"][n_ctx]), int(a["q_ptr"][n])
+        arrays = {"form_words": a["form_words"], "form_chars": a["form_chars"],
+                  "ctx_ptr": a["ctx_ptr"][:n_ctx + 1], "ctx_forms": a["ctx_forms"][:c_end],
+                  "ctx_offsets": a["ctx_offsets"][:c_end], "q_ptr": a["q_ptr"][:n + 1],
+                  "q_forms": a["q_forms"][:q_end], "q_offsets": a["q_offsets"][:q_end],
+                  **{k: a[k][:n] for k in ("q_ctx", "y_start", "y_end", "answerable")}}
+        return SquadSplit(arrays, self.qids[:n], self.contexts[:n_ctx],
+                          None if self.questions is None else self.questions[:n])
+
     def with_states(self, ctx_states: np.ndarray, q_states: np.ndarray) -> "SquadSplit":
         """This split whose batches carry contextual states: ``ctx_states`` (N, K, D) row ``j`` the
         state of context token ``j``, ``q_states`` (Nq, K, D) of question token ``j``."""

@@ -140,16 +140,17 @@ def squad_spans(model: torch.nn.Module, vocabs: Vocabularies, ds: SquadDataset, 
     ``contextual``: the encoder a model reads states of (its file's ``embedding.contextual``):
     the file's states are read from their cache (``$RCKIT_CACHE/states``), computed first where missing."""
     split, _ = featurize(ds, vocabs)
+    if limit:
+        split = split.head(limit)
     if contextual is not None:
         from rckit.contextual.states import ContextualEncoder, ContextualSpec
         from rckit.data.download import cache_root
 
         encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual))
         split = split.with_encoder(cache_root() / "states", encoder, Path(ds.report.path).name)
-    rows = list(range(min(limit, len(split)))) if limit else None
     margins: dict[str, float] = {}
     always = dataclasses.replace(decode, no_answer_threshold=math.inf)  # every question's best span
-    spans = predict_split(model, split, rows, batch_size, always, device, None, progress, margins)
+    spans = predict_split(model, split, None, batch_size, always, device, None, progress, margins)
     return spans, margins
 
 
