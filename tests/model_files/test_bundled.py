@@ -2,9 +2,10 @@
 
 No run directory, no ``$RCKIT_MODEL``, a fresh working directory and home: ``rckit predict
 --context ... --question ...`` must answer, ``rckit models`` must name the file, and the files must
-be what docs/models.md says they are: an fp16 QANet whose fixed GloVe rows are rebuilt from the
-package, not stored, and the same model as ONNX (the default where onnxruntime is installed),
-answering the same. On the real dev set both must score as RESULTS.md says (a subset here).
+be what docs/models.md says they are: an fp16 QANet reading the contextual encoder's states, whose
+fixed GloVe rows are rebuilt from the package, not stored, and the same model as ONNX (the default
+where onnxruntime is installed; its encoder in int8), answering alike. On the real dev set both
+must score as RESULTS.md says (a subset here).
 """
 
 import json
@@ -34,8 +35,10 @@ CASES = [
     (THAMES, "Where is the Thames Barrier?", ("Woolwich", "London")),
     (THAMES, "When was the Thames Barrier built?", ("1974",)),
 ]
-SUBSET_F1 = 72.60  # the shipped file on the first 1,000 dev questions (docs/models.md, Scores)
-VERIFIED_SUBSET_F1 = 65.13  # the same with its verifier on (docs/no-answer.md): some answers turned away
+# The shipped files on the first 1,000 dev questions (2026-11-27; .safetensors / .onnx): always answering
+# 84.43 / 84.55; with the verifier on (docs/no-answer.md), some answers turned away: 74.00 / 74.73.
+SUBSET_F1 = 84.43
+VERIFIED_SUBSET_F1 = 74.00
 
 
 def fresh_env(tmp_path) -> dict:
@@ -54,6 +57,7 @@ def test_the_model_is_installed_with_the_package():
     assert BUNDLED.is_file(), f"{BUNDLED} is missing: the package ships without its default model"
     meta = read_metadata(BUNDLED)
     assert meta["model"] == "qanet" and meta["dtype"] == "fp16"
+    assert meta["embedding"]["contextual"]["name"] == "minilm" and meta["model_config"]["contextual"] == "minilm"
     # Small enough to ship inside the package: the GloVe rows are rebuilt, not stored.
     assert BUNDLED.stat().st_size < 5 * 2**20
     assert meta["frozen_rows"] and not any(r["stored"] for r in meta["frozen_rows"].values())
@@ -61,17 +65,22 @@ def test_the_model_is_installed_with_the_package():
         assert not set(meta["frozen_rows"]) & set(f.keys())
 
 
-def test_the_onnx_file_is_the_same_model_and_answers_the_same():
+def test_the_onnx_file_is_the_same_model_and_answers_alike():
     assert BUNDLED_ONNX.is_file(), f"{BUNDLED_ONNX} is missing: the light install has no default model"
     onnx_reader, torch_reader = Reader.load(BUNDLED_ONNX), Reader.load(BUNDLED)
     meta = onnx_reader.model.meta
     assert meta["source"] == {"file": BUNDLED.name, "sha256": file_digest(BUNDLED)}  # exported from this very file
     assert meta["check"]["questions"] == 256 and "dev-v1.1" in meta["check"]["data"]
-    assert meta["check"]["max_abs_logit_diff"] < 1e-3 and meta["scores"] == read_metadata(BUNDLED)["scores"]
+    assert meta["check"]["max_abs_logit_diff"] < 1e-3
+    # The encoder in int8 on onnxruntime, in fp32 on PyTorch: each file records its own figures.
+    assert meta["embedding"]["contextual"]["int8"] and onnx_reader.encoder.runner.path.name.endswith("-int8.onnx")
+    (mine,), (theirs,) = meta["scores"], read_metadata(BUNDLED)["scores"]
+    assert mine["total"] == theirs["total"] == 10570 and abs(mine["f1"] - theirs["f1"]) <= 0.3
+    assert meta["verifier"] == read_metadata(BUNDLED)["verifier"]
     for context, question, _ in CASES:
         a, b = torch_reader.answer(context, question, top_k=3), onnx_reader.answer(context, question, top_k=3)
-        assert [(x["answer"], x["start"]) for x in a] == [(x["answer"], x["start"]) for x in b]
-        assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], rel=1e-4)
+        assert (a[0]["answer"], a[0]["start"]) == (b[0]["answer"], b[0]["start"]), question
+        assert a[0]["score"] == pytest.approx(b[0]["score"], abs=0.05)
 
 
 def test_predict_answers_with_no_run_directory(tmp_path):

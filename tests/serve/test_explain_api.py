@@ -185,7 +185,8 @@ def test_a_server_of_an_onnx_file_explains_with_the_safetensors_beside_it(onnx_r
         check_explanation(e, EIFFEL, question)
         answered = client.post("/v1/answer", json={"context": EIFFEL, "question": question}).json()["answers"][0]
         assert e["answer"]["answer"] == answered["answer"] == "Gustave Eiffel"
-        assert e["answer"]["score"] == pytest.approx(answered["score"], abs=1e-3)  # PyTorch's and onnxruntime's
+        # PyTorch's (the encoder in fp32) and onnxruntime's (the default's encoder in int8)
+        assert e["answer"]["score"] == pytest.approx(answered["score"], abs=0.02)
 
 
 def test_without_pytorch_an_onnx_server_answers_501_in_one_line_and_goes_on(onnx_reader, monkeypatch, tmp_path):

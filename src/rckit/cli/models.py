@@ -51,7 +51,12 @@ def installed_table() -> str:
     for name in installed_models():
         files = installed_files(name)
         meta = safetensors_metadata(files["safetensors"]) if "safetensors" in files else onnx_metadata(files["onnx"])
-        dev = next((s for s in meta.get("scores", []) if s.get("total") == 10570 and not s.get("always_answer")), None)
+        dev = full_dev(meta)
+        figure = f"{dev['exact_match']:.2f} / {dev['f1']:.2f}" if dev else "not recorded"
+        if "safetensors" in files and "onnx" in files:  # the ONNX file's own figures, where they differ
+            graph = full_dev(onnx_metadata(files["onnx"]))
+            if graph and dev and (graph["exact_match"], graph["f1"]) != (dev["exact_match"], dev["f1"]):
+                figure += f" (.onnx {graph['exact_match']:.2f} / {graph['f1']:.2f})"
         sizes = ", ".join(f"{path.suffix} {path.stat().st_size / 2**20:.1f} MiB" for path in files.values())
         ms = speed.get("models", {}).get(name, {})
         try:
@@ -59,12 +64,17 @@ def installed_table() -> str:
         except MissingPackage as e:
             backend = f"nothing: {one_line(e)}"
         reads = (meta.get("embedding") or {}).get("contextual")  # the encoder whose states it reads, if any
-        rows.append((name, meta["model"] + (f" + {reads['name']}" if reads else ""), sizes, f"{dev['exact_match']:.2f} / {dev['f1']:.2f}" if dev else "not recorded",
+        rows.append((name, meta["model"] + (f" + {reads['name']}" if reads else ""), sizes, figure,
                      ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-", backend))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     note = f"  (speed: {speed['machine']}, {speed['date']})" if speed else ""
     return f"installed models (--model NAME; the first is the default):{note}\n" + "\n".join("  " + x for x in lines)
+
+
+def full_dev(meta: dict) -> dict | None:
+    """A file's recorded figures on every SQuAD v1.1 dev question (answering as trained), or None."""
+    return next((s for s in meta.get("scores", []) if s.get("total") == 10570 and not s.get("always_answer")), None)
 
 
 def model_line(found: ModelFile) -> str:
@@ -84,4 +94,6 @@ def model_line(found: ModelFile) -> str:
             score += f" (on {dev['questions']} dev questions, during training)"
         scores = [score or "no dev score"]
     kind = meta.get("dtype") or ("onnx " + (meta.get("quantized") or "fp32") if found.kind == "onnx" else "?")
+    if ((meta.get("embedding") or {}).get("contextual") or {}).get("int8"):
+        kind += ", encoder int8"
     return f"{path.name}  {meta['model']}  {size}  {kind}  {'; '.join(scores)}"
