@@ -33,14 +33,29 @@ def edit_metadata(path: str | Path, change: Callable[[dict], None]) -> dict:
         return _edit_onnx(path, change)
     from safetensors.torch import load_file
 
-    from rckit.export.safetensors import _write
     from rckit.model_files.metadata import read_metadata
 
     meta = read_metadata(path)
     tensors = load_file(path)
     change(meta)
-    _write(tensors, meta, path)
+    write_safetensors(tensors, meta, path)
     return meta
+
+
+def write_safetensors(tensors: dict, meta: dict, path: Path) -> None:
+    """``tensors`` (PyTorch's) and the rckit metadata to ``path`` as a ``.safetensors`` file, whole or
+    not at all (a temporary file, renamed)."""
+    from safetensors.torch import save_file
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"rckit": json.dumps(meta, ensure_ascii=False)})
+        as_created(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def record_score(path: str | Path, data: str | Path, result: dict) -> dict:

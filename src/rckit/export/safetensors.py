@@ -30,16 +30,13 @@ naming it (:class:`CheckpointError`, as for checkpoints).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from rckit.answering.decoding import decode_config_of
-from rckit.export.metadata_edit import as_created
+from rckit.export.metadata_edit import write_safetensors
 from rckit.data.prepare import file_digest
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, package_rows, package_version, rows_digest
@@ -133,20 +130,7 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
     }
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    _write(out, meta, out_file)
+    write_safetensors(out, meta, out_file)
     return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file), "dtype": dtype,
             "model": loaded["model"], "dev_score": dev,
             "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()}}
-
-
-def _write(tensors: dict[str, torch.Tensor], meta: dict, path: Path) -> None:
-    """``tensors`` and the rckit metadata to ``path``, whole or not at all (a temporary file, renamed)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"rckit": json.dumps(meta, ensure_ascii=False)})
-        as_created(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
