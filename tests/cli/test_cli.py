@@ -264,6 +264,20 @@ def test_evaluate_record_keeps_every_questions_figures_in_an_exported_file(tiny_
     assert {t.name: t.raw_data for t in onnx.load(str(graph)).graph.initializer} == weights
 
 
+def test_evaluate_reads_a_set_whose_version_field_says_1_0(tiny_export, tiny_run, tmp_path, capsys):
+    """Public sets in SQuAD's layout often write "version": "1.0": evaluated by the v1.1 rules, the
+    same figures as the file that says "1.1"."""
+    doc = json.loads((tiny_run.parent / "dev.json").read_text())
+    scores = []
+    for declared in ("1.1", "1.0"):
+        path = tmp_path / f"dev-{declared}.json"
+        path.write_text(json.dumps({**doc, "version": declared}))
+        code, out, err = _run(["evaluate", tiny_export, "--data", path], capsys)
+        assert code == 0, err
+        scores.append(json.loads(out))
+    assert scores[0] == scores[1]
+
+
 def test_serve_parses_and_delegates(monkeypatch, capsys):
     import types
 

@@ -83,3 +83,33 @@ def test_real_dev_files(shared_data):
     v2 = read_squad(shared_data / "squad-v2.0" / "dev-v2.0.reconstructed.json.gz")
     assert v2.report.questions == 11873 and v2.report.impossible == 5945 and v2.report.version == "2.0"
     assert all(not e.answers for e in v2.examples if e.is_impossible)
+
+
+@pytest.mark.parametrize("declared,impossible,rules", [
+    ("1.0", False, "1.1"), ("v1.0", False, "1.1"), ("1.1", False, "1.1"), (None, False, "1.1"),
+    ("v2.0", False, "2.0"), ("1.0", True, "2.0"),
+])
+def test_any_version_field_is_read_and_the_rules_follow_the_questions(tmp_path, declared, impossible, rules):
+    """Public sets in SQuAD's layout write "1.0" and others: read as they are; a file with
+    is_impossible questions is scored by the v2.0 rules whatever its field says."""
+    import json as json_
+
+    from rckit.evaluation.squad_metrics import score_files
+
+    doc = squad_json([("Denver won in Oslo.", [("a", "Who won?", [("Denver", 0)]),
+                                               ("b", "Who lost?", [], True)])], version="2.0")
+    if not impossible:
+        doc["data"][0]["paragraphs"][0]["qas"] = doc["data"][0]["paragraphs"][0]["qas"][:1]
+    for qa in doc["data"][0]["paragraphs"][0]["qas"]:
+        qa["is_impossible"] = bool(qa["is_impossible"]) if impossible else False
+    if declared is None:
+        del doc["version"]
+    else:
+        doc["version"] = declared
+    path = write_json(tmp_path / "set.json", doc)
+    ds = read_squad(path)
+    assert ds.report.version == rules and ds.report.declared == (declared or "")
+    preds = tmp_path / "p.json"
+    preds.write_text(json_.dumps({"a": "Denver", "b": ""}))
+    result = score_files(path, preds)
+    assert result["f1"] == 100.0 and ("HasAns_f1" in result) == (rules == "2.0")  # the v2.0 breakdown

@@ -66,7 +66,8 @@ class Misaligned:
 @dataclass
 class ReadReport:
     path: str
-    version: str
+    version: str  # the rules: "1.1" or "2.0" (rules_version)
+    declared: str = ""  # the file's own version field, as written
     articles: int = 0
     contexts: int = 0
     questions: int = 0
@@ -125,15 +126,30 @@ def _field(obj, key: str, kind, path: Path, where: str):
     return value
 
 
+def rules_version(raw: dict) -> str:
+    """The SQuAD rules a file is scored by, ``"1.1"`` or ``"2.0"``, whatever its ``version`` field
+    says ("1.0", "v1.0", "1.1", "v2.0", none; several public sets in SQuAD's layout write "1.0"):
+    2.0 where the field says 2.x or any question is marked ``is_impossible``, else 1.1."""
+    declared = str(raw.get("version", "1.1")).strip().lstrip("vV")
+    if declared.startswith("2"):
+        return "2.0"
+    for article in raw.get("data") or []:
+        for para in (article.get("paragraphs") or []) if isinstance(article, dict) else []:
+            for qa in (para.get("qas") or []) if isinstance(para, dict) else []:
+                if isinstance(qa, dict) and qa.get("is_impossible") is True:
+                    return "2.0"
+    return "1.1"
+
+
 def read_squad(path: str | Path, strict: bool = False) -> SquadDataset:
     """Read a SQuAD v1.1 or v2.0 file (``.json`` or ``.json.gz``)."""
     path = Path(path)
     raw = load_json(path)
     if not isinstance(raw, dict):
         raise SquadFormatError(f"{path}: top level should be an object with 'data'")
-    version = str(raw.get("version", "1.1")).lstrip("v")
     articles = _field(raw, "data", list, path, "top level")
-    report = ReadReport(path=str(path), version=version)
+    version = rules_version(raw)  # the rules it is scored by; ReadReport.declared: what the file says
+    report = ReadReport(path=str(path), version=version, declared=str(raw.get("version", "")))
     examples: list[SquadExample] = []
     contexts: list[str] = []
     seen: set[str] = set()

@@ -54,7 +54,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rckit.data.squad import load_json, normalize_answer
+from rckit.data.squad import load_json, normalize_answer, rules_version
 
 VERSIONS = {"1.1": "1.1", "v1.1": "1.1", "2.0": "2.0", "v2.0": "2.0"}
 
@@ -275,7 +275,8 @@ def best_thresholds(
 
 def score_files(dataset_file: str | Path, predictions_file: str | Path, version: str | None = None) -> dict:
     """``rckit score``: official EM/F1 of a predictions file (``{question id: answer text}``)
-    against a SQuAD file; ``version`` (1.1 or 2.0) defaults to the dataset's own field.
+    against a SQuAD file; ``version`` (1.1 or 2.0) defaults to the dataset's rules
+    (:func:`rckit.data.squad.rules_version`: its field, or its ``is_impossible`` questions).
     A file of the wrong shape is a ValueError naming it."""
     dataset = load_json(dataset_file)
     predictions = load_json(predictions_file)
@@ -288,8 +289,7 @@ def score_files(dataset_file: str | Path, predictions_file: str | Path, version:
                              f"got {type(text).__name__}")
     if not isinstance(dataset, dict):
         raise ValueError(f"{dataset_file}: top level should be an object with 'data', got a {type(dataset).__name__}")
-    version = version or str(dataset.get("version", "1.1")).lstrip("v")
-    version = "2.0" if version.startswith("2") else "1.1"
+    version = version or rules_version(dataset)
     try:
         result = score_predictions(dataset, predictions, version)
     except ValueError as e:  # predictions are checked above: what is left is about the dataset
