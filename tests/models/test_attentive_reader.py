@@ -168,8 +168,9 @@ def test_presets_build_cloze_models(name, preset):
         assert mcfg.hidden == 256 and tcfg.optimizer == "rmsprop" and tcfg.copy_steps == 0
     else:  # what the squad-cloze runs measured (RESULTS.md)
         assert mcfg.hidden == 128 and tcfg.optimizer == "adam" and tcfg.lr == 1e-3 and tcfg.copy_steps == 1000
-    _, emb = split_and_emb(2, seed=7)
-    assert isinstance(model_cls(mcfg, emb), model_cls)
+    split, emb = split_and_emb(2, seed=7)
+    out = model_cls(mcfg, emb)(split.collate([0, 1]))  # the preset's model reads a batch: a score per entity
+    assert out.logits.shape == (2, N_ENT) and torch.isfinite(out.logits).all()
 
 
 def test_copy_task_scores_the_head_with_all_attention_on_one_position(monkeypatch):

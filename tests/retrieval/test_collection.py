@@ -139,7 +139,10 @@ def test_index_class_opens_adds_and_asks(folder, tmp_path, tiny_run):
             text = index.store.document_text(a["source"], a["key"])
             assert text[a["start"]:a["end"]] == a["answer"]
             assert a["passage"]["start"] <= a["start"] <= a["end"] <= a["passage"]["end"]
-    assert isinstance(index, Collection)
+    with rckit.Index.open(tmp_path / "i.sqlite", Reader.load(tiny_run)) as again:  # closed, then opened again
+        assert isinstance(again, Collection) and again.add([folder])["added"] == 0  # nothing new in the folder
+        assert [a["answer"] for a in again.ask("When was the Eiffel Tower completed?", top_k=3, passages=2)] == [
+            a["answer"] for a in answers]
 
 
 @pytest.fixture(scope="module")
