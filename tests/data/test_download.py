@@ -13,13 +13,13 @@ from types import SimpleNamespace
 import pytest
 
 from rckit.data import download
+from rckit.data.prepare import file_digest
 from rckit.data.download import (
     ChecksumError,
     DownloadError,
     SquadFile,
     find_local_file,
     resolve_squad_files,
-    sha256_file,
 )
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -105,11 +105,11 @@ def test_official_table_is_complete():
     assert download.OFFICIAL_URL == "https://rajpurkar.github.io/SQuAD-explorer/dataset"
 
 
-def test_sha256_file(tmp_path):
+def test_file_digest(tmp_path):
     path = tmp_path / "x.bin"
     body = bytes(range(256)) * 10_000  # spans several read chunks
     path.write_bytes(body)
-    assert sha256_file(path) == hashlib.sha256(body).hexdigest()
+    assert file_digest(path) == hashlib.sha256(body).hexdigest()
 
 
 @pytest.mark.parametrize("given, expected", [("1.1", "1.1"), ("v1.1", "1.1"), ("2.0", "2.0"), ("V2.0", "2.0")])

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from rckit.data.prepare import file_digest
+
 log = logging.getLogger(__name__)
 
 OFFICIAL_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
@@ -83,14 +85,6 @@ def normalize_version(version: str) -> str:
     if v not in VERSIONS:
         raise ValueError(f"unknown SQuAD version {version!r}; expected one of 1.1, v1.1, 2.0, v2.0")
     return v
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def find_local_file(data_dir: str | Path, split: str, version: str) -> Path | None:
@@ -178,7 +172,7 @@ def resolve_squad_files(
 def _cached_or_download(official: SquadFile, cache: Path, base_url: str, download: bool) -> Path:
     dest = cache / official.name
     if dest.is_file():
-        if dest.stat().st_size == official.size and sha256_file(dest) == official.sha256:
+        if dest.stat().st_size == official.size and file_digest(dest) == official.sha256:
             return dest
         # A stale or hand-edited cache entry must not be mistaken for the official file.
         log.warning("cached %s does not match the official SHA-256; fetching it again", dest)

@@ -133,7 +133,7 @@ def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: flo
     passages read (:func:`collection_evidence`): the abstention where its p(no answer) is above
     its threshold, else the answers carry that probability."""
     if not read:
-        return [no_answer(None)]
+        return [none_found(None)]
     best_bm25 = max(h.score for h, _ in read)
     found: dict[tuple, FoundAnswer] = {}
     nulls = []
@@ -150,12 +150,12 @@ def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: flo
             if where not in found or score > found[where]["score"]:
                 found[where] = found_in(hit, a, score)
     if not found:
-        return [no_answer(min(nulls) if nulls and None not in nulls else None)]
+        return [none_found(min(nulls) if nulls and None not in nulls else None)]
     ranked = sorted(found.values(), key=lambda a: (-a["score"], a["source"], a["start"]))
     if verifier is not None and question is not None:
         p = float(verifier.probability(collection_evidence(question, read, ranked[0])[None])[0])
         if p > verifier.threshold:
-            return [no_answer(p)]
+            return [none_found(p)]
         return [FoundAnswer(**{**a, "no_answer_probability": p}) for a in ranked[:top_k]]
     return ranked[:top_k]
 
@@ -187,7 +187,7 @@ def found_in(hit: Hit, a: Answer, score: float) -> FoundAnswer:
                        no_answer_probability=a["no_answer_probability"])
 
 
-def no_answer(p_null: float | None) -> FoundAnswer:
+def none_found(p_null: float | None) -> FoundAnswer:
     """No answer in these documents, with the lowest no-answer probability over the passages read
     (:func:`rckit.answering.answer.no_answer` with nowhere to point)."""
     return FoundAnswer(answer="", score=p_null, start=None, end=None, source=None, key=None, title=None,
