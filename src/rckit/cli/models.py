@@ -60,7 +60,7 @@ def installed_table() -> str:
         sizes = ", ".join(f"{path.suffix} {path.stat().st_size / 2**20:.1f} MiB" for path in files.values())
         ms = speed.get("models", {}).get(name, {})
         try:
-            backend = "onnxruntime" if installed_path(name).suffix == ".onnx" else "PyTorch"
+            backend = "onnxruntime" if open_model(installed_path(name)).backend == "onnxruntime" else "PyTorch"
         except MissingPackage as e:
             backend = f"nothing: {one_line(e)}"
         reads = (meta.get("embedding") or {}).get("contextual")  # the encoder whose states it reads, if any

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rckit.cli.arguments import model_option, model_source
+from rckit.model_files.source import export_format
 
 
 def add_arguments(p) -> None:
@@ -93,9 +94,10 @@ def put_into(files: list[str], verifier) -> None:
     from rckit.data.prepare import file_digest
 
     rewritten: dict[str, str] = {}
-    for f in sorted(files, key=lambda f: Path(f).suffix == ".onnx"):
+    is_onnx = {f: export_format(f) == "onnx" for f in files}
+    for f in sorted(files, key=is_onnx.get):
         set_verifier(f, verifier, rewritten)
-        if Path(f).suffix != ".onnx":
+        if not is_onnx[f]:
             rewritten[Path(f).name] = file_digest(Path(f))
         said = "removed" if verifier is None else f"put in (threshold {verifier.threshold:.3f})"
         print(f"{f}: verifier {said}", file=sys.stderr)
