@@ -50,8 +50,14 @@ import numpy as np
 import torch
 
 import rckit.models.attentive_reader as attentive
-from rckit.data.cloze import (ENTITY_OFFSET, PLACEHOLDER_ID, copy_targets, entity_mentions, renumber_entities,
-                              with_copy_positions)
+from rckit.data.cloze import (
+    ENTITY_OFFSET,
+    PLACEHOLDER_ID,
+    copy_targets,
+    entity_mentions,
+    renumber_entities,
+    with_copy_positions,
+)
 from rckit.data.cloze_data import load_cloze_data
 from rckit.models import MODELS
 from rckit.models.losses import cloze_loss

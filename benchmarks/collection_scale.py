@@ -22,11 +22,12 @@ import statistics
 import sys
 import time
 
+from squad_open import holds  # a sibling script: the answer in a passage, as SQuAD-open counts it
+
 from rckit.answering.reader import Reader
 from rckit.data.squad import load_json
 from rckit.retrieval.collection import Collection
 from rckit.retrieval.store import PassageStore
-from squad_open import holds  # a sibling script: the answer in a passage, as SQuAD-open counts it
 
 
 def percentiles(ms: list[float]) -> dict:

@@ -24,10 +24,10 @@ import torch
 from rckit.config import from_dict
 from rckit.data.batching import BucketBatchSampler
 from rckit.data.sources import DataSource, prepare_data
+from rckit.model_files.checkpoint import load_checkpoint
+from rckit.model_files.runs import checkpoint_of
 from rckit.models.dcn import DCNPlus, DCNPlusConfig
 from rckit.models.losses import iterative_span_loss, self_critical_loss
-from rckit.model_files.runs import checkpoint_of
-from rckit.model_files.checkpoint import load_checkpoint
 from rckit.training.config import TrainConfig
 from rckit.training.tasks import SpanTask
 

@@ -44,14 +44,14 @@ def make_document(n_words: int, fact_at: float) -> str:
 
 def stand_in_reader(context: str):
     """An untrained cpu-small QANet with the document's words as its vocabulary."""
-    from rckit.presets import run_configs
+    from rckit.answering.reader import Reader
+    from rckit.answering.torch_backend import TorchModel
     from rckit.data.embeddings import EmbeddingInfo
     from rckit.data.prepare import Vocabularies
     from rckit.data.tokenize import tokenize
     from rckit.data.vocab import SPECIALS, Vocab
     from rckit.models.qanet import QANet
-    from rckit.answering.reader import Reader
-    from rckit.answering.torch_backend import TorchModel
+    from rckit.presets import run_configs
 
     mcfg, tcfg, decode = run_configs("qanet", "cpu-small", [])
     forms = sorted({t.lower() for t in tokenize(context + " " + QUESTION)[0]})
@@ -68,8 +68,8 @@ def stand_in_reader(context: str):
 
 
 def main() -> None:
-    from rckit.data.tokenize import tokenize
     from rckit.answering.reader import Reader, windows
+    from rckit.data.tokenize import tokenize
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="run directory or exported file (default: the default model, "

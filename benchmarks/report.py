@@ -159,7 +159,7 @@ def run_row(row: Row, repeat: int, data_dir: str, cloze_dir: str) -> dict:
         "kernels": row.kernels,
         "repeat": repeat,
         "runs": runs,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_before": loads[0],
         "load_before_each": loads,
         **machine(),

@@ -27,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
+from rckit.answering.reader import Reader
 from rckit.data.squad import load_json, normalize_answer
 from rckit.evaluation.squad_metrics import score_predictions
-from rckit.retrieval.store import PassageStore
 from rckit.retrieval.collection import Collection, rank
-from rckit.answering.reader import Reader
+from rckit.retrieval.store import PassageStore
 
 
 def questions_of(raw: dict) -> list[dict]:

@@ -16,8 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.answering.test_reader import FILLER, marker_vocabs
-from tests.models.test_contract import TINY
 from rckit.answering.decoding import best_spans
 from rckit.answering.explain import recorded_attention
 from rckit.answering.reader import Reader
@@ -28,10 +26,12 @@ from rckit.layers import coattention
 from rckit.layers.coattention import Coattention
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.masking import mask_logits
+from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 from rckit.models import MODELS
 from rckit.models.contract import ReadingModel, SpanOutput
 from rckit.models.dcn import DynamicDecoder
-from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
+from tests.answering.test_reader import FILLER, marker_vocabs
+from tests.models.test_contract import TINY
 
 KEYS = {"model", "context", "question", "window", "context_tokens", "context_offsets", "question_tokens",
         "question_offsets", "answer", "answer_tokens", "start_probs", "end_probs", "null_prob", "attention", "decoder",
@@ -340,8 +340,8 @@ def test_without_a_model_rckit_explain_takes_the_installed_models_pytorch_file(m
 @pytest.mark.parametrize("model", ["attentive_reader", "impatient_reader"])
 def test_rckit_explain_example_shows_a_cloze_readers_attention_over_a_document(model, tmp_path, tiny_glove, capsys):
     """Hermann et al.'s Figure 3 for a run trained here: the attention over one dev document."""
-    from tests.training.test_cloze_training import cloze_examples
     from rckit.data.cloze import write_cloze_jsonl
+    from tests.training.test_cloze_training import cloze_examples
 
     root = tmp_path / "cloze"
     root.mkdir()

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import GLOVE_WORDS, GREEK, TINY_QANET, TINY_QANET_TRAIN, greek_paragraphs, squad_json, write_json
-from rckit.cli import main
 from rckit.answering.decoding import best_spans, spans_and_null
+from rckit.cli import main
 from rckit.evaluation.squad_metrics import best_thresholds, score_predictions
 from rckit.models.losses import span_loss
+from tests.conftest import GLOVE_WORDS, GREEK, TINY_QANET, TINY_QANET_TRAIN, greek_paragraphs, squad_json, write_json
 
 
 def test_span_loss_targets_the_null_for_unanswerable_questions():
@@ -281,9 +281,9 @@ def test_predict_says_no_answer_as_text_and_as_json(abstaining_run, tmp_path, ca
 
 
 def test_an_exported_abstaining_model_keeps_its_null_and_threshold(abstaining_run, tmp_path):
+    from rckit.answering.reader import Reader
     from rckit.export.safetensors import export_run
     from rckit.model_files.metadata import read_metadata
-    from rckit.answering.reader import Reader
 
     out = tmp_path / "abstaining.safetensors"
     export_run(abstaining_run, out, dtype="fp32")

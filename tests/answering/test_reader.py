@@ -14,12 +14,12 @@ import pytest
 
 import rckit
 from rckit import kernels
+from rckit.answering.reader import Reader, windows
+from rckit.answering.torch_backend import TorchModel
 from rckit.data.prepare import Vocabularies
 from rckit.data.vocab import SPECIALS, Vocab
 from rckit.layers.masking import mask_logits
 from rckit.models.contract import ReadingModel, SpanOutput
-from rckit.answering.reader import Reader, windows
-from rckit.answering.torch_backend import TorchModel
 
 FILLER = "the river runs past old mills and quiet farms before it reaches a grey sea".split()
 

@@ -18,14 +18,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import squad_json
 from rckit.answering.answer import shown
 from rckit.answering.reader import Reader
-from rckit.answering.verifier import (COLLECTION_FEATURES, FEATURES, LEXICAL_FEATURES, READER_FEATURES,
-                                      ReaderEvidence, Verifier, collection_features, features_of, lexical_features,
-                                      names, question_word, sentence_around, words)
+from rckit.answering.verifier import (
+    COLLECTION_FEATURES,
+    FEATURES,
+    LEXICAL_FEATURES,
+    READER_FEATURES,
+    ReaderEvidence,
+    Verifier,
+    collection_features,
+    features_of,
+    lexical_features,
+    names,
+    question_word,
+    sentence_around,
+    words,
+)
 from rckit.export.verifier import set_verifier
 from rckit.model_files.metadata import read_metadata
+from tests.conftest import squad_json
 
 N = len(FEATURES)
 CONTEXT = "alpha beta gamma delta epsilon zeta eta theta."

@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import DEV_PARAS, squad_json, write_json
 from rckit.cli import main
+from tests.conftest import DEV_PARAS, squad_json, write_json
 
 
 @pytest.mark.parametrize("cmd", ["prepare", "train", "evaluate", "predict", "export", "models", "serve", "score",
@@ -94,8 +94,8 @@ def test_set_keys_route_to_model_train_and_data():
 
 
 def test_decode_settings_have_their_own_section():
-    from rckit.presets import run_configs
     from rckit.answering.decoding import DecodeConfig
+    from rckit.presets import run_configs
 
     _, t, d = run_configs("qanet", "cpu-small", [])
     assert d == DecodeConfig(max_answer_len=30) and not hasattr(t, "max_answer_len")  # the preset's decode section

@@ -21,10 +21,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import GLOVE_WORDS, GREEK as WORDS, TINY_QANET as TINY_MODEL, TINY_QANET_TRAIN as TINY_TRAIN
-from tests.conftest import greek_paragraphs as _paragraphs, squad_json, write_json
 from rckit.cli import main
 from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
+from tests.conftest import GLOVE_WORDS, squad_json, write_json
+from tests.conftest import GREEK as WORDS
+from tests.conftest import TINY_QANET as TINY_MODEL
+from tests.conftest import TINY_QANET_TRAIN as TINY_TRAIN
+from tests.conftest import greek_paragraphs as _paragraphs
 
 
 @dataclass

@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
+from rckit.answering.reader import Reader
+from rckit.model_files.metadata import read_metadata
 from tests.answering.test_verifier import REJECTING_P, random_verifier, rejecting_export  # noqa: F401 (a fixture)
 from tests.cli.test_cli import _run
 from tests.conftest import squad_json, write_json
-from rckit.answering.reader import Reader
-from rckit.model_files.metadata import read_metadata
 
 CONTEXT = "alpha beta gamma delta epsilon zeta eta theta."
 QUESTION = "what follows gamma ?"

@@ -11,8 +11,16 @@ import numpy as np
 import pytest
 
 from rckit.cli import main
-from tests.conftest import (GLOVE_WORDS, GREEK, TINY_QANET, TINY_QANET_TRAIN, greek_paragraphs, squad_json,
-                            write_json, write_tiny_encoder)
+from tests.conftest import (
+    GLOVE_WORDS,
+    GREEK,
+    TINY_QANET,
+    TINY_QANET_TRAIN,
+    greek_paragraphs,
+    squad_json,
+    write_json,
+    write_tiny_encoder,
+)
 
 CONTEXT = "alpha beta gamma delta epsilon zeta."
 QUESTIONS = ["what follows beta ?", "what follows delta ?"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 import http.server
+import re
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import pytest
 
 from rckit.data import download
-from rckit.data.prepare import file_digest
 from rckit.data.download import (
     ChecksumError,
     DownloadError,
@@ -21,6 +20,7 @@ from rckit.data.download import (
     find_local_file,
     resolve_squad_files,
 )
+from rckit.data.prepare import file_digest
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 OFFICIAL_TABLE = download.SQUAD_FILES  # kept before the autouse fixture swaps it

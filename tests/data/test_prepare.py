@@ -4,10 +4,10 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import squad_json, write_json
 from rckit.data.prepare import PrepareConfig, featurize, prepare_squad
 from rckit.data.squad import read_squad
 from rckit.data.vocab import PAD, load_pretrained
+from tests.conftest import squad_json, write_json
 
 
 def _prep(tiny_squad, tiny_glove, out, **cfg):

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from tests.conftest import DEV_PARAS, squad_json, write_json
 from rckit.data.squad import SquadFormatError, read_squad
+from tests.conftest import DEV_PARAS, squad_json, write_json
 
 
 def test_reads_plain_and_gzip_with_all_answers(tmp_path):

@@ -2,12 +2,12 @@ import json
 
 import pytest
 
-from tests.conftest import squad_json, write_json
 from rckit.data.cloze import ENTITY_RE
+from rckit.data.cloze_baselines import score_baselines
 from rckit.data.squad import read_squad
 from rckit.data.squad_cloze import build_squad_cloze, find_entity_runs, load_cloze_jsonl, write_squad_cloze
 from rckit.data.tokenize import tokenize
-from rckit.data.cloze_baselines import score_baselines
+from tests.conftest import squad_json, write_json
 
 CTX = (
     "Denver Broncos won Super Bowl 50 in 2016. The Broncos beat the Carolina Panthers at Levi's Stadium "

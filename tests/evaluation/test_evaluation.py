@@ -7,19 +7,21 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import GLOVE_WORDS, GREEK as WORDS, TINY_QANET as TINY_MODEL, TINY_QANET_TRAIN as TINY_TRAIN
-from tests.conftest import greek_paragraphs as _paragraphs, squad_json, write_json
+from rckit.answering.decoding import DecodeConfig, decode_config_of
 from rckit.cli import main
 from rckit.data.cloze_data import load_cloze_data
 from rckit.data.cloze_synthetic import write_synthetic_cloze
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
-from rckit.answering.decoding import DecodeConfig
 from rckit.evaluation.predict import predict, predict_cloze, predict_split
-from rckit.models import MODELS
-from rckit.model_files.load import load_model
-from rckit.answering.decoding import decode_config_of
 from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
+from rckit.model_files.load import load_model
+from rckit.models import MODELS
+from tests.conftest import GLOVE_WORDS, squad_json, write_json
+from tests.conftest import GREEK as WORDS
+from tests.conftest import TINY_QANET as TINY_MODEL
+from tests.conftest import TINY_QANET_TRAIN as TINY_TRAIN
+from tests.conftest import greek_paragraphs as _paragraphs
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import need
 
 from rckit.evaluation.squad_metrics import (
     exact_match_score,
@@ -22,6 +21,7 @@ from rckit.evaluation.squad_metrics import (
     per_question_scores,
     score_predictions,
 )
+from tests.conftest import need
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 

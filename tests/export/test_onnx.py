@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.conftest import GLOVE_WORDS, GREEK, TINY_QANET, TINY_QANET_TRAIN, greek_paragraphs, squad_json, write_json
 
-from rckit.cli import main
 from rckit.answering.reader import Reader
+from rckit.cli import main
 from rckit.evaluation.evaluate import evaluate
+from tests.conftest import GLOVE_WORDS, GREEK, TINY_QANET, TINY_QANET_TRAIN, greek_paragraphs, squad_json, write_json
 
 pytest.importorskip("onnxruntime", reason="the ONNX path needs onnxruntime (pip install 'rckit[onnx]')")
 

@@ -9,14 +9,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import rckit.model_files.safetensors as export
+from rckit.answering.reader import Reader
 from rckit.cli import main
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
 from rckit.export.safetensors import export_run
-from rckit.model_files.metadata import read_metadata
-from rckit.answering.reader import Reader
-from rckit.model_files.load import load_model
 from rckit.model_files.checkpoint import CheckpointError
+from rckit.model_files.load import load_model
+from rckit.model_files.metadata import read_metadata
 
 FROZEN = "embed.word.frozen"
 

@@ -23,13 +23,15 @@ from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.embedding import CharCNN
 from rckit.models import MODELS
 from rckit.models.dcn import DCN
-from rckit.models.qanet import EncoderBlock
 from rckit.models.losses import span_loss
-
-from tests.models.test_attentive_reader import N_ENT, TINY as TINY_READER
-from tests.models.test_dcn import TINY_DCN, TINY_PLUS, make_model as make_dcn
+from rckit.models.qanet import EncoderBlock
+from tests.models.test_attentive_reader import N_ENT
+from tests.models.test_attentive_reader import TINY as TINY_READER
+from tests.models.test_dcn import TINY_DCN, TINY_PLUS
+from tests.models.test_dcn import make_model as make_dcn
 from tests.models.test_deep_lstm_reader import CLOZE, SPAN
-from tests.models.test_qanet import N_CHARS, N_TRAINABLE, TINY, V, make_model as make_qanet, synthetic_batch
+from tests.models.test_qanet import N_CHARS, N_TRAINABLE, TINY, V, synthetic_batch
+from tests.models.test_qanet import make_model as make_qanet
 
 LAYOUT = Path(__file__).resolve().parents[1] / "fixtures" / "state_dict_layout.json"
 BF16 = torch.bfloat16

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-
 import torch
 import torch.nn.functional as F
 
-from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit import kernels
+from rckit.layers.attention import ContextQueryAttention, MultiHeadSelfAttention
 from rckit.layers.conv import DepthwiseSeparableConv1d
 from rckit.layers.embedding import CharCNN, InputEmbedding, PartiallyFrozenEmbedding
 from rckit.layers.highway import Highway

@@ -16,9 +16,9 @@ import sys
 import pytest
 from safetensors import safe_open
 
-from rckit.model_files.metadata import read_metadata
-from rckit.data.prepare import file_digest
 from rckit.answering.reader import Reader
+from rckit.data.prepare import file_digest
+from rckit.model_files.metadata import read_metadata
 from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 
 # Passages and questions written for this test (not SQuAD's), each with the answers a reader of

@@ -10,9 +10,17 @@ import pytest
 import rckit
 from rckit.answering.reader import Reader
 from rckit.model_files.metadata import read_metadata
-from rckit.model_files.source import (BUNDLED, BUNDLED_ONNX, INSTALLED_NAMES, installed_files, installed_models,
-                                      installed_path, model_names, open_model, pytorch_source)
-
+from rckit.model_files.source import (
+    BUNDLED,
+    BUNDLED_ONNX,
+    INSTALLED_NAMES,
+    installed_files,
+    installed_models,
+    installed_path,
+    model_names,
+    open_model,
+    pytorch_source,
+)
 from tests.model_files.test_bundled import CASES, rckit_cli
 
 # What each installed file scores on the first 200 SQuAD v1.1 dev questions, always answering (`rckit

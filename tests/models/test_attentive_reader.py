@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import random
+from dataclasses import replace
 
 import pytest
 import torch
-from tests.conftest import check_cloze_contract, cloze_overfit_accuracy
 
 from rckit.cli import main
 from rckit.data.cloze import ENTITY_OFFSET, ClozeExample, ClozeSplit, ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
-from rckit.models.attentive_reader import (AttentiveReader, AttentiveReaderConfig, ImpatientReader,
-                                           ImpatientReaderConfig)
+from rckit.models.attentive_reader import AttentiveReader, AttentiveReaderConfig, ImpatientReader, ImpatientReaderConfig
+from tests.conftest import check_cloze_contract, cloze_overfit_accuracy
 
 WORDS = [f"w{k}" for k in range(30)]
 MARKERS = [f"m{k}" for k in range(6)]
@@ -158,8 +157,8 @@ def test_train_and_evaluate_via_cli(tmp_path, tiny_glove, capsys):
 @pytest.mark.parametrize("name", ["attentive_reader", "impatient_reader"])
 @pytest.mark.parametrize("preset", ["paper", "cloze-cpu"])
 def test_presets_build_cloze_models(name, preset):
-    from rckit.presets import model_configs
     from rckit.models import MODELS
+    from rckit.presets import model_configs
 
     mcfg, tcfg = model_configs(name, preset, [])
     cfg_cls, model_cls = MODELS[name]

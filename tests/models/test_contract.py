@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.conftest import TINY_QANET
 
 from rckit.data.batching import Batch
 from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models import MODELS
 from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput
+from tests.conftest import TINY_QANET
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "rckit"
 N_ENTITIES, V = 5, 40

@@ -10,18 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rckit.data.batching import Batch
-from rckit.data.split import SquadSplit
-from rckit.data.embeddings import EmbeddingInfo
 from rckit import kernels
 from rckit.answering.decoding import span_to_text
+from rckit.data.batching import Batch
+from rckit.data.embeddings import EmbeddingInfo
+from rckit.data.split import SquadSplit
 from rckit.evaluation.squad_metrics import f1_score
 from rckit.layers.coattention import Coattention, append_sentinel
 from rckit.layers.maxout import MixtureOfMaxouts
 from rckit.models.dcn import DCN, DCNConfig, DCNPlus, DCNPlusConfig
 from rckit.models.losses import self_critical_loss, uncertainty_weighted
 from rckit.training.rewards import SpanF1Reward
-
 from tests.models.test_qanet import N_CHARS, N_TRAINABLE, V, synthetic_batch, word_chars
 
 TINY_DCN = DCNConfig(hidden=16, pool=4, iterations=3, dropout=0.0, use_chars=True, char_dim=8, char_conv_width=3)

@@ -6,15 +6,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from tests.conftest import check_cloze_contract, cloze_overfit_accuracy
 import torch.nn.functional as F
 
 from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig, join_sequences
-from rckit.models.losses import span_loss
-from rckit.models.losses import cloze_loss
-
+from rckit.models.losses import cloze_loss, span_loss
+from tests.conftest import check_cloze_contract, cloze_overfit_accuracy
 from tests.models.test_qanet import V, synthetic_batch
 
 N_ENT = 6

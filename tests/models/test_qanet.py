@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
-from rckit.models.qanet import QANet, QANetConfig
 from rckit.models.losses import span_loss
+from rckit.models.qanet import QANet, QANetConfig
 
 V, N_TRAINABLE, N_CHARS, W = 60, 6, 20, 4
 TINY = QANetConfig(d_model=32, n_heads=2, char_dim=8, char_conv_width=3, emb_enc_convs=2, emb_enc_kernel=5,

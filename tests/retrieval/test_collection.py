@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from rckit.answering.reader import Reader
 from rckit.cli import main
 from rckit.retrieval.collection import Collection, rank
-from rckit.answering.reader import Reader
 from tests.serve.test_serve import call
 
 DOCS = {

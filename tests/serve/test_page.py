@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.conftest import CHROMEDRIVER, chromium
 
+from tests.conftest import CHROMEDRIVER, chromium
 from tests.retrieval.test_collection import index_server  # noqa: F401  (a fixture: rckit serve --index)
 from tests.serve.test_access import KEY, key_file, rewrite
 from tests.serve.test_serve import post, start_server, stop_server
@@ -167,10 +167,9 @@ def test_the_page_is_served_with_its_scripts(server):
 @pytest.fixture(scope="module")
 def abstaining_server(tmp_path_factory):
     """``rckit serve`` of a tiny QANet that can abstain, its saved threshold set so it always does."""
-    from tests.answering.test_no_answer import _train, _v2_files
-
-    from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
     from rckit.export.safetensors import export_run
+    from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
+    from tests.answering.test_no_answer import _train, _v2_files
 
     root = tmp_path_factory.mktemp("abstaining-page")
     train, dev = _v2_files(root)

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
+from rckit.answering.reader import Reader
+from rckit.cli import main
 from tests.answering.test_verifier import REJECTING_P, rejecting_export  # noqa: F401 (a fixture)
 from tests.retrieval.test_collection import DOCS
 from tests.serve.test_serve import call, post, start_server, stop_server
-from rckit.answering.reader import Reader
-from rckit.cli import main
 
 CONTEXT = "alpha beta gamma delta epsilon zeta eta theta."
 QUESTION = "what follows gamma ?"

@@ -11,8 +11,8 @@ import torch
 from rckit.cli import main
 from rckit.data.cloze import ClozeExample, write_cloze_jsonl
 from rckit.data.cloze_data import load_cloze_data
-from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig
 from rckit.model_files.checkpoint import load_checkpoint
+from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig
 from rckit.training.loop import TrainConfig, train
 from rckit.training.sweep import plan_trials
 from rckit.training.tasks import ClozeTask

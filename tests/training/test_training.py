@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 
-from tests.conftest import squad_json, write_json
 from rckit.cli import main
 from rckit.data.prepare import PrepareConfig, prepare_squad
-from rckit.models.qanet import QANet, QANetConfig
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rckit.models.qanet import QANet, QANetConfig
 from rckit.training.loop import TrainConfig, lr_factor, train, warmup_factor
+from tests.conftest import squad_json, write_json
 
 TINY_MODEL = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
                   model_enc_kernel=3, emb_enc_kernel=3)

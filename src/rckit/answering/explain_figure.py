@@ -281,7 +281,7 @@ def _rgb(color: tuple[int, int, int], alpha: float) -> tuple[float, float, float
 
 
 def _hex(color: tuple[int, int, int]) -> str:
-    return "#%02x%02x%02x" % color
+    return "#{:02x}{:02x}{:02x}".format(*color)
 
 
 class _Pen:

@@ -27,7 +27,6 @@ from typing import TypedDict
 from rckit.answering.answer import Answer
 from rckit.model_files.source import pytorch_beside
 
-
 DEFAULT_STEPS = 12  # integrated gradients' steps along the path from the baseline (explain.py says why)
 
 

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from rckit.data.squad import load_json
 from rckit.answering.reader import Reader, check_text
+from rckit.data.squad import load_json
 
 
 def read_questions(path: str | Path) -> list[dict]:

@@ -38,19 +38,18 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from typing import Callable
-
 import numpy as np
 
-from rckit.data.padding import answer_inputs, merge_answer_inputs
-from rckit.data.prepare import FormIndex, Vocabularies, tokenize_texts
 from rckit.answering.answer import Answer, no_answer, span
 from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores, topk_spans
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
 from rckit.answering.verifier import FEATURES, ReaderEvidence, Verifier, features_of, window_evidence
+from rckit.data.padding import answer_inputs, merge_answer_inputs
+from rckit.data.prepare import FormIndex, Vocabularies, tokenize_texts
 from rckit.model_files.source import open_model
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
@@ -140,7 +139,7 @@ class Reader:
     @classmethod
     def load(cls, source: str | Path | None = None, device="cpu", always_answer: bool = False,
              threads: int | None = None, spin: bool = True, batch_size: int = 32,
-             no_answer_threshold: float | None = None) -> "Reader":
+             no_answer_threshold: float | None = None) -> Reader:
         """A run directory or checkpoint (``.pt``), an exported ``.safetensors`` file, an ONNX file
         (onnxruntime, no PyTorch), or None: the default model. ``device``: a name (``cpu``,
         ``cuda``, ``auto``) or a ``torch.device``. ``threads``: the cores the model may use (None:
@@ -172,7 +171,7 @@ class Reader:
     def from_parts(cls, model: Model, vocabs: Vocabularies, meta: dict, file: str | Path,
                    always_answer: bool = False, batch_size: int = 32,
                    no_answer_threshold: float | None = None, threads: int | None = None,
-                   spin: bool = True) -> "Reader":
+                   spin: bool = True) -> Reader:
         """A reader on ``model`` (a :class:`~rckit.answering.torch_backend.TorchModel` or
         :class:`~rckit.answering.onnx_backend.OnnxModel`) with what its file's metadata ``meta``
         says: its decode settings, its window (the longest context it trained on), its verifier
@@ -227,7 +226,7 @@ class Reader:
         return explain(self, context, question, steps, max_answer_len, stride)
 
     def plan(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
-             stride: int | None = None, whole: bool = False) -> "Job":
+             stride: int | None = None, whole: bool = False) -> Job:
         """The work of answering ``pairs``: each distinct context tokenized once, and cut into
         windows, each window read with the questions on its context (no model call yet).
         ``whole``: each context in one window however long (as evaluation reads a PyTorch
@@ -238,7 +237,7 @@ class Reader:
         return job
 
     def plan_many(self, requests: list[tuple[list[tuple[str, str]], int, int | None]],
-                  stride: int | None = None, whole: bool = False) -> list["Job | ValueError"]:
+                  stride: int | None = None, whole: bool = False) -> list[Job | ValueError]:
         """:meth:`plan` for several requests ``(pairs, top_k, max_answer_len)`` in one tokenizing
         pass (a context asked about in two requests is tokenized once); a request that cannot be
         answered gets its ``ValueError`` in its place, and the others their jobs."""
@@ -312,7 +311,7 @@ class Reader:
                 raise ValueError(f"{e}{where}") from None
         return top_k, max_answer_len
 
-    def read(self, parts: list[tuple["Job", list[tuple]]]) -> None:
+    def read(self, parts: list[tuple[Job, list[tuple]]]) -> None:
         """One forward over ``items`` (``(pair, context, lo, hi)``) of one or more jobs; each
         item's ``top_k`` spans, decoded with its job's settings, go into its job."""
         inputs = merge_answer_inputs([answer_inputs(job.arrays, items) for job, items in parts])
@@ -335,12 +334,12 @@ class Reader:
                             zip(*(x.tolist() for x in window_evidence(start, end, mask)), mask.sum(axis=1))]
             job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist(), nulls, evidence)
 
-    def read_all(self, job: "Job") -> None:
+    def read_all(self, job: Job) -> None:
         """Read every window of ``job``, one of its :meth:`batches` at a time."""
         for items in self.batches(job):
             self.read([(job, items)])
 
-    def batches(self, job: "Job"):
+    def batches(self, job: Job):
         """The items of ``job`` in batches of at most ``batch_size``; a group (the questions on one
         window) starts a new batch rather than straddle two, unless it is larger than a batch."""
         batch: list[tuple] = []

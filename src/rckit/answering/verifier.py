@@ -348,7 +348,7 @@ class CollectionVerifier(Net):
                 "record": self.record}
 
     @classmethod
-    def from_json(cls, d: dict) -> "CollectionVerifier":
+    def from_json(cls, d: dict) -> CollectionVerifier:
         return cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
                    d["threshold"], tuple(d["features"]), d.get("record"))
 
@@ -379,7 +379,7 @@ class Verifier(Net):
                 **({"collection": self.collection.to_json()} if self.collection is not None else {})}
 
     @classmethod
-    def from_json(cls, d: dict, where: str = "the model file") -> "Verifier":
+    def from_json(cls, d: dict, where: str = "the model file") -> Verifier:
         try:
             collection = CollectionVerifier.from_json(d["collection"]) if d.get("collection") else None
             verifier = cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],

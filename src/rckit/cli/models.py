@@ -10,8 +10,17 @@ from rckit.answering.onnx_backend import read_metadata as onnx_metadata
 from rckit.cli import one_line
 from rckit.model_files.errors import CheckpointError, MissingPackage
 from rckit.model_files.metadata import read_metadata as safetensors_metadata
-from rckit.model_files.source import (BUNDLED, BUNDLED_ONNX, INSTALLED, ModelFile, exported_files, installed_files,
-                                      installed_models, installed_path, open_model)
+from rckit.model_files.source import (
+    BUNDLED,
+    BUNDLED_ONNX,
+    INSTALLED,
+    ModelFile,
+    exported_files,
+    installed_files,
+    installed_models,
+    installed_path,
+    open_model,
+)
 
 SPEED = INSTALLED / "speed.json"  # one question's milliseconds per installed model (benchmarks/installed_models.py)
 

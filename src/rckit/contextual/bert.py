@@ -67,7 +67,7 @@ class BertEncoder(nn.Module):
             for _ in range(int(config["num_hidden_layers"])))
 
     @classmethod
-    def load(cls, root: str | Path, config: dict) -> "BertEncoder":
+    def load(cls, root: str | Path, config: dict) -> BertEncoder:
         """The encoder with the weights of ``root/model.safetensors``, in eval mode, frozen."""
         from safetensors.torch import load_file
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class ContextualSpec:
     int8: bool = False  # on onnxruntime: its graph quantized to int8 (an ONNX file exported with --encoder-int8)
 
     @classmethod
-    def of_model(cls, meta: dict) -> "ContextualSpec":
+    def of_model(cls, meta: dict) -> ContextualSpec:
         """The spec a model file records (its ``embedding.contextual``: name, layers, digest, max_pieces,
         and for an ONNX file whether the encoder runs in int8)."""
         return cls(meta["name"], tuple(meta["layers"]), meta["digest"], meta.get("max_pieces"), bool(meta.get("int8")))
@@ -122,7 +122,7 @@ class ContextualEncoder:
 
     @classmethod
     def load(cls, spec: ContextualSpec, runner: str = "torch", graphs: str | Path | None = None,
-             threads: int | None = None, spin: bool = True, memo_mb: float = 0) -> "ContextualEncoder":
+             threads: int | None = None, spin: bool = True, memo_mb: float = 0) -> ContextualEncoder:
         """The encoder of ``spec``, refused in one line where its files' digest is not the one the
         model was trained with. ``runner``: ``torch`` or ``onnxruntime`` (its graph built on first use
         and kept under ``graphs``, int8-quantized where ``spec.int8``: :mod:`rckit.contextual.onnx_runner`);

@@ -34,7 +34,7 @@ class Batch:
         if self.answerable is None:  # asked of a model: nobody knows, so nothing is marked unanswerable
             self.answerable = torch.ones_like(self.y_start, dtype=torch.bool)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return Batch(**{f.name: None if getattr(self, f.name) is None else
                         getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 

@@ -43,9 +43,9 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -266,7 +266,7 @@ class ClozeVocab:
         min_count: int = 1,
         n_entities: int | None = None,
         lowercase: bool = True,
-    ) -> "ClozeVocab":
+    ) -> ClozeVocab:
         """Vocabulary of the training ``examples``' document and query words.
 
         Words occurring fewer than ``min_count`` times map to ``<unk>``; order is by count, then
@@ -301,7 +301,7 @@ class ClozeVocab:
         Path(path).write_text(json.dumps({"itos": self.itos, "n_entities": self.n_entities, "lowercase": self.lowercase}))
 
     @classmethod
-    def load(cls, path: str | Path) -> "ClozeVocab":
+    def load(cls, path: str | Path) -> ClozeVocab:
         d = json.loads(Path(path).read_text())
         return cls(d["itos"], d["n_entities"], d["lowercase"])
 
@@ -318,7 +318,7 @@ class ClozeBatch:
     index: torch.Tensor  # (B,) long, row of each example in its split
     copy_at: torch.Tensor | None = None  # (B,) long, training's copy task: a document position of an entity, -1: none
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "ClozeBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> ClozeBatch:
         def move(v):
             return None if v is None else v.to(device, non_blocking=non_blocking)
 
@@ -398,7 +398,7 @@ class ClozeSplit:
         self.query_len = np.diff(arrays["query_ptr"])
 
     @classmethod
-    def from_examples(cls, examples: Sequence[ClozeExample], vocab: ClozeVocab) -> "ClozeSplit":
+    def from_examples(cls, examples: Sequence[ClozeExample], vocab: ClozeVocab) -> ClozeSplit:
         doc_ids, query_ids, answer, first = [], [], [], []
         doc_ptr, query_ptr = [0], [0]
         for ex in examples:
@@ -494,7 +494,7 @@ class ClozeSplit:
         (directory / "split.json").write_text(json.dumps({"ids": self.ids, "n_entities": self.n_entities}))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "ClozeSplit":
+    def load(cls, directory: str | Path) -> ClozeSplit:
         directory = Path(directory)
         if not (directory / "split.json").exists():
             raise FileNotFoundError(f"{directory}: no saved cloze split (split.json missing)")

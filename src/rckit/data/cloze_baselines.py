@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rckit.data.cloze import ENTITY_RE, PLACEHOLDER, ClozeExample
 

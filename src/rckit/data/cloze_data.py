@@ -23,7 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.data.cloze import ClozeSplit, ClozeVocab, load_cloze_jsonl, max_entity_number, read_chen_file, read_question_dir
+from rckit.data.cloze import (
+    ClozeSplit,
+    ClozeVocab,
+    load_cloze_jsonl,
+    max_entity_number,
+    read_chen_file,
+    read_question_dir,
+)
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.data.vocab import DEFAULT_EMBEDDINGS, load_pretrained
 

@@ -207,7 +207,7 @@ class Vocabularies:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Vocabularies":
+    def from_json(cls, d: dict) -> Vocabularies:
         return cls(
             V.Vocab(d["words"], d["n_trainable_words"]),
             V.Vocab(d["chars"], len(d["chars"])),

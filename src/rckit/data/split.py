@@ -34,11 +34,11 @@ class SquadSplit:
         self.q_len = np.diff(arrays["q_ptr"])
 
     @classmethod
-    def from_arrays(cls, arrays, qids, contexts, questions=None) -> "SquadSplit":
+    def from_arrays(cls, arrays, qids, contexts, questions=None) -> SquadSplit:
         return cls(arrays, qids, contexts, questions)
 
     @classmethod
-    def load(cls, root: str | Path, name: str) -> "SquadSplit":
+    def load(cls, root: str | Path, name: str) -> SquadSplit:
         root = Path(root)
         if not (root / f"{name}.text.json").exists():
             raise FileNotFoundError(f"{root}: no prepared split named {name!r}")
@@ -59,7 +59,7 @@ class SquadSplit:
         a = self.a
         return SplitTexts(self.contexts, a["ctx_ptr"], a["ctx_offsets"], self.questions, a["q_ptr"], a["q_offsets"])
 
-    def head(self, n: int) -> "SquadSplit":
+    def head(self, n: int) -> SquadSplit:
         """The first ``n`` questions, with the contexts up to the last they ask about (a split lists
         its questions context by context): what ``rckit evaluate --limit N`` reads, so a model
         reading contextual states pays the encoder for those texts only."""
@@ -75,7 +75,7 @@ class SquadSplit:
         return SquadSplit(arrays, self.qids[:n], self.contexts[:n_ctx],
                           None if self.questions is None else self.questions[:n])
 
-    def with_states(self, ctx_states: np.ndarray, q_states: np.ndarray) -> "SquadSplit":
+    def with_states(self, ctx_states: np.ndarray, q_states: np.ndarray) -> SquadSplit:
         """This split whose batches carry contextual states: ``ctx_states`` (N, K, D) row ``j`` the
         state of context token ``j``, ``q_states`` (Nq, K, D) of question token ``j``."""
         if len(ctx_states) != len(self.a["ctx_forms"]) or len(q_states) != len(self.a["q_forms"]):
@@ -84,7 +84,7 @@ class SquadSplit:
         return SquadSplit({**self.a, "ctx_states": ctx_states, "q_states": q_states}, self.qids, self.contexts,
                           self.questions)
 
-    def with_encoder(self, root: str | Path, encoder, what: str = "", progress: bool = True) -> "SquadSplit":
+    def with_encoder(self, root: str | Path, encoder, what: str = "", progress: bool = True) -> SquadSplit:
         """This split with the states of ``encoder`` (a :class:`rckit.contextual.states.ContextualEncoder`),
         from their cache under ``root``, built first where missing (:func:`rckit.contextual.cache.split_states`)."""
         from rckit.contextual.cache import split_states

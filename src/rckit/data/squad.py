@@ -16,7 +16,6 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 _PUNCTUATION_TABLE = str.maketrans("", "", string.punctuation)
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 

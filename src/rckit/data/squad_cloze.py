@@ -51,9 +51,9 @@ import json
 import statistics
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

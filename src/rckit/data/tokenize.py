@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from typing import Sequence
+from collections.abc import Sequence
 
 # Part of the prepared-data cache key: 2 splits CJK text per character (rule 0); Latin text
 # tokenizes as in 1, but some SQuAD paragraphs hold CJK names, so caches rebuild.

@@ -15,10 +15,10 @@ from __future__ import annotations
 import gzip
 import io
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 

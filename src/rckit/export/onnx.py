@@ -23,26 +23,34 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import asdict
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from rckit import kernels
-from rckit.kernels import graph
+from rckit.answering.decoding import decode_config_of
+from rckit.answering.onnx_backend import FORMAT, OnnxModel
+from rckit.answering.reader import Reader
+from rckit.answering.torch_backend import TorchModel
 from rckit.data.padding import INPUTS, STATE_INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
 from rckit.export.metadata_edit import as_created, with_metadata
 from rckit.export.safetensors import frozen_tables
+from rckit.kernels import graph
+from rckit.model_files.glove_rows import (
+    PACKAGE,
+    PACKAGE_DIM,
+    encode_indices,
+    package_indices,
+    package_version,
+    rows_at,
+    rows_digest,
+)
 from rckit.model_files.load import load_span_model
-from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, encode_indices, package_indices, package_version, rows_at, rows_digest
-from rckit.answering.decoding import decode_config_of
-from rckit.answering.onnx_backend import FORMAT, OnnxModel
-from rckit.answering.reader import Reader
-from rckit.answering.torch_backend import TorchModel
 
 TOLERANCE = 1e-3  # largest |logit difference| an fp32 file may show against PyTorch
 QUANTIZATIONS = ("dynamic",)

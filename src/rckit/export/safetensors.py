@@ -36,12 +36,12 @@ from pathlib import Path
 import torch
 
 from rckit.answering.decoding import decode_config_of
-from rckit.export.metadata_edit import write_safetensors
 from rckit.data.prepare import file_digest
+from rckit.export.metadata_edit import write_safetensors
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.model_files.glove_rows import PACKAGE, PACKAGE_DIM, package_rows, package_version, rows_digest
-from rckit.model_files.metadata import FORMAT
 from rckit.model_files.load import load_model
+from rckit.model_files.metadata import FORMAT
 from rckit.model_files.safetensors import INT8_SCALE
 
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32, "int8": torch.float16}  # int8: the rest in fp16

@@ -28,8 +28,8 @@ In code, ``with kernels.use("none"): ...`` does the same for a block (tests, ben
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 NAMES = ("residual", "conv", "attention", "char_cnn", "dedupe", "graph_attention", "graph_char_cnn", "graph_conv")
 CPU = NAMES[:5]  # the fast paths of PyTorch on CPU (:mod:`.cpu`)

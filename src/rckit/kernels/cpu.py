@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

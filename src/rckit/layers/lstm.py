@@ -47,19 +47,17 @@ attenuated ~1e-8, and so does the gradient that would teach it to keep it.
 from __future__ import annotations
 
 import math
-from typing import Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-
 PEEPHOLES = {None: 0, "diagonal": 1, "full": 2}
 
 
 def _forward_loop(xp: Tensor, mask: Tensor, min_len: int, h0: Tensor, c0: Tensor, w_hh: Tensor,
-                  peep: Tensor, kind: int) -> Tuple[Tensor, Tensor, Tensor]:
+                  peep: Tensor, kind: int) -> tuple[Tensor, Tensor, Tensor]:
     """Run the cell over ``xp`` (T, S, B, 4H), input projections plus bias, S directions.
 
     ``mask`` (T, B, 1) True on real steps, all True for ``t < min_len``; ``w_hh`` (S, 4H, H);
@@ -113,7 +111,7 @@ def _forward_loop(xp: Tensor, mask: Tensor, min_len: int, h0: Tensor, c0: Tensor
 
 
 def _backward_loop(dhs: Tensor, dc_last: Tensor, mask: Tensor, min_len: int, hs: Tensor, cs: Tensor,
-                   acts: Tensor, w_hh: Tensor, peep: Tensor, kind: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                   acts: Tensor, w_hh: Tensor, peep: Tensor, kind: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """BPTT through :func:`_forward_loop`: gradients w.r.t. ``xp``, ``h0``, ``c0`` and ``peep``.
 
     ``dhs`` (T+1, S, B, H) is the gradient of ``hs``, ``dc_last`` (S, B, H) that of ``cs[T]``.

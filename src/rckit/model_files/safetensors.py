@@ -28,7 +28,6 @@ from safetensors.torch import load_file
 from rckit.model_files.checkpoint import CheckpointError
 from rckit.model_files.glove_rows import PACKAGE, package_rows, package_version, rows_digest
 
-
 INT8_SCALE = ".int8_scale"  # the suffix of a row-quantized matrix's scales
 
 

@@ -65,8 +65,14 @@ from rckit.layers.lstm import PeepholeLSTM
 from rckit.layers.masking import mask_logits, with_null, zero_padding
 from rckit.layers.maxout import Maxout, MixtureOfMaxouts
 from rckit.models.contract import ReadingModel, SpanOutput, check_contextual
-from rckit.models.losses import (REWARD_CREDITS, iteration_log_probs, iterative_span_loss, null_targets,
-                                 self_critical_loss, uncertainty_weighted)
+from rckit.models.losses import (
+    REWARD_CREDITS,
+    iteration_log_probs,
+    iterative_span_loss,
+    null_targets,
+    self_critical_loss,
+    uncertainty_weighted,
+)
 
 
 @dataclass

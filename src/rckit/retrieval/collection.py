@@ -81,7 +81,7 @@ class Collection:
 
     @classmethod
     def open(cls, path: str | Path, model: str | Path | Reader | None = None,
-             retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT) -> "Collection":
+             retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT) -> Collection:
         """The store at ``path`` (created if missing) with ``model``'s reader (a run, an exported
         file, a :class:`Reader`, or None: the default model, loaded when first asked)."""
         if isinstance(model, Reader):
@@ -117,7 +117,7 @@ class Collection:
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> "Collection":
+    def __enter__(self) -> Collection:
         return self
 
     def __exit__(self, *exc) -> None:

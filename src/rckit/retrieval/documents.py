@@ -41,9 +41,10 @@ import os
 import re
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from rckit.retrieval.formats import headings, html, pdf, word
 

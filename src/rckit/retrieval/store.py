@@ -40,10 +40,11 @@ import sqlite3
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from tqdm import tqdm
 
@@ -277,7 +278,7 @@ class PassageStore:
         report["documents"], report["passages"] = stats["documents"], stats["passages"]
         return report
 
-    def _add_file(self, read: "_Read", by_name: bool, report: dict) -> None:
+    def _add_file(self, read: _Read, by_name: bool, report: dict) -> None:
         path = read.path
         row = self._db.execute("SELECT id, digest FROM sources WHERE path = ?", (str(path),)).fetchone()
         if read.error is not None:

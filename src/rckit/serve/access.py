@@ -31,7 +31,7 @@ import re
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.middleware.cors import CORSMiddleware
@@ -140,7 +140,7 @@ class Gate:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":  # lifespan (the app has no websocket route: Starlette closes one)
             return await self.app(scope, receive, send)
-        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        started, t0 = datetime.now(UTC), time.perf_counter()
         rid = request_id((header(scope, b"x-request-id") or b"").decode("latin-1") or None)
         scope["rckit.request_id"] = rid  # the 500 handler, outside this middleware, echoes it too
         text = self.log.on and self.config.log_text and not is_public(scope["path"])  # the API's, not the page's

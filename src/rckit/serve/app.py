@@ -51,19 +51,27 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rckit.retrieval.store import PassageStore
-from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.answering.explain_figure import html_of
 from rckit.answering.explanation import Explanation, needs_torch
 from rckit.answering.reader import Reader
-from rckit.model_files.source import (installed, installed_name, model_names, names_several, open_model,
-                                      pytorch_beside)
+from rckit.model_files.source import installed, installed_name, model_names, names_several, open_model, pytorch_beside
+from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
+from rckit.retrieval.store import PassageStore
 from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_of
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 from rckit.serve.config import ServeConfig, is_loopback
 from rckit.serve.keys import Keys
-from rckit.serve.schema import (AnswerResponse, ApiError, AskResponse, ErrorResponse, ExplainResponse,
-                                ModelsResponse, Requests, explain, not_served)
+from rckit.serve.schema import (
+    AnswerResponse,
+    ApiError,
+    AskResponse,
+    ErrorResponse,
+    ExplainResponse,
+    ModelsResponse,
+    Requests,
+    explain,
+    not_served,
+)
 
 STATIC = Path(__file__).resolve().parent / "static"
 FORMATS = ("json", "html")  # what POST /v1/explain answers with: ?format=

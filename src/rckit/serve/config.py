@@ -108,7 +108,7 @@ class ServeConfig:
     retriever_weight: float | None = setting(None, "with --index: how much the retriever's BM25 score counts "
                                              "beside the reader's (default: the measured best)")
 
-    def check(self) -> "ServeConfig":
+    def check(self) -> ServeConfig:
         """This config, or a ValueError naming the first setting out of range (a FileNotFoundError
         for an index that is not there)."""
         for f in fields(self):

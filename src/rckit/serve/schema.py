@@ -202,7 +202,7 @@ class Requests:
     explaining: type[ExplainBody]
 
     @classmethod
-    def of(cls, config: ServeConfig, window: int, models: tuple[str, ...] = ()) -> "Requests":
+    def of(cls, config: ServeConfig, window: int, models: tuple[str, ...] = ()) -> Requests:
         one_chars, list_chars = context_chars(config, window), context_chars(config, window, config.max_questions)
         model = {"model": served(models)} if models else {}
         one = create_model("OneQuestion", __base__=OneQuestion, __doc__=None,
@@ -384,7 +384,7 @@ def with_models(kind: Any) -> Any:
     if is_typeddict(kind):
         return MODELS.setdefault(kind, model_of(kind))
     if get_origin(kind) in (Union, types.UnionType):
-        return Union[tuple(with_models(k) for k in get_args(kind))]
+        return Union[tuple(with_models(k) for k in get_args(kind))]  # noqa: UP007 (built at run time)
     if get_origin(kind) is list:
         return list[with_models(get_args(kind)[0])]
     return kind

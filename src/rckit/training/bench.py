@@ -46,9 +46,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from rckit.answering.decoding import DecodeConfig
 from rckit.data.batching import BucketBatchSampler
 from rckit.device import autocast
-from rckit.answering.decoding import DecodeConfig
 from rckit.models import MODELS
 from rckit.models.contract import ReadingModel
 from rckit.training import memory

@@ -32,9 +32,9 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,13 +42,13 @@ from matplotlib.figure import Figure
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from rckit.answering.decoding import DecodeConfig
 from rckit.config import differences
 from rckit.data.batching import BucketBatchSampler
 from rckit.device import autocast
-from rckit.answering.decoding import DecodeConfig
-from rckit.models.contract import ReadingModel
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
 from rckit.model_files.load import load_model
+from rckit.models.contract import ReadingModel
 from rckit.training.config import TrainConfig
 from rckit.training.distributed import DistInfo, barrier, init_distributed, largest
 from rckit.training.ema import EMA

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
-from rckit.data.split import SquadSplit
 from rckit.answering.decoding import span_to_text
+from rckit.data.split import SquadSplit
 from rckit.evaluation.squad_metrics import f1_score
 
 

@@ -32,15 +32,14 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from rckit.answering.decoding import DecodeConfig, best_spans
 from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
-from rckit.answering.decoding import DecodeConfig, best_spans
 from rckit.evaluation.predict import predict, predict_split
-from rckit.evaluation.squad_metrics import abstaining
-from rckit.evaluation.squad_metrics import best_thresholds, only_questions, per_question_scores
+from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, per_question_scores
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
-from rckit.models.losses import cloze_loss
 from rckit.model_files.checkpoint import CheckpointError
+from rckit.models.losses import cloze_loss
 from rckit.training.rewards import SpanF1Reward
 
 

@@ -42,8 +42,16 @@ import numpy as np
 import torch
 
 from rckit.answering.reader import Reader
-from rckit.answering.verifier import (COLLECTION_FEATURES, FEATURES, FEATURES_VERSION, READER_FEATURES,
-                                     CollectionVerifier, Verifier, content, words)
+from rckit.answering.verifier import (
+    COLLECTION_FEATURES,
+    FEATURES,
+    FEATURES_VERSION,
+    READER_FEATURES,
+    CollectionVerifier,
+    Verifier,
+    content,
+    words,
+)
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json, normalize_answer
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, per_question_scores, score_predictions
