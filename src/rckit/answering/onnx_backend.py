@@ -73,18 +73,19 @@ class OnnxModel:
             detail = " ".join(str(e).split())[:200]
             raise CheckpointError(f"{path}: not a readable ONNX model ({detail})") from None
         self.meta = metadata(self.session, path)
-        if spin and (self.meta.get("embedding") or {}).get("contextual"):
+        reads_states = bool((self.meta.get("embedding") or {}).get("contextual"))
+        self.spin = spin and not reads_states
+        if spin and reads_states:
             # A model reading an encoder's states shares the cores with the encoder's session: only the
             # encoder's threads spin (two spinning pools slow each other: BENCHMARKS.md, "Contextual vectors").
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             self.session = ort.InferenceSession(str(path), opts, providers=providers(ort, device))
-        self.spin = spin and not (self.meta.get("embedding") or {}).get("contextual")
         # The fixed GloVe rows the file leaves out: read from the package, fed with every call.
         self.fixed = {name: fixed_rows(path, entry) for name, entry in (self.meta.get("frozen_rows") or {}).items()}
         self.inputs = [i.name for i in self.session.get_inputs() if i.name not in self.fixed]
         self.outputs = [o.name for o in self.session.get_outputs()]
         # A model that reads contextual states takes them too (its metadata names the encoder).
-        expected = INPUTS + (STATE_INPUTS if (self.meta.get("embedding") or {}).get("contextual") else ())
+        expected = INPUTS + (STATE_INPUTS if reads_states else ())
         if sorted(self.inputs) != sorted(expected) or self.outputs[:2] != ["start_logits", "end_logits"]:
             raise CheckpointError(f"{path}: an ONNX model with inputs {self.inputs} and outputs {self.outputs}, "
                                   f"not rckit's {list(expected)} -> start_logits, end_logits")
