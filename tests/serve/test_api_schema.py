@@ -79,11 +79,17 @@ def test_a_text_without_a_letter_or_digit_is_invalid_by_both_with_todays_message
 def test_the_api_keeps_its_published_schema(tiny_export, tmp_path):
     from rckit.cli import main
 
-    (tmp_path / "docs").mkdir()  # an index, so that POST /v1/ask and GET /v1/index are tried too
+    (tmp_path / "docs").mkdir()  # an index and labels, so that /v1/ask, /v1/index and /v1/labels are tried too
     (tmp_path / "docs" / "a.txt").write_text("alpha beta gamma delta.\n\nepsilon zeta eta theta.\n")
     assert main(["index", str(tmp_path / "docs"), "--out", str(tmp_path / "docs.sqlite"), "--no-progress"]) == 0
-    proc, url = start_server([str(tiny_export), "--index", str(tmp_path / "docs.sqlite"), "--api-key", KEY],
-                             tmp_path / "serve.log")
+    proc, url = start_server([str(tiny_export), "--index", str(tmp_path / "docs.sqlite"), "--api-key", KEY,
+                              "--labels", str(tmp_path / "labels.json")], tmp_path / "serve.log")
+    # A label's answer must be its passage's text at answer_start: a rule between two fields that no
+    # JSON schema states, so a schema-valid label may be refused with 422, saying so.
+    (tmp_path / "schemathesis.toml").write_text(
+        '[[operations]]\ninclude-path = "/v1/labels"\ninclude-method = "POST"\n'
+        '[operations.checks.positive_data_acceptance]\n'
+        'expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]\n')
     try:
         run = subprocess.run([schemathesis_cli(), "run", f"{url}openapi.json", "--checks", "all",
                               "--header", f"Authorization: Bearer {KEY}",
@@ -94,6 +100,6 @@ def test_the_api_keeps_its_published_schema(tiny_export, tmp_path):
     report = run.stdout[-6000:] + run.stderr[-2000:]
     assert run.returncode == 0, report
     assert "no issues found" in run.stdout.lower(), report
-    # /v1/answer, /v1/explain, /v1/ask, /v1/index, /v1/model, /v1/models, /health
-    assert "7 selected / 7 total" in run.stdout, report
+    # /v1/answer, /v1/explain, /v1/ask, /v1/index, /v1/model, /v1/models, /health, GET and POST /v1/labels
+    assert "9 selected / 9 total" in run.stdout, report
     assert KEY not in (tmp_path / "serve.log").read_text()  # the access log names a key, never shows it

@@ -47,6 +47,7 @@ and exits with status 2. A Python traceback means a bug in rckit: please report 
 COMMANDS = {
     "prepare": ("prepare", "tokenize, index and cache a dataset"),
     "train": ("train", "train a model"),
+    "adapt": ("adapt", "fine-tune a trained reader on your own labelled questions"),
     "evaluate": ("evaluate", "official EM/F1 (or cloze accuracy) of a trained run"),
     "predict": ("predict", "answer questions about a text"),
     "explain": ("explain", "why a span model gives its answer: probabilities, attention, saliency"),

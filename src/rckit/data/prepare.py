@@ -42,6 +42,7 @@ class PrepareConfig:
     char_min_count: int = 1
     trainable_min_count: int = 0  # >0 keeps train words without vectors as trainable rows
     extend_vocab_with_pretrained: bool = True  # dev words with a pretrained vector enter the vocab
+    base_vocab: str | None = None  # a vocab.json the vocabulary extends, every word kept (rckit adapt: the model's)
     seed: int = 0
 
 
@@ -295,7 +296,10 @@ def coverage(tok: TokenizedSplit, arrays: dict, vocabs: Vocabularies) -> dict:
 
 
 def build_vocabularies(train: TokenizedSplit, others: list[TokenizedSplit], cfg: PrepareConfig, pre: V.Pretrained) -> Vocabularies:
-    lowercase = pre.lowercase if cfg.lowercase is None else cfg.lowercase
+    base = None
+    if cfg.base_vocab:
+        base = Vocabularies.from_json(json.loads(Path(cfg.base_vocab).read_text()))
+    lowercase = base.lowercase if base else pre.lowercase if cfg.lowercase is None else cfg.lowercase
     word_counts: Counter = Counter()
     char_counts: Counter = Counter()
     for f, c in zip(train.forms, train.form_counts.tolist()):
@@ -305,9 +309,15 @@ def build_vocabularies(train: TokenizedSplit, others: list[TokenizedSplit], cfg:
     extra = []
     if cfg.extend_vocab_with_pretrained:
         extra = [V.normalize_word(f, lowercase) for o in others for f in o.forms]
-    words = V.build_word_vocab(word_counts, pre, extra, cfg.trainable_min_count)
-    chars = V.build_char_vocab(char_counts, cfg.char_min_count)
-    return Vocabularies(words, chars, lowercase, cfg.max_word_len)
+    if base is None:
+        words = V.build_word_vocab(word_counts, pre, extra, cfg.trainable_min_count)
+        chars = V.build_char_vocab(char_counts, cfg.char_min_count)
+        return Vocabularies(words, chars, lowercase, cfg.max_word_len)
+    words = V.extend_word_vocab(base.words, word_counts, pre, extra, cfg.trainable_min_count)
+    known = set(base.chars.itos)
+    added = [c for c in V.build_char_vocab(char_counts, cfg.char_min_count).itos if c not in known]
+    chars = V.Vocab(base.chars.itos + added, len(base.chars.itos) + len(added))
+    return Vocabularies(words, chars, lowercase, base.max_word_len)
 
 
 # ---------------------------------------------------------------------------- the cache
@@ -329,6 +339,7 @@ def cache_key(files: dict[str, str | Path], cfg: PrepareConfig) -> str:
         "embeddings": V.embeddings_identity(cfg.embeddings),
         "char_embeddings": V.embeddings_identity(cfg.char_embeddings) if cfg.char_embeddings else None,
         "files": {k: file_digest(p) for k, p in sorted(files.items())},
+        **({"base_vocab": file_digest(cfg.base_vocab)} if cfg.base_vocab else {}),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -416,6 +427,8 @@ def prepare_squad(
     wanted = None
     if cfg.embeddings != V.DEFAULT_EMBEDDINGS:
         wanted = {V.normalize_word(f, False) for t in toks.values() for f in t.forms}
+        if cfg.base_vocab:
+            wanted |= set(json.loads(Path(cfg.base_vocab).read_text())["words"])
     pre = V.load_pretrained(cfg.embeddings, wanted)
     others = [t for name, t in toks.items() if name != "train"]
     vocabs = build_vocabularies(toks["train"], others, cfg, pre)

@@ -11,6 +11,9 @@ off the event loop (:class:`Explainer`); a server of an ONNX file explains with 
 ``.safetensors`` file beside it, loaded on the first explanation, or answers 501. Started with
 an index of documents (``rckit serve --index INDEX``), ``POST /v1/ask`` takes ``{"question": ...}``
 (optional ``"top_k"``, ``"passages"``) and answers from every document (retrieve, then read).
+Started with a file of labels (``--labels FILE``), ``POST /v1/labels`` adds a question about a
+passage with its answer to it and ``GET /v1/labels`` counts them (:mod:`.labels`): the page's
+Label tab, for ``rckit adapt``.
 
 A server may hold several models (``rckit serve --model all``, or ``--model dcn,qanet``): each
 with its own batcher and explainer, ``GET /v1/models`` lists them, and every request body may
@@ -50,6 +53,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from rckit.answering.explain_figure import html_of
 from rckit.answering.explanation import Explanation, needs_torch
@@ -61,6 +65,7 @@ from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_o
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 from rckit.serve.config import ServeConfig, is_loopback
 from rckit.serve.keys import Keys
+from rckit.serve.labels import LabelFile
 from rckit.serve.schema import (
     AnswerResponse,
     ApiError,
@@ -171,8 +176,9 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
     async def _http_error(request: Request, e: StarletteHTTPException):
         if e.status_code == 404:
             return error(404, f"no such page: {request.url.path}")
-        if e.status_code == 405:  # e.headers has Allow, which RFC 9110 asks of a 405
-            return error(405, f"{request.method} is not allowed on {request.url.path}", e.headers)
+        if e.status_code == 405:  # with Allow, which RFC 9110 asks of a 405: every route's of this path
+            return error(405, f"{request.method} is not allowed on {request.url.path}",
+                         {**(e.headers or {}), "Allow": allowed_methods(request)})
         return error(e.status_code, str(e.detail), e.headers)
 
     @app.exception_handler(Exception)
@@ -255,6 +261,34 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         if app.state.index is None:
             raise ApiError(404, "this server has no index of documents: start it with rckit serve --index INDEX")
         return {**app.state.index.stats(), "path": str(Path(config.index).resolve()), "retriever_weight": retriever_weight}
+
+    labels = LabelFile(config.labels) if config.labels is not None else None
+    no_labels = "this server keeps no labels: start it with rckit serve --labels FILE"
+
+    @app.get("/v1/labels", responses={404: {"model": ErrorResponse, "description": no_labels}})
+    async def label_stats() -> dict[str, Any]:
+        """The server's file of labels (404 without one): how many questions, passages and documents."""
+        if labels is None:
+            raise ApiError(404, no_labels)
+        return await asyncio.to_thread(labels.stats)
+
+    @app.post("/v1/labels", responses={**errors, 404: {"model": ErrorResponse, "description": no_labels}},
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": requests.label_schema(),
+                  "example": {"document": "manual.pdf", "context": "Press the red button to stop the pump.",
+                              "question": "What stops the pump?", "answer": "the red button",
+                              "answer_start": 6}}}}})
+    async def add_label(request: Request) -> dict[str, Any]:
+        """Add a question about a passage, with its answer, to the server's file of labels (a SQuAD
+        v1.1 file, for `rckit adapt`); 422 where the answer is not the passage's text at answer_start."""
+        if labels is None:
+            raise ApiError(404, no_labels)
+        req = requests.parse_label(await read_body(request, config.max_body_bytes))
+        try:
+            return await asyncio.to_thread(labels.add, req.document, req.context, req.question, req.answer,
+                                           req.answer_start)
+        except ValueError as e:
+            raise ApiError(422, str(e)) from None
 
     @app.get("/v1/model", responses={422: {"model": ErrorResponse, "description": "`model` names a model not "
                                            "served here"}}, openapi_extra={"parameters": [{
@@ -355,6 +389,17 @@ class Explainer:
             except Exception as e:  # noqa: BLE001 - each explanation says so; answering goes on
                 raise ApiError(500, f"cannot load {beside.name} to explain with: {type(e).__name__}: {e}") from None
         return self.pytorch
+
+
+def allowed_methods(request: Request) -> str:
+    """The methods of every route whose path is the request's (Starlette's own 405 names the
+    first such route's alone: ``GET`` for ``/v1/labels``, which also takes ``POST``)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
 
 
 async def read(batcher: Batcher, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> list:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from rckit.serve.keys import Keys
+from rckit.serve.labels import LabelFile
 
 POLICIES = ("fair", "round-robin")
 ORIGIN = re.compile(r"https?://[^/\s?#]+")  # scheme://host[:port], what a browser sends as Origin
@@ -107,6 +108,10 @@ class ServeConfig:
                                 "tab to ask the whole collection", metavar="INDEX")
     retriever_weight: float | None = setting(None, "with --index: how much the retriever's BM25 score counts "
                                              "beside the reader's (default: the measured best)")
+    # Labels for adapting a reader (rckit.serve.labels, rckit adapt).
+    labels: str | None = setting(None, "a SQuAD file the page's Label tab adds your questions and answers to "
+                                 "(POST /v1/labels; made on first use), for `rckit adapt --labels FILE`",
+                                 metavar="FILE")
 
     def check(self) -> ServeConfig:
         """This config, or a ValueError naming the first setting out of range (a FileNotFoundError
@@ -126,6 +131,8 @@ class ServeConfig:
                              "a list of questions reads each on at least one window")
         if self.index is not None and not Path(self.index).is_file():
             raise FileNotFoundError(f"{self.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
+        if self.labels is not None:
+            LabelFile(self.labels)  # a folder that is not there, a file that is not SQuAD: refused now
         self.check_access()
         return self
 

@@ -68,6 +68,7 @@ def letter_or_digit() -> str:
     return "[" + "".join(run(lo, hi) for lo, hi in runs) + "]"
 
 
+MAX_DOCUMENT_CHARS = 500  # a label's document name
 HAS_WORD = letter_or_digit()  # every text of a request must match it, as text_problem asks
 RANGES = {"top_k": (1, 20),
           "max_answer_len": (1, 200),  # tokens; the decoder's cost grows with it
@@ -168,6 +169,11 @@ class ExplainBody(Body):
     """``POST /v1/explain``: one question about one context, its answer explained."""
 
 
+class LabelBody(Body):
+    """``POST /v1/labels``: one question about a passage of a document, with its answer's text
+    and where it starts in the passage (:mod:`rckit.serve.labels`)."""
+
+
 def answer_options() -> dict[str, Any]:
     """The fields both bodies of ``POST /v1/answer`` hold beside the context and the question(s)."""
     return {"top_k": (ranged("top_k"), Field(1, description="how many answers per question, best first")),
@@ -200,6 +206,7 @@ class Requests:
     several: type[SeveralQuestions]
     ask: type[AskBody]
     explaining: type[ExplainBody]
+    labelling: type[LabelBody]
 
     @classmethod
     def of(cls, config: ServeConfig, window: int, models: tuple[str, ...] = ()) -> Requests:
@@ -228,7 +235,15 @@ class Requests:
             steps=(ranged("steps"), Field(explanation.DEFAULT_STEPS, description="integrated gradients' steps from "
                                           "all-zero word vectors: the model reads steps + 1 copies, with gradients")),
             **model)
-        return cls(config, one, several, ask, explaining)
+        labelling = create_model(
+            "LabelBody", __base__=LabelBody, __doc__=None,
+            document=text(MAX_DOCUMENT_CHARS, "the document the passage comes from (the SQuAD article's title)"),
+            context=text(config.max_context_chars, "the passage"), question=text(config.max_question_chars,
+                                                                                "the question"),
+            answer=text(config.max_context_chars, "the answer: the passage's text from answer_start"),
+            answer_start=(Annotated[int, Field(ge=0), BeforeValidator(whole_number)], Field(
+                description="where the answer starts in the passage, in characters (Unicode code points)")))
+        return cls(config, one, several, ask, explaining, labelling)
 
     def limits(self) -> str:
         """The limits of a whole request, for a body's description."""
@@ -276,6 +291,15 @@ class Requests:
         if "questions" in data:
             raise ApiError(422, "'questions': POST /v1/explain explains one question; send it as 'question'")
         return validated(self.explaining, data)
+
+    def label_schema(self) -> dict:
+        """The JSON schema of ``POST /v1/labels``' body: every rule :meth:`parse_label` enforces."""
+        return {**self.labelling.model_json_schema(), "description": f"One label; {self.limits()}"}
+
+    def parse_label(self, body: bytes) -> LabelBody:
+        """The checked ``POST /v1/labels`` request, or an :class:`ApiError` naming what is wrong."""
+        like = '{"document": "...", "context": "...", "question": "...", "answer": "...", "answer_start": 0}'
+        return validated(self.labelling, json_object(body, like))
 
     def parse_ask(self, body: bytes) -> AskBody:
         """The checked ``POST /v1/ask`` request, or an :class:`ApiError` naming what is wrong."""

@@ -56,6 +56,7 @@ async function useKey(event) {
   setState("");
   if (!(await showModels())) return;  // refused: the form is back, saying so
   await showIndex();
+  await showLabels();
   setState("ready");
 }
 
@@ -373,14 +374,21 @@ async function compare() {
   setState(rows.some((r) => r.classList.contains("failed")) ? "error" : "compared");
 }
 
-// The second tab: ask every document of the server's index (POST /v1/ask).
+// The tabs: a passage; every document of the server's index (POST /v1/ask); labelling (POST /v1/labels).
+const TABS = { passage: "Ask a passage", collection: "Ask your documents", label: "Label your documents" };
+
 function showTab(name) {
-  const collection = name === "collection";
-  $("passage-view").hidden = collection;
-  $("collection-view").hidden = !collection;
-  $("tab-passage").setAttribute("aria-selected", String(!collection));
-  $("tab-collection").setAttribute("aria-selected", String(collection));
-  $("title").textContent = collection ? "Ask your documents" : "Ask a passage";
+  for (const tab of Object.keys(TABS)) {
+    $(`${tab}-view`).hidden = tab !== name;
+    $(`tab-${tab}`).setAttribute("aria-selected", String(tab === name));
+  }
+  $("title").textContent = TABS[name];
+}
+
+// A tab beside the passage's: shown, and with it the row of tabs.
+function offerTab(name) {
+  $(`tab-${name}`).hidden = false;
+  $("tabs").hidden = false;
 }
 
 function foundItem(a) {
@@ -462,10 +470,152 @@ async function showIndex() {
     const response = await api("/v1/index");
     if (!response.ok) return;  // no index: the page keeps its one tab
     const index = await response.json();
-    $("tabs").hidden = false;
+    hasIndex = true;
+    offerTab("collection");
+    $("label-find-hint").hidden = false;
     $("collection-hint").textContent = `Ask a question of the ${index.documents.toLocaleString("en")} documents in the server's index: the best passages are found, then read.`;
   } catch {
     // Without the index the passage tab still works.
+  }
+}
+
+// The Label tab (a server started with --labels FILE): a question about a passage, the model's
+// answer marked to accept or correct by selecting other words with the mouse, saved to the
+// server's SQuAD file. Offsets are code points of the passage, as the server counts them.
+let hasIndex = false;
+let labelling = null;  // { context, start, end }: the passage read and the answer chosen in it
+
+function labelError(message) {
+  $("label-error").textContent = message;
+  $("label-error").hidden = !message;
+}
+
+function showLabelCount(body) {
+  const n = body.questions;
+  $("label-count").textContent = `${n.toLocaleString("en")} question${n === 1 ? "" : "s"} labelled in ${body.file}` +
+    ` (${body.documents.toLocaleString("en")} document${body.documents === 1 ? "" : "s"}).`;
+}
+
+async function showLabels() {
+  try {
+    const response = await api("/v1/labels");
+    if (!response.ok) return;  // no labels file: no Label tab
+    showLabelCount(await response.json());
+    offerTab("label");
+  } catch {
+    // The other tabs still work.
+  }
+}
+
+function markLabel() {
+  const points = Array.from(labelling.context);
+  const { start, end } = labelling;
+  const box = $("label-passage");
+  if (start === null) {
+    box.replaceChildren(document.createTextNode(labelling.context));
+    $("label-chosen").textContent = "The model found no answer: select it with the mouse.";
+    $("label-save").disabled = true;
+    return;
+  }
+  const mark = document.createElement("mark");
+  mark.textContent = codePointSlice(points, start, end);
+  box.replaceChildren(document.createTextNode(codePointSlice(points, 0, start)), mark,
+                      document.createTextNode(codePointSlice(points, end, points.length)));
+  $("label-chosen").textContent = `${labelling.by}: “${mark.textContent}”`;
+  $("label-save").disabled = false;
+}
+
+async function suggest(event) {
+  if (event) event.preventDefault();
+  const question = $("label-question").value;
+  let context = $("label-context").value;
+  labelError("");
+  if (!question.trim()) {
+    labelError("Write a question first.");
+    setState("error");
+    return;
+  }
+  if (!context.trim() && !hasIndex) {
+    labelError("Paste a passage first.");
+    setState("error");
+    return;
+  }
+  setState("asking");
+  $("label-suggest").disabled = true;
+  try {
+    let span;
+    if (!context.trim()) {  // the passage found in the server's documents, with its file's name
+      const found = (await postJSON("/v1/ask", withModel({ question, top_k: 1 }))).answers[0];
+      if (!found || !found.passage) throw new Error("no passage of the server's documents answers it");
+      context = found.passage.text;
+      $("label-context").value = context;
+      $("label-document").value = found.source.split(/[\\/]/).pop();
+      span = found.start === null ? null : { start: found.start - found.passage.start, end: found.end - found.passage.start };
+    } else {
+      const a = (await postJSON("/v1/answer", withModel({ context, question }))).answers[0];
+      span = !a || a.start === null ? null : { start: a.start, end: a.end };
+    }
+    labelling = { context, start: span ? span.start : null, end: span ? span.end : null, by: "The model's answer" };
+    markLabel();
+    $("label-answer").hidden = false;
+    setState("suggested");
+  } catch (e) {
+    labelError(`Could not suggest an answer: ${e.message}`);
+    setState("error");
+  } finally {
+    $("label-suggest").disabled = false;
+  }
+}
+
+// The words selected in the passage become the answer: offsets from the selection's place in the
+// passage's text, white space at its ends left out.
+function chooseSelection() {
+  const selection = window.getSelection();
+  const box = $("label-passage");
+  if (!labelling || !selection.rangeCount || selection.isCollapsed) return;
+  const range = selection.getRangeAt(0);
+  if (!box.contains(range.startContainer) || !box.contains(range.endContainer)) return;
+  const before = document.createRange();
+  before.selectNodeContents(box);
+  before.setEnd(range.startContainer, range.startOffset);
+  const units = before.toString().length;  // UTF-16 units, as JavaScript counts
+  const text = labelling.context;
+  let start = Array.from(text.slice(0, units)).length;
+  let end = start + Array.from(range.toString()).length;
+  const points = Array.from(text);
+  while (start < end && /\s/.test(points[start])) start += 1;
+  while (end > start && /\s/.test(points[end - 1])) end -= 1;
+  selection.removeAllRanges();
+  if (start === end) return;
+  labelling = { ...labelling, start, end, by: "Your answer" };
+  markLabel();
+}
+
+async function saveLabel() {
+  if (!labelling || labelling.start === null) return;
+  const points = Array.from(labelling.context);
+  const body = {
+    document: $("label-document").value.trim() || "pasted passages",
+    context: labelling.context,
+    question: $("label-question").value,
+    answer: codePointSlice(points, labelling.start, labelling.end),
+    answer_start: labelling.start,
+  };
+  labelError("");
+  $("label-save").disabled = true;
+  try {
+    const saved = await postJSON("/v1/labels", body);
+    showLabelCount(saved);
+    $("label-answer").hidden = true;
+    $("label-question").value = "";  // the passage stays: the next question is often about it too
+    $("label-question").focus();
+    labelling = null;
+    setState("labelled");
+  } catch (e) {
+    labelError(`Could not save the label: ${e.message}`);
+    setState("error");
+  } finally {
+    $("label-save").disabled = false;
   }
 }
 
@@ -515,6 +665,11 @@ document.addEventListener("DOMContentLoaded", () => {
   window.addEventListener("resize", () => requestAnimationFrame(fitInside));
   $("tab-passage").addEventListener("click", () => showTab("passage"));
   $("tab-collection").addEventListener("click", () => showTab("collection"));
+  $("tab-label").addEventListener("click", () => showTab("label"));
+  $("label-form").addEventListener("submit", suggest);
+  $("label-passage").addEventListener("mouseup", chooseSelection);
+  $("label-save").addEventListener("click", saveLabel);
   showModels();
   showIndex();
+  showLabels();
 });
