@@ -125,8 +125,11 @@ def test_the_answering_path_indexes_texts_as_featurize_does(tiny_squad, tiny_glo
     from rckit.data.prepare import FormIndex, tokenize_texts
 
     p = _prep(tiny_squad, tiny_glove, tmp_path / "out")
-    texts = [("Denver won in Oslo, didn't it?", "Who won in Oslo?"), ("Oslo is cold; Denver isn't.", "Is Oslo cold?"),
-             ("Ünïcode wörds and a verylongwordbeyondsixteenchars.", "Which words?")]
+    texts = [
+        ("Denver won in Oslo, didn't it?", "Who won in Oslo?"),
+        ("Oslo is cold; Denver isn't.", "Is Oslo cold?"),
+        ("Ünïcode wörds and a verylongwordbeyondsixteenchars.", "Which words?"),
+    ]
     index = FormIndex(p.vocabs, limit=12)
     for context, question in texts:
         doc = squad_json([(context, [("n1", question, [(context[:4], 0)])])])
@@ -158,9 +161,35 @@ def test_the_head_of_a_split_batches_its_first_questions_alike(tiny_squad, tiny_
     assert len(train) > n and len(set(train.a["q_ctx"].tolist())) > 1
     head = train.head(n)
     assert len(head) == n and head.qids == train.qids[:n] and head.questions == train.questions[:n]
-    assert head.contexts == train.contexts[:int(train.a["q_ctx"][:n].max()) + 1] != train.contexts
+    assert head.contexts == train.contexts[: int(train.a["q_ctx"][:n].max()) + 1] != train.contexts
     whole, part = train.collate(list(range(n))), head.collate(list(range(n)))
     for field in ("c_words", "c_chars", "q_words", "q_chars", "y_start", "y_end"):
         assert getattr(whole, field).equal(getattr(part, field)), field
     assert head.texts().digest() != train.texts().digest()
     assert len(train.head(10**6)) == len(train) and len(train.head(0)) == 0
+
+
+def test_caches_built_before_base_vocab_existed_keep_their_key(tiny_squad, tiny_glove):
+    """``base_vocab`` (rckit adapt) unset leaves the key as it was before the setting existed, so
+    no one's prepared SQuAD (and its contextual states, hours of work) is built again."""
+    import dataclasses
+
+    from rckit.data.prepare import cache_key
+
+    train, dev = tiny_squad
+    files = {"train": train, "dev": dev}
+    before = dataclasses.make_dataclass(
+        "PrepareConfig",
+        [
+            (f.name, f.type, dataclasses.field(default=f.default))
+            for f in dataclasses.fields(PrepareConfig)
+            if f.name != "base_vocab"
+        ],
+        namespace={"base_vocab": None},
+    )
+    assert cache_key(files, PrepareConfig(embeddings=str(tiny_glove))) == cache_key(
+        files, before(embeddings=str(tiny_glove))
+    )
+    assert cache_key(files, PrepareConfig(embeddings=str(tiny_glove), base_vocab=str(train))) != cache_key(
+        files, before(embeddings=str(tiny_glove))
+    )

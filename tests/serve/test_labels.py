@@ -17,6 +17,7 @@ from rckit.serve import labels as labels_module
 from rckit.serve.app import create_app
 from rckit.serve.config import ServeConfig
 from rckit.serve.labels import LabelFile
+from tests.retrieval.test_collection import index_server  # noqa: F401  (a fixture: rckit serve --index --labels)
 from tests.serve.test_access import KEY, bearer
 from tests.serve.test_page import browser  # noqa: F401  (a fixture: headless Chromium)
 from tests.serve.test_serve import FakeReader
@@ -26,8 +27,14 @@ PASSAGE = "Press 🙂 the red button to stop the pump. The blue one starts it ag
 
 def label(n: int = 0, **change) -> dict:
     at = PASSAGE.index("the red button")
-    return {"document": "manual.pdf", "context": PASSAGE, "question": f"What stops the pump? ({n})",
-            "answer": "the red button", "answer_start": at, **change}
+    return {
+        "document": "manual.pdf",
+        "context": PASSAGE,
+        "question": f"What stops the pump? ({n})",
+        "answer": "the red button",
+        "answer_start": at,
+        **change,
+    }
 
 
 def test_labels_grow_a_squad_file_by_document_and_passage(tmp_path):
@@ -41,16 +48,19 @@ def test_labels_grow_a_squad_file_by_document_and_passage(tmp_path):
     ds = read_squad(tmp_path / "labels.json")  # a SQuAD file as rckit adapt reads it
     assert len(ds.examples) == 4 and ds.report.version == "1.1"
     e = ds.examples[0]
-    assert e.answers[0].text == "the red button" and e.context[e.answers[0].start:].startswith("the red button")
+    assert e.answers[0].text == "the red button" and e.context[e.answers[0].start :].startswith("the red button")
     assert first["id"] == e.qid
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"answer_start": 0}, "not the passage's text at character 0"),
-    ({"answer": "the green button"}, "not the passage's text"),
-    ({"answer": "the red button ", "answer_start": PASSAGE.index("the red button")}, "white space"),
-    ({"question": "  "}, "needs a passage, a question and an answer"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"answer_start": 0}, "not the passage's text at character 0"),
+        ({"answer": "the green button"}, "not the passage's text"),
+        ({"answer": "the red button ", "answer_start": PASSAGE.index("the red button")}, "white space"),
+        ({"question": "  "}, "needs a passage, a question and an answer"),
+    ],
+)
 def test_a_label_not_in_its_passage_is_refused_in_one_line(tmp_path, change, message):
     f = LabelFile(tmp_path / "labels.json")
     with pytest.raises(ValueError, match=message):
@@ -127,8 +137,12 @@ def test_the_api_adds_labels_behind_the_servers_keys(tmp_path):
         assert r.status_code == 422 and "'answer_start' must be an integer" in r.json()["error"]
         r = c.post("/v1/labels", json={k: v for k, v in label().items() if k != "document"}, headers=bearer(KEY))
         assert r.status_code == 422 and "'document' is required" in r.json()["error"]
-        assert c.get("/v1/labels", headers=bearer(KEY)).json() == {"file": "labels.json", "questions": 1,
-                                                                   "passages": 1, "documents": 1}
+        assert c.get("/v1/labels", headers=bearer(KEY)).json() == {
+            "file": "labels.json",
+            "questions": 1,
+            "passages": 1,
+            "documents": 1,
+        }
         assert "/v1/labels" in c.get("/openapi.json").json()["paths"]
     with TestClient(create_app(FakeReader(), ServeConfig(access_log="off"))) as c:
         r = c.get("/v1/labels")
@@ -153,8 +167,9 @@ def test_the_page_labels_an_answer_the_user_selects(tiny_export, tmp_path, brows
         state = lambda d: d.execute_script("return document.body.dataset.state")  # noqa: E731
         by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
         browser.get(url)
-        tab = _wait(browser, lambda d: d.find_element(By.ID, "tab-label").is_displayed() and d.find_element(By.ID,
-                                                                                                        "tab-label"))
+        tab = _wait(
+            browser, lambda d: d.find_element(By.ID, "tab-label").is_displayed() and d.find_element(By.ID, "tab-label")
+        )
         assert not by_id("tab-collection").is_displayed()  # no index: no documents' tab
         assert "0 questions labelled in labels.json" in _text(by_id("label-count"))
         tab.click()
@@ -193,8 +208,47 @@ def test_the_page_labels_an_answer_the_user_selects(tiny_export, tmp_path, brows
         ds = read_squad(labels_f)
         (e,) = ds.examples
         a = e.answers[0]
-        assert (e.question, a.text, a.start) == ("Which button stops the pump?", "the red button",
-                                                 PASSAGE.index("the red button"))
+        assert (e.question, a.text, a.start) == (
+            "Which button stops the pump?",
+            "the red button",
+            PASSAGE.index("the red button"),
+        )
         assert json.loads(Path(labels_f).read_text())["data"][0]["title"] == "pump-manual.pdf"
     finally:
         stop_server(proc)
+
+
+@pytest.mark.browser
+def test_the_page_finds_a_passage_to_label_in_the_servers_documents(index_server, browser):  # noqa: F811
+    """With an index and no passage pasted, Suggest finds the passage in the server's documents,
+    names its file and marks the model's answer; accepted as it is, it is saved."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from tests.serve.test_page import _text, _wait
+
+    url, folder = index_server
+    state = lambda d: d.execute_script("return document.body.dataset.state")  # noqa: E731
+    by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
+    browser.get(url)
+    tab = _wait(
+        browser, lambda d: d.find_element(By.ID, "tab-label").is_displayed() and d.find_element(By.ID, "tab-label")
+    )
+    assert by_id("tab-collection").is_displayed()  # both tabs beside the passage's
+    tab.click()
+    assert by_id("label-find-hint").is_displayed()
+    browser.execute_script("document.body.dataset.state = ''")
+    by_id("label-question").send_keys("Who was the first person to walk on the Moon?", Keys.ENTER)
+    _wait(browser, lambda d: state(d) in ("suggested", "error"))
+    assert state(browser) == "suggested", _text(by_id("label-error"))
+    context = by_id("label-context").get_attribute("value")
+    marked = _text(browser.find_element(By.CSS_SELECTOR, "#label-passage mark"))
+    assert "Neil Armstrong" in marked and "Neil Armstrong" in context
+    assert by_id("label-document").get_attribute("value") == "records.jsonl [moon]"
+    browser.execute_script("document.body.dataset.state = ''")
+    by_id("label-save").click()
+    _wait(browser, lambda d: state(d) in ("labelled", "error"))
+    assert state(browser) == "labelled"
+    ds = read_squad(folder.parent / "labels.json")
+    (e,) = [e for e in ds.examples if e.question == "Who was the first person to walk on the Moon?"]
+    assert e.answers[0].text == marked and e.context == context

@@ -82,10 +82,14 @@ class TextTokens:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The token arrays as a prepared split holds them (pointers int64, form ids int32)."""
-        return {"ctx_ptr": np.asarray(self.ctx_ptr, np.int64), "ctx_forms": np.asarray(self.ctx_forms, np.int32),
-                "ctx_offsets": np.asarray(self.ctx_offsets, np.int32).reshape(-1, 2),
-                "q_ptr": np.asarray(self.q_ptr, np.int64), "q_forms": np.asarray(self.q_forms, np.int32),
-                "q_offsets": np.asarray(self.q_offsets, np.int32).reshape(-1, 2)}
+        return {
+            "ctx_ptr": np.asarray(self.ctx_ptr, np.int64),
+            "ctx_forms": np.asarray(self.ctx_forms, np.int32),
+            "ctx_offsets": np.asarray(self.ctx_offsets, np.int32).reshape(-1, 2),
+            "q_ptr": np.asarray(self.q_ptr, np.int64),
+            "q_forms": np.asarray(self.q_forms, np.int32),
+            "q_offsets": np.asarray(self.q_offsets, np.int32).reshape(-1, 2),
+        }
 
 
 def tokenize_texts(contexts: list[str], questions) -> TextTokens:
@@ -120,8 +124,14 @@ def tokenize_texts(contexts: list[str], questions) -> TextTokens:
 
 def tokenize_dataset(ds: SquadDataset) -> TokenizedSplit:
     t = tokenize_texts(ds.contexts, (ex.question for ex in ds.examples))
-    forms, ctx_ptr, ctx_forms, ctx_offsets, q_ptr, q_forms = (t.forms, t.ctx_ptr, t.ctx_forms, t.ctx_offsets,
-                                                              t.q_ptr, t.q_forms)
+    forms, ctx_ptr, ctx_forms, ctx_offsets, q_ptr, q_forms = (
+        t.forms,
+        t.ctx_ptr,
+        t.ctx_forms,
+        t.ctx_offsets,
+        t.q_ptr,
+        t.q_forms,
+    )
     bounds = []  # per context: (starts, ends) lists for span mapping
     for lo, hi in zip(ctx_ptr, ctx_ptr[1:]):
         offs = ctx_offsets[lo:hi]
@@ -295,7 +305,9 @@ def coverage(tok: TokenizedSplit, arrays: dict, vocabs: Vocabularies) -> dict:
     }
 
 
-def build_vocabularies(train: TokenizedSplit, others: list[TokenizedSplit], cfg: PrepareConfig, pre: V.Pretrained) -> Vocabularies:
+def build_vocabularies(
+    train: TokenizedSplit, others: list[TokenizedSplit], cfg: PrepareConfig, pre: V.Pretrained
+) -> Vocabularies:
     base = None
     if cfg.base_vocab:
         base = Vocabularies.from_json(json.loads(Path(cfg.base_vocab).read_text()))
@@ -335,7 +347,8 @@ def cache_key(files: dict[str, str | Path], cfg: PrepareConfig) -> str:
     parts = {
         "format": FORMAT_VERSION,
         "tokenizer": TOKENIZER_VERSION,
-        "config": asdict(cfg),
+        # base_vocab (rckit adapt) unset is left out: caches built before the setting existed keep their key
+        "config": {k: v for k, v in asdict(cfg).items() if not (k == "base_vocab" and v is None)},
         "embeddings": V.embeddings_identity(cfg.embeddings),
         "char_embeddings": V.embeddings_identity(cfg.char_embeddings) if cfg.char_embeddings else None,
         "files": {k: file_digest(p) for k, p in sorted(files.items())},
@@ -396,8 +409,9 @@ def load_prepared(root: str | Path) -> Prepared:
 def save_split(root: Path, name: str, tok: TokenizedSplit, arrays: dict[str, np.ndarray]) -> None:
     for k, a in arrays.items():
         np.save(root / f"{name}.{k}.npy", a)
-    (root / f"{name}.text.json").write_text(json.dumps({"qids": tok.qids, "contexts": tok.contexts,
-                                                        "questions": tok.questions}))
+    (root / f"{name}.text.json").write_text(
+        json.dumps({"qids": tok.qids, "contexts": tok.contexts, "questions": tok.questions})
+    )
 
 
 def prepare_squad(
@@ -451,7 +465,13 @@ def prepare_squad(
                 **tok.stats,
                 "coverage": coverage(tok, arrays, vocabs),
                 "misaligned_offsets": [
-                    {"id": m.qid, "answer": m.answer_index, "text": m.text, "answer_start": m.answer_start, "found": m.found}
+                    {
+                        "id": m.qid,
+                        "answer": m.answer_index,
+                        "text": m.text,
+                        "answer_start": m.answer_start,
+                        "found": m.found,
+                    }
                     for m in rep.misaligned
                 ],
             }
@@ -467,7 +487,11 @@ def prepare_squad(
             "embeddings_source": pre.source,
             "embedding_dim": pre.dim,
             "lowercase": vocabs.lowercase,
-            "vocab": {"words": len(vocabs.words), "trainable_words": vocabs.words.n_trainable, "chars": len(vocabs.chars)},
+            "vocab": {
+                "words": len(vocabs.words),
+                "trainable_words": vocabs.words.n_trainable,
+                "chars": len(vocabs.chars),
+            },
             "char_vectors_found": chars_found,
             "splits": splits,
             "seconds": {"tokenize": round(t_tok - t0, 2), "total": round(time.perf_counter() - t0, 2)},

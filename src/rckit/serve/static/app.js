@@ -549,7 +549,8 @@ async function suggest(event) {
       if (!found || !found.passage) throw new Error("no passage of the server's documents answers it");
       context = found.passage.text;
       $("label-context").value = context;
-      $("label-document").value = found.source.split(/[\\/]/).pop();
+      const name = found.source.split(/[\\/]/).pop();  // a file's record: its key beside the file's name
+      $("label-document").value = found.key ? `${name} [${found.key}]` : name;
       span = found.start === null ? null : { start: found.start - found.passage.start, end: found.end - found.passage.start };
     } else {
       const a = (await postJSON("/v1/answer", withModel({ context, question }))).answers[0];
