@@ -72,9 +72,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch}, input {args.input}, "
-          f"2 layers (layer 2 input {args.input} + H), forward+backward, median of {args.repeat}, "
-          f"{'padded' if args.pad else 'full-length'} batches")
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, batch {args.batch}, input {args.input}, "
+        f"2 layers (layer 2 input {args.input} + H), forward+backward, median of {args.repeat}, "
+        f"{'padded' if args.pad else 'full-length'} batches"
+    )
     print(f"{'T':>4} {'H':>4} " + " ".join(f"{v:>22}" for v in args.variants))
     for T in args.lengths:
         for H in args.hidden:
@@ -82,8 +84,10 @@ def main() -> None:
             lengths = torch.randint(T // 2, T + 1, (args.batch,)) if args.pad else torch.full((args.batch,), T)
             lengths[0] = T
             mask = torch.arange(T) < lengths.unsqueeze(1)  # (B, T)
-            ms = {v: time_ms(reader_layers(v, args.input, H), x, mask, lengths, args.pad, args.repeat)
-                  for v in args.variants}
+            ms = {
+                v: time_ms(reader_layers(v, args.input, H), x, mask, lengths, args.pad, args.repeat)
+                for v in args.variants
+            }
             base = ms.get("nn.LSTM")
             cells = [f"{ms[v]:9.1f} ms" + (f" ({ms[v] / base:4.2f}x)" if base else "") for v in args.variants]
             print(f"{T:>4} {H:>4} " + " ".join(f"{c:>22}" for c in cells), flush=True)

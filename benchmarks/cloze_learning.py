@@ -37,7 +37,9 @@ from rckit.models.losses import cloze_loss
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="deep_lstm_reader", choices=["deep_lstm_reader", "attentive_reader", "impatient_reader"])
+    ap.add_argument(
+        "--model", default="deep_lstm_reader", choices=["deep_lstm_reader", "attentive_reader", "impatient_reader"]
+    )
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--entities", type=int, default=10, help="entity numbers drawn from 0 .. N-1")
     ap.add_argument("--markers", type=int, default=2, help="markers per document (1: copying alone answers)")
@@ -59,19 +61,30 @@ def main() -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    cfg = SyntheticClozeConfig(min_len=args.min_len, max_len=args.max_len, n_fillers=args.fillers,
-                               n_markers=args.marker_types, markers_per_doc=args.markers,
-                               entities_per_doc=args.entities_per_doc, n_entities=args.entities)
+    cfg = SyntheticClozeConfig(
+        min_len=args.min_len,
+        max_len=args.max_len,
+        n_fillers=args.fillers,
+        n_markers=args.marker_types,
+        markers_per_doc=args.markers,
+        entities_per_doc=args.entities_per_doc,
+        n_entities=args.entities,
+    )
     train = synthetic_cloze(args.train, args.seed, cfg)
     dev = synthetic_cloze(500, args.seed + 1, cfg, prefix="d")
     vocab = ClozeVocab.build(train, n_entities=cfg.n_entities)
     tr, dv = ClozeSplit.from_examples(train, vocab), ClozeSplit.from_examples(dev, vocab)
     vectors, _ = cloze_vectors(vocab, None, args.seed)
     vectors[1:] *= args.scale  # cloze_vectors draws N(0, 1) rows; <pad> stays 0
-    info = EmbeddingInfo(word_vectors=torch.from_numpy(vectors), n_trainable_words=len(vocab), n_chars=0,
-                         n_entities=vocab.n_entities)
+    info = EmbeddingInfo(
+        word_vectors=torch.from_numpy(vectors), n_trainable_words=len(vocab), n_chars=0, n_entities=vocab.n_entities
+    )
     config_cls, model_cls = MODELS[args.model]
-    sizes = {"hidden": args.hidden} if args.model == "deep_lstm_reader" else {"hidden": args.hidden, "attention": args.hidden}
+    sizes = (
+        {"hidden": args.hidden}
+        if args.model == "deep_lstm_reader"
+        else {"hidden": args.hidden, "attention": args.hidden}
+    )
     if args.chrono:
         sizes["chrono"] = args.chrono
     model = model_cls(config_cls(dropout=0.0, tied_output=not args.free_output, **sizes), info)
@@ -101,10 +114,21 @@ def main() -> None:
             dev_acc = accuracy(dev_batch)
             if first_95 is None and dev_acc > 0.95:
                 first_95 = step
-            print(f"step {step:5d}  loss {np.mean(losses[-args.every:]):.3f}  train {accuracy(train_probe):.3f}  "
-                  f"dev {dev_acc:.3f}  {time.perf_counter() - t0:.0f}s", flush=True)
-    print(json.dumps({**vars(args), "final_dev_acc": dev_acc, "first_step_over_95": first_95,
-                      "seconds": round(time.perf_counter() - t0, 1)}))
+            print(
+                f"step {step:5d}  loss {np.mean(losses[-args.every :]):.3f}  train {accuracy(train_probe):.3f}  "
+                f"dev {dev_acc:.3f}  {time.perf_counter() - t0:.0f}s",
+                flush=True,
+            )
+    print(
+        json.dumps(
+            {
+                **vars(args),
+                "final_dev_acc": dev_acc,
+                "first_step_over_95": first_95,
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -66,7 +66,9 @@ from rckit.models.losses import cloze_loss
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="a cloze directory (train.jsonl + dev.jsonl, ...)")
-    ap.add_argument("--model", default="attentive_reader", choices=["deep_lstm_reader", "attentive_reader", "impatient_reader"])
+    ap.add_argument(
+        "--model", default="attentive_reader", choices=["deep_lstm_reader", "attentive_reader", "impatient_reader"]
+    )
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch", type=int, default=32)
@@ -172,8 +174,9 @@ def main() -> None:
         seen = (b.c_words == (b.answer + ENTITY_OFFSET).unsqueeze(1)).cummax(1).values & b.c_mask  # (B, Td)
         e = model.embed(model.entity_ids)
         logits = (model.answer(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
-        ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), b.answer.repeat_interleave(Td),
-                                               reduction="none")
+        ce = torch.nn.functional.cross_entropy(
+            logits.reshape(B * Td, -1).float(), b.answer.repeat_interleave(Td), reduction="none"
+        )
         return (ce * seen.reshape(-1)).sum() / seen.sum().clamp(min=1)
 
     def register_loss(b) -> torch.Tensor:
@@ -188,8 +191,7 @@ def main() -> None:
         e = model.embed(model.entity_ids)
         head = model.register_head if a.register_head else model.answer
         logits = (head(y_doc) @ e.T).masked_fill(~b.candidates.unsqueeze(1), torch.finfo(y_doc.dtype).min)
-        ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), target.reshape(-1),
-                                               reduction="none")
+        ce = torch.nn.functional.cross_entropy(logits.reshape(B * Td, -1).float(), target.reshape(-1), reduction="none")
         return (ce * valid.reshape(-1)).sum() / valid.sum().clamp(min=1)
 
     rows = np.arange(len(data.dev))
@@ -233,7 +235,7 @@ def main() -> None:
         losses.append(loss.item())
         if step % a.every:
             continue
-        line = f"step {step} loss {np.mean(losses[-a.every:]):.3f} acc {accuracy():.1f}"
+        line = f"step {step} loss {np.mean(losses[-a.every :]):.3f} acc {accuracy():.1f}"
         if hasattr(model, "attend"):
             current["batch"] = None  # the reader's own attention, without the oracle
             with torch.no_grad():
@@ -242,8 +244,10 @@ def main() -> None:
                     s = s.sum(1) / b.q_mask.sum(1, keepdim=True)
                 ans = b.c_words == (b.answer + ENTITY_OFFSET).unsqueeze(1)
                 share = ans.sum(1) / b.c_mask.sum(1)
-                line += (f" s_ans {(s * ans).sum(1).mean():.3f} s_ent {(s * entity_mentions(b)).sum(1).mean():.3f}"
-                         f" uniform_ans {share.mean():.3f}")
+                line += (
+                    f" s_ans {(s * ans).sum(1).mean():.3f} s_ent {(s * entity_mentions(b)).sum(1).mean():.3f}"
+                    f" uniform_ans {share.mean():.3f}"
+                )
         print(f"{line} t {time.perf_counter() - t0:.0f}s", flush=True)
 
 

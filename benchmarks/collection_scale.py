@@ -32,8 +32,12 @@ from rckit.retrieval.store import PassageStore
 
 def percentiles(ms: list[float]) -> dict:
     ms = sorted(ms)
-    return {"p50": round(statistics.median(ms), 1), "p99": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1),
-            "mean": round(statistics.mean(ms), 1), "n": len(ms)}
+    return {
+        "p50": round(statistics.median(ms), 1),
+        "p99": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1),
+        "mean": round(statistics.mean(ms), 1),
+        "n": len(ms),
+    }
 
 
 def main() -> None:
@@ -44,11 +48,19 @@ def main() -> None:
     ap.add_argument("--ask", type=int, default=200)
     ap.add_argument("--model", help="the reader (default: the installed model)")
     ap.add_argument("--passages", type=int, default=20)
-    ap.add_argument("--ranked", default=None, metavar="N|all",
-                    help="PassageStore.ranked_passages (default: the store's own; all: rank every passage)")
+    ap.add_argument(
+        "--ranked",
+        default=None,
+        metavar="N|all",
+        help="PassageStore.ranked_passages (default: the store's own; all: rank every passage)",
+    )
     args = ap.parse_args()
-    questions = [{"question": qa["question"], "answers": [a["text"] for a in qa["answers"]]}
-                 for art in load_json(args.dev)["data"] for p in art["paragraphs"] for qa in p["qas"]]
+    questions = [
+        {"question": qa["question"], "answers": [a["text"] for a in qa["answers"]]}
+        for art in load_json(args.dev)["data"]
+        for p in art["paragraphs"]
+        for qa in p["qas"]
+    ]
     reader = Reader.load(args.model) if args.ask else None
     out = []
     for path in args.indexes:

@@ -36,7 +36,9 @@ def main() -> None:
         train = [r for r in recs if "loss" in r]
         dev = [r for r in recs if any(k.startswith("dev_") for k in r)]
         key = next(k for k in ("dev_f1", "dev_acc") if any(k in r for r in dev))
-        print(json.dumps({"run": str(run), key: [(r["step"], round(r[key], 2), round(r["time"] / 60, 1)) for r in dev]}))
+        print(
+            json.dumps({"run": str(run), key: [(r["step"], round(r[key], 2), round(r["time"] / 60, 1)) for r in dev]})
+        )
         for col, x in enumerate(("step", "time")):
             scale = 60.0 if x == "time" else 1.0
             axes[0, col].plot([r[x] / scale for r in dev], [r[key] for r in dev], marker="o", label=label)

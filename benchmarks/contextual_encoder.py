@@ -64,15 +64,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     files = find_encoder(args.encoder)
     pieces = len(ContextualEncoder(files, (1,)).tokenizer.pieces([PARAGRAPH])[0][0])
-    print(f"encoder {args.encoder} ({files.digest}), paragraph of {pieces} pieces, {args.threads} threads, "
-          f"{args.repeat} calls\n")
+    print(
+        f"encoder {args.encoder} ({files.digest}), paragraph of {pieces} pieces, {args.threads} threads, "
+        f"{args.repeat} calls\n"
+    )
     print("| layers | runner | median ms | p90 ms | largest state difference from fp32 |")
     print("| --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as graphs:
         for layers in DEPTHS:
-            runners = {"PyTorch fp32": TorchRunner(files, layers),
-                       "onnxruntime fp32": OnnxRunner(files, layers, graphs, int8=False, threads=args.threads),
-                       "onnxruntime int8": OnnxRunner(files, layers, graphs, int8=True, threads=args.threads)}
+            runners = {
+                "PyTorch fp32": TorchRunner(files, layers),
+                "onnxruntime fp32": OnnxRunner(files, layers, graphs, int8=False, threads=args.threads),
+                "onnxruntime int8": OnnxRunner(files, layers, graphs, int8=True, threads=args.threads),
+            }
             ids, _ = ContextualEncoder(files, layers).tokenizer.pieces([PARAGRAPH])[0]
             ids = np.concatenate([[101], ids, [102]])[None]
             mask = np.ones_like(ids, bool)

@@ -33,8 +33,9 @@ from rckit.training.tasks import SpanTask
 
 
 def flat_grad(model, loss) -> torch.Tensor:
-    grads = torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad], retain_graph=True,
-                                allow_unused=True)
+    grads = torch.autograd.grad(
+        loss, [p for p in model.parameters() if p.requires_grad], retain_graph=True, allow_unused=True
+    )
     return torch.cat([g.flatten() for g in grads if g is not None])
 
 
@@ -71,21 +72,43 @@ def main() -> None:
         rl = self_critical_loss(out, batch, reward, args.credit)
         valid = batch.y_start >= 0
         s_hat, e_hat = out.sample.start[valid], out.sample.end[valid]
-        f1 = reward(batch.index[valid], torch.stack([s_hat, out.starts[-1][valid]], 1),
-                    torch.stack([e_hat, out.ends[-1][valid]], 1))  # (b, 2): sample, greedy
+        f1 = reward(
+            batch.index[valid],
+            torch.stack([s_hat, out.starts[-1][valid]], 1),
+            torch.stack([e_hat, out.ends[-1][valid]], 1),
+        )  # (b, 2): sample, greedy
         right_start = s_hat == batch.y_start[valid]
         w = torch.exp(-model.log_sigma2().detach()) / 2 if args.weights == "learned" else torch.ones(2)
         g_ce, g_rl = flat_grad(model, w[0] * ce), flat_grad(model, w[1] * rl)
-        rows.append({"ce": float(ce.detach()), "rl_value": float(rl.detach()), "w_ce": float(w[0]), "w_rl": float(w[1]),
-                     "grad_ce": float(g_ce.norm()), "grad_rl": float(g_rl.norm()),
-                     "cosine": float(torch.nn.functional.cosine_similarity(g_ce, g_rl, dim=0)),
-                     "f1_sample": float(f1[:, 0].mean()), "f1_greedy": float(f1[:, 1].mean()),
-                     "end_before_start": float((e_hat < s_hat).float().mean()),
-                     "right_start": float(right_start.float().mean()),
-                     "right_start_pushed_down": float((right_start & (f1[:, 0] < f1[:, 1])).float().mean())})
+        rows.append(
+            {
+                "ce": float(ce.detach()),
+                "rl_value": float(rl.detach()),
+                "w_ce": float(w[0]),
+                "w_rl": float(w[1]),
+                "grad_ce": float(g_ce.norm()),
+                "grad_rl": float(g_rl.norm()),
+                "cosine": float(torch.nn.functional.cosine_similarity(g_ce, g_rl, dim=0)),
+                "f1_sample": float(f1[:, 0].mean()),
+                "f1_greedy": float(f1[:, 1].mean()),
+                "end_before_start": float((e_hat < s_hat).float().mean()),
+                "right_start": float(right_start.float().mean()),
+                "right_start_pushed_down": float((right_start & (f1[:, 0] < f1[:, 1])).float().mean()),
+            }
+        )
     mean = {k: round(float(np.mean([r[k] for r in rows])), 4) for k in rows[0]}
-    print(json.dumps({"run": args.run, "step": ckpt["step"], "credit": args.credit, "batches": len(rows), **mean,
-                      "grad_rl_over_ce": round(mean["grad_rl"] / mean["grad_ce"], 4)}))
+    print(
+        json.dumps(
+            {
+                "run": args.run,
+                "step": ckpt["step"],
+                "credit": args.credit,
+                "batches": len(rows),
+                **mean,
+                "grad_rl_over_ce": round(mean["grad_rl"] / mean["grad_ce"], 4),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

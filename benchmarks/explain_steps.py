@@ -48,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
     names = installed_models() if args.models == "all" else args.models.split(",")
-    questions = QUESTIONS[:args.questions]
+    questions = QUESTIONS[: args.questions]
     print(f"| model | steps | explain s | error vs {args.reference} steps (worst) | completeness gap (worst) |")
     print("| --- | --- | --- | --- | --- |")
     for name in names:
@@ -68,8 +68,11 @@ def main() -> None:
                 ig, gap = attributions(reader.explain(PARAGRAPH, q, n))
                 errors.append(float(np.linalg.norm(ig - ref) / np.linalg.norm(ref)))
                 gaps.append(gap)
-            print(f"| {name} | {n} | {time_explain(reader, 3, questions[0], n):.3f} | {max(errors):.3f} | {max(gaps):.3f} |",
-                  flush=True)
+            print(
+                f"| {name} | {n} | {time_explain(reader, 3, questions[0], n):.3f} | "
+                f"{max(errors):.3f} | {max(gaps):.3f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -38,16 +38,29 @@ def main() -> None:
     args = ap.parse_args()
 
     out = Path(args.out_dir)
-    specs = {"all": ",".join(kernels.GRAPH)} | {f"without-{n}": ",".join(m for m in kernels.GRAPH if m != n) or "none"
-                                                for n in kernels.GRAPH}
+    specs = {"all": ",".join(kernels.GRAPH)} | {
+        f"without-{n}": ",".join(m for m in kernels.GRAPH if m != n) or "none" for n in kernels.GRAPH
+    }
     files = {}
     for name, spec in specs.items():
         path = out / f"{name}.onnx"
         with kernels.use(spec):
             got = export_onnx(open_model(args.source).path, path, check_data=args.data)
         files[str(path)] = {"forms": spec, "max_abs_logit_diff": got["check"]["max_abs_logit_diff"]}
-    cmd = [sys.executable, str(HERE / "onnx_reader.py"), "--torch", "none", "--onnx", *files, "--threads",
-           str(args.threads), "--repeat", str(args.repeat), "--rounds", str(args.rounds)]
+    cmd = [
+        sys.executable,
+        str(HERE / "onnx_reader.py"),
+        "--torch",
+        "none",
+        "--onnx",
+        *files,
+        "--threads",
+        str(args.threads),
+        "--repeat",
+        str(args.repeat),
+        "--rounds",
+        str(args.rounds),
+    ]
     if args.data:
         cmd += ["--data", args.data, "--batch-questions", str(args.batch_questions)]
     lines = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()

@@ -83,8 +83,12 @@ def main() -> None:
     ap.add_argument("--explain", type=int, default=10)
     ap.add_argument("--models", default="all", help="names joined by commas (default: every installed model)")
     ap.add_argument("--record", action="store_true")
-    ap.add_argument("--files", nargs="+", metavar="FILE", help="time these exported files instead (named by their "
-                    "file names; not recorded)")
+    ap.add_argument(
+        "--files",
+        nargs="+",
+        metavar="FILE",
+        help="time these exported files instead (named by their file names; not recorded)",
+    )
     args = ap.parse_args()
     names = installed_models() if args.models == "all" else args.models.split(",")
     rows, speed = [], {}
@@ -101,22 +105,47 @@ def main() -> None:
             again = time_answers(reader, args.repeat, memo=True)[0] if reader.encoder is not None else None
             explain_s = time_explain(reader, args.explain) if fmt == "safetensors" and args.explain else None
             speed.setdefault(name, {})[BACKENDS[fmt]] = round(median, 1)
-            rows.append((name, BACKENDS[fmt], f"{path.stat().st_size / 2**20:.1f}", f"{load_s:.2f}",
-                         f"{median:.1f} / {p90:.1f}", "-" if again is None else f"{again:.1f}",
-                         "-" if explain_s is None else f"{explain_s:.3f}"))
-            print(json.dumps({"model": name, "backend": BACKENDS[fmt], "mib": path.stat().st_size / 2**20,
-                              "load_s": load_s, "median_ms": median, "p90_ms": p90, "asked_again_ms": again,
-                              "explain_s": explain_s}),
-                  file=sys.stderr)
-    print(f"| model | backend | file MiB | load s | one question, median / p90 ms | asked again, median ms | "
-          f"explain s ({DEFAULT_STEPS} IG steps) |")
+            rows.append(
+                (
+                    name,
+                    BACKENDS[fmt],
+                    f"{path.stat().st_size / 2**20:.1f}",
+                    f"{load_s:.2f}",
+                    f"{median:.1f} / {p90:.1f}",
+                    "-" if again is None else f"{again:.1f}",
+                    "-" if explain_s is None else f"{explain_s:.3f}",
+                )
+            )
+            print(
+                json.dumps(
+                    {
+                        "model": name,
+                        "backend": BACKENDS[fmt],
+                        "mib": path.stat().st_size / 2**20,
+                        "load_s": load_s,
+                        "median_ms": median,
+                        "p90_ms": p90,
+                        "asked_again_ms": again,
+                        "explain_s": explain_s,
+                    }
+                ),
+                file=sys.stderr,
+            )
+    print(
+        f"| model | backend | file MiB | load s | one question, median / p90 ms | asked again, median ms | "
+        f"explain s ({DEFAULT_STEPS} IG steps) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print("| " + " | ".join(r) + " |")
     if args.record:
         machine = f"{os.cpu_count()}-core {platform.machine()} CPU"
-        record = {"machine": machine, "date": datetime.date.today().isoformat(), "paragraph": "benchmarks/load_serve.py",
-                  "models": speed}
+        record = {
+            "machine": machine,
+            "date": datetime.date.today().isoformat(),
+            "paragraph": "benchmarks/load_serve.py",
+            "models": speed,
+        }
         SPEED.write_text(json.dumps(record, indent=1) + "\n")
         print(f"recorded in {SPEED}", file=sys.stderr)
 

@@ -95,9 +95,23 @@ def rss_mib(pid: int) -> dict[str, float]:
 
 def start_server(args) -> tuple[subprocess.Popen, str, int]:
     """``rckit serve`` on a free port of 127.0.0.1: the process, its host and port."""
-    cmd = [sys.executable, "-m", "rckit", "serve", *([args.model] if args.model else []), "--host", "127.0.0.1",
-           "--port", "0", "--max-batch", str(args.max_batch), "--batch-window-ms", str(args.batch_window_ms),
-           "--max-questions", str(max(64, args.questions_per_request))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rckit",
+        "serve",
+        *([args.model] if args.model else []),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--max-batch",
+        str(args.max_batch),
+        "--batch-window-ms",
+        str(args.batch_window_ms),
+        "--max-questions",
+        str(max(64, args.questions_per_request)),
+    ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if getattr(args, "key_file", None):
@@ -140,9 +154,19 @@ def get_json(host: str, port: int, path: str, key: str | None = None) -> dict:
 class Level:
     """One load level: ``clients`` threads sharing a request budget and a deadline."""
 
-    def __init__(self, host: str, port: int, clients: int, seconds: float, max_requests: int, per_request: int,
-                 context: str = PARAGRAPH, questions: list[str] = QUESTIONS, keys: list[str] | None = None,
-                 new_contexts: bool = False):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        clients: int,
+        seconds: float,
+        max_requests: int,
+        per_request: int,
+        context: str = PARAGRAPH,
+        questions: list[str] = QUESTIONS,
+        keys: list[str] | None = None,
+        new_contexts: bool = False,
+    ):
         self.host, self.port, self.clients = host, port, clients
         self.new_contexts = new_contexts  # each request's paragraph ends with its number: a text not read before
         self.keys = keys  # client i sends keys[i]; None: no key
@@ -234,18 +258,30 @@ def mixed(host: str, port: int, args) -> list[dict]:
     alone = long_level()
     alone_seconds = alone.run()
     rows = []
-    for name, lv, secs in (("long, mixed", together[0], seconds), ("paragraph, mixed", together[1], seconds),
-                           ("long, alone", alone, alone_seconds)):
-        rows.append({"load": name, "clients": lv.clients, "requests": len(lv.latencies),
-                     "requests_per_s": round(len(lv.latencies) / secs, 3),
-                     "p50_ms": _round(percentile(lv.latencies, 50)), "p99_ms": _round(percentile(lv.latencies, 99)),
-                     "max_ms": _round(max(lv.latencies, default=None) if lv.latencies else None),
-                     "errors": len(lv.errors), "first_errors": lv.errors[:5]})
+    for name, lv, secs in (
+        ("long, mixed", together[0], seconds),
+        ("paragraph, mixed", together[1], seconds),
+        ("long, alone", alone, alone_seconds),
+    ):
+        rows.append(
+            {
+                "load": name,
+                "clients": lv.clients,
+                "requests": len(lv.latencies),
+                "requests_per_s": round(len(lv.latencies) / secs, 3),
+                "p50_ms": _round(percentile(lv.latencies, 50)),
+                "p99_ms": _round(percentile(lv.latencies, 99)),
+                "max_ms": _round(max(lv.latencies, default=None) if lv.latencies else None),
+                "errors": len(lv.errors),
+                "first_errors": lv.errors[:5],
+            }
+        )
     return rows
 
 
-def greedy_client(host: str, port: int, key: str, connections: int, waits: bool, body: bytes, ready, counting,
-                  stop, out) -> None:
+def greedy_client(
+    host: str, port: int, key: str, connections: int, waits: bool, body: bytes, ready, counting, stop, out
+) -> None:
     """The greedy client (module docstring), in a process of its own: ``connections`` threads, each
     posting ``body`` as soon as the last answer came (after a 429, ``waits``: once its Retry-After
     has passed), until ``stop``; the statuses that came back while ``counting`` was set, and the
@@ -295,13 +331,18 @@ def ordinary_row(lv: Level, seconds: float, server_cpu: tuple[float, float], cli
     """The ordinary clients' figures for one run (``server_cpu``: the CPU seconds the server and its
     main thread, the event loop's, used meanwhile; ``clients_cpu``: this process's, the ordinary
     clients')."""
-    return {"requests": len(lv.latencies), "seconds": round(seconds, 3),
-            "server_cpu_percent": round(100 * server_cpu[0] / seconds, 1),
-            "event_loop_cpu_percent": round(100 * server_cpu[1] / seconds, 1),
-            "clients_cpu_percent": round(100 * clients_cpu / seconds, 1),
-            "questions_per_s": round(lv.questions / seconds, 2) if seconds > 0 else None,
-            "p50_ms": _round(percentile(lv.latencies, 50)), "p99_ms": _round(percentile(lv.latencies, 99)),
-            "errors": len(lv.errors), "first_errors": lv.errors[:5]}
+    return {
+        "requests": len(lv.latencies),
+        "seconds": round(seconds, 3),
+        "server_cpu_percent": round(100 * server_cpu[0] / seconds, 1),
+        "event_loop_cpu_percent": round(100 * server_cpu[1] / seconds, 1),
+        "clients_cpu_percent": round(100 * clients_cpu / seconds, 1),
+        "questions_per_s": round(lv.questions / seconds, 2) if seconds > 0 else None,
+        "p50_ms": _round(percentile(lv.latencies, 50)),
+        "p99_ms": _round(percentile(lv.latencies, 99)),
+        "errors": len(lv.errors),
+        "first_errors": lv.errors[:5],
+    }
 
 
 def server_cpu(pid: int, since: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
@@ -321,8 +362,10 @@ def beside_greedy(host: str, port: int, pid: int, clients: int, args, keys: list
     alone_cpu, alone_own = server_cpu(pid, cpu0), time.process_time() - own0
     spawn = multiprocessing.get_context("spawn")
     ready, counting, stop, out = spawn.Event(), spawn.Event(), spawn.Event(), spawn.Queue()
-    proc = spawn.Process(target=greedy_client, args=(host, port, greedy_key, args.greedy, args.greedy_waits,
-                                                     alone.body(1), ready, counting, stop, out))
+    proc = spawn.Process(
+        target=greedy_client,
+        args=(host, port, greedy_key, args.greedy, args.greedy_waits, alone.body(1), ready, counting, stop, out),
+    )
     proc.start()
     try:
         if not ready.wait(120):
@@ -345,15 +388,23 @@ def beside_greedy(host: str, port: int, pid: int, clients: int, args, keys: list
     row_alone = ordinary_row(alone, alone_seconds, alone_cpu, alone_own)
     row_beside = ordinary_row(beside, beside_seconds, beside_cpu, beside_own)
     ratio = (row_beside["p50_ms"] / row_alone["p50_ms"]) if row_alone["p50_ms"] and row_beside["p50_ms"] else None
-    return {"clients": clients, "greedy_connections": args.greedy, "greedy_waits": args.greedy_waits,
-            "alone": row_alone, "beside_greedy": row_beside,
-            "greedy": {"answered": statuses.get("200", 0), "refused_429": statuses.get("429", 0),
-                       "other": {k: v for k, v in statuses.items() if k not in ("200", "429")},
-                       "answered_per_s": round(statuses.get("200", 0) / beside_seconds, 2),
-                       "refused_per_s": round(statuses.get("429", 0) / beside_seconds, 2),
-                       "answered_p50_ms": _round(greedy["p50_ms"]),
-                       "cpu_percent": round(100 * greedy["cpu_s"] / beside_seconds, 1)},
-            "p50_ratio": round(ratio, 3) if ratio else None}
+    return {
+        "clients": clients,
+        "greedy_connections": args.greedy,
+        "greedy_waits": args.greedy_waits,
+        "alone": row_alone,
+        "beside_greedy": row_beside,
+        "greedy": {
+            "answered": statuses.get("200", 0),
+            "refused_429": statuses.get("429", 0),
+            "other": {k: v for k, v in statuses.items() if k not in ("200", "429")},
+            "answered_per_s": round(statuses.get("200", 0) / beside_seconds, 2),
+            "refused_per_s": round(statuses.get("429", 0) / beside_seconds, 2),
+            "answered_p50_ms": _round(greedy["p50_ms"]),
+            "cpu_percent": round(100 * greedy["cpu_s"] / beside_seconds, 1),
+        },
+        "p50_ratio": round(ratio, 3) if ratio else None,
+    }
 
 
 def greedy_main(args, levels: list[int]) -> int:
@@ -375,30 +426,51 @@ def greedy_main(args, levels: list[int]) -> int:
         finally:
             stop_server(proc)
     if args.json:
-        print(json.dumps({"model": info.get("model"), "source": info.get("source"), "greedy": args.greedy,
-                          "serve_args": args.serve_arg, "seconds": args.seconds,
-                          "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
-                          "levels": results}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "model": info.get("model"),
+                    "source": info.get("source"),
+                    "greedy": args.greedy,
+                    "serve_args": args.serve_arg,
+                    "seconds": args.seconds,
+                    "machine": {
+                        "cpus": os.cpu_count(),
+                        "python": platform.python_version(),
+                        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    },
+                    "levels": results,
+                },
+                indent=1,
+            )
+        )
     return 1 if any(r["alone"]["errors"] or r["beside_greedy"]["errors"] for r in results) else 0
 
 
 def print_greedy(r: dict, info: dict, args, first: bool) -> None:
     if first:
-        print(f"model {info.get('model')} from {info.get('source')}; {args.seconds:g} s a run; greedy client: "
-              f"{args.greedy} connections, one key, {'waiting out' if args.greedy_waits else 'ignoring'} Retry-After; "
-              f"server settings: {' '.join(args.serve_arg) or 'defaults'}")
-        print(f"{'clients':>7} {'ordinary clients':<17} {'requests':>8} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'errors':>6} {'CPU %: server':>13} {'loop':>5} {'clients':>7}   {'greedy 200':>10} {'429':>7} "
-              f"{'other':>5} {'CPU %':>6}   {'p50 ratio':>9}")
+        print(
+            f"model {info.get('model')} from {info.get('source')}; {args.seconds:g} s a run; greedy client: "
+            f"{args.greedy} connections, one key, {'waiting out' if args.greedy_waits else 'ignoring'} Retry-After; "
+            f"server settings: {' '.join(args.serve_arg) or 'defaults'}"
+        )
+        print(
+            f"{'clients':>7} {'ordinary clients':<17} {'requests':>8} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'errors':>6} {'CPU %: server':>13} {'loop':>5} {'clients':>7}   {'greedy 200':>10} {'429':>7} "
+            f"{'other':>5} {'CPU %':>6}   {'p50 ratio':>9}"
+        )
     g = r["greedy"]
     for name, row in (("alone", r["alone"]), ("beside greedy", r["beside_greedy"])):
-        line = (f"{r['clients']:>7} {name:<17} {row['requests']:>8} {row['questions_per_s']!s:>8} "
-                f"{row['p50_ms']!s:>8} {row['p99_ms']!s:>8} {row['errors']:>6} {row['server_cpu_percent']!s:>13} "
-                f"{row['event_loop_cpu_percent']!s:>5} {row['clients_cpu_percent']!s:>7}")
+        line = (
+            f"{r['clients']:>7} {name:<17} {row['requests']:>8} {row['questions_per_s']!s:>8} "
+            f"{row['p50_ms']!s:>8} {row['p99_ms']!s:>8} {row['errors']:>6} {row['server_cpu_percent']!s:>13} "
+            f"{row['event_loop_cpu_percent']!s:>5} {row['clients_cpu_percent']!s:>7}"
+        )
         if name != "alone":
-            line += (f"   {g['answered']:>10} {g['refused_429']:>7} {sum(g['other'].values()):>5} "
-                     f"{g['cpu_percent']!s:>6}   {r['p50_ratio']!s:>9}")
+            line += (
+                f"   {g['answered']:>10} {g['refused_429']:>7} {sum(g['other'].values()):>5} "
+                f"{g['cpu_percent']!s:>6}   {r['p50_ratio']!s:>9}"
+            )
         print(line, flush=True)
         for e in row["first_errors"]:
             print(f"        error: {e}")
@@ -417,8 +489,9 @@ def measure(host: str, port: int, pid: int, clients: int, args) -> dict:
     warm.run()
     before = rss_mib(pid)
     health0 = get_json(host, port, "/health")
-    level = Level(host, port, clients, args.seconds, args.max_requests, args.questions_per_request,
-                  new_contexts=args.new_contexts)
+    level = Level(
+        host, port, clients, args.seconds, args.max_requests, args.questions_per_request, new_contexts=args.new_contexts
+    )
     seconds = level.run()
     health1 = get_json(host, port, "/health")
     after = rss_mib(pid)
@@ -451,19 +524,35 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20, help="time per level")
     ap.add_argument("--max-requests", type=int, default=5000, help="requests per level at most")
     ap.add_argument("--questions-per-request", type=int, default=1)
-    ap.add_argument("--new-contexts", action="store_true", help="each request's paragraph ends with its number, "
-                    "so a model reading a contextual encoder reads every paragraph (its memo never holds it)")
+    ap.add_argument(
+        "--new-contexts",
+        action="store_true",
+        help="each request's paragraph ends with its number, "
+        "so a model reading a contextual encoder reads every paragraph (its memo never holds it)",
+    )
     ap.add_argument("--max-batch", type=int, default=32, help="as rckit serve --max-batch")
     ap.add_argument("--batch-window-ms", type=float, default=2, help="as rckit serve --batch-window-ms")
     ap.add_argument("--threads", type=int, help="as rckit serve --threads")
     ap.add_argument("--mixed", metavar="L,S", help="L long-document clients beside S paragraph clients (docstring)")
     ap.add_argument("--long-words", type=int, default=20000, help="--mixed: words in each long document")
-    ap.add_argument("--greedy", type=int, metavar="N", help="beside each level's clients, one client with N "
-                    "connections at full speed (docstring); every client has its own key")
-    ap.add_argument("--greedy-waits", action="store_true", help="--greedy: the greedy client waits out each 429's "
-                    "Retry-After (by default it sends again at once)")
-    ap.add_argument("--serve-arg", action="append", default=[], help="another rckit serve setting, e.g. "
-                    "--serve-arg=--policy=round-robin")
+    ap.add_argument(
+        "--greedy",
+        type=int,
+        metavar="N",
+        help="beside each level's clients, one client with N "
+        "connections at full speed (docstring); every client has its own key",
+    )
+    ap.add_argument(
+        "--greedy-waits",
+        action="store_true",
+        help="--greedy: the greedy client waits out each 429's Retry-After (by default it sends again at once)",
+    )
+    ap.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        help="another rckit serve setting, e.g. --serve-arg=--policy=round-robin",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
@@ -477,9 +566,20 @@ def main() -> int:
             rows = mixed(host, port, args)
         finally:
             stop_server(proc)
-        print(json.dumps({"model": info.get("model"), "mixed": args.mixed, "long_words": args.long_words,
-                          "seconds": args.seconds, "serve_args": args.serve_arg,
-                          "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rows": rows}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "model": info.get("model"),
+                    "mixed": args.mixed,
+                    "long_words": args.long_words,
+                    "seconds": args.seconds,
+                    "serve_args": args.serve_arg,
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
         return 1 if any(r["errors"] for r in rows) else 0
     try:
         info = get_json(host, port, "/v1/model")
@@ -488,29 +588,51 @@ def main() -> int:
             results.append(measure(host, port, proc.pid, clients, args))
             if not args.json:
                 if len(results) == 1:
-                    print(f"model {info.get('model')} from {info.get('source')}; {args.seconds:g} s or "
-                          f"{args.max_requests} requests per level; max batch {args.max_batch}, window "
-                          f"{args.batch_window_ms:g} ms")
-                    print(f"{'clients':>7} {'requests':>8} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
-                          f"{'q/call':>6} {'RSS MiB before':>14} {'after':>7} {'peak':>7}")
+                    print(
+                        f"model {info.get('model')} from {info.get('source')}; {args.seconds:g} s or "
+                        f"{args.max_requests} requests per level; max batch {args.max_batch}, window "
+                        f"{args.batch_window_ms:g} ms"
+                    )
+                    print(
+                        f"{'clients':>7} {'requests':>8} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
+                        f"{'q/call':>6} {'RSS MiB before':>14} {'after':>7} {'peak':>7}"
+                    )
                 r = results[-1]
-                print(f"{r['clients']:>7} {r['requests']:>8} {r['questions_per_s']!s:>8} {r['p50_ms']!s:>8} "
-                      f"{r['p99_ms']!s:>8} {r['errors']:>6} {r['questions_per_call']!s:>6} "
-                      f"{r['rss_before_mib']:>14} {r['rss_after_mib']:>7} {r['peak_rss_mib']:>7}", flush=True)
+                print(
+                    f"{r['clients']:>7} {r['requests']:>8} {r['questions_per_s']!s:>8} {r['p50_ms']!s:>8} "
+                    f"{r['p99_ms']!s:>8} {r['errors']:>6} {r['questions_per_call']!s:>6} "
+                    f"{r['rss_before_mib']:>14} {r['rss_after_mib']:>7} {r['peak_rss_mib']:>7}",
+                    flush=True,
+                )
                 for e in r["first_errors"]:
                     print(f"        error: {e}")
     finally:
         stop_server(proc)
     if args.json:
-        print(json.dumps({"model": info.get("model"), "source": info.get("source"),
-                          "parameters": info.get("parameters"),
-                          "settings": {"seconds": args.seconds, "max_requests": args.max_requests,
-                                       "questions_per_request": args.questions_per_request,
-                                       "max_batch": args.max_batch, "batch_window_ms": args.batch_window_ms,
-                                       "threads": args.threads},
-                          "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
-                          "levels": results}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "model": info.get("model"),
+                    "source": info.get("source"),
+                    "parameters": info.get("parameters"),
+                    "settings": {
+                        "seconds": args.seconds,
+                        "max_requests": args.max_requests,
+                        "questions_per_request": args.questions_per_request,
+                        "max_batch": args.max_batch,
+                        "batch_window_ms": args.batch_window_ms,
+                        "threads": args.threads,
+                    },
+                    "machine": {
+                        "cpus": os.cpu_count(),
+                        "python": platform.python_version(),
+                        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    },
+                    "levels": results,
+                },
+                indent=1,
+            )
+        )
     return 1 if any(r["errors"] for r in results) else 0
 
 

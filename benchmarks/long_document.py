@@ -38,7 +38,7 @@ def make_document(n_words: int, fact_at: float) -> str:
         words += len(s.split())
         i += 1
     sentences.insert(int(fact_at * len(sentences)), FACT)
-    paragraphs = [" ".join(sentences[j: j + 6]) for j in range(0, len(sentences), 6)]
+    paragraphs = [" ".join(sentences[j : j + 6]) for j in range(0, len(sentences), 6)]
     return "\n\n".join(paragraphs)
 
 
@@ -63,8 +63,13 @@ def stand_in_reader(context: str):
 
     torch.manual_seed(0)
     info = EmbeddingInfo(torch.randn(len(words), 50), n_trainable_words=2, n_chars=len(chars))
-    return Reader(TorchModel(QANet(mcfg, info)), vocabs, decode, window=tcfg.max_c_len,
-                  info={"model": "qanet (untrained stand-in, cpu-small)"})
+    return Reader(
+        TorchModel(QANet(mcfg, info)),
+        vocabs,
+        decode,
+        window=tcfg.max_c_len,
+        info={"model": "qanet (untrained stand-in, cpu-small)"},
+    )
 
 
 def main() -> None:
@@ -72,8 +77,11 @@ def main() -> None:
     from rckit.data.tokenize import tokenize
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", nargs="?", help="run directory or exported file (default: the default model, "
-                   "else an untrained stand-in)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="run directory or exported file (default: the default model, else an untrained stand-in)",
+    )
     p.add_argument("--words", type=int, default=20000)
     p.add_argument("--fact-at", type=float, default=0.8, help="where the fact sits, as a fraction of the document")
     p.add_argument("--top-k", type=int, default=1)
@@ -101,15 +109,21 @@ def main() -> None:
     best = answers[0]
     print(f"model            {reader.info.get('model')} ({reader.info.get('source', 'in memory')})")
     print(f"document         {len(context.split()):,} words, {n_tokens:,} tokens, {len(context):,} characters")
-    print(f"windows          {n_windows} of {reader.window} tokens, stride {stride}, "
-          f"{-(-n_windows // reader.batch_size)} batches of up to {reader.batch_size}")
+    print(
+        f"windows          {n_windows} of {reader.window} tokens, stride {stride}, "
+        f"{-(-n_windows // reader.batch_size)} batches of up to {reader.batch_size}"
+    )
     print(f"backend          {reader.info['backend']}, threads {args.threads or 'default'}")
-    print(f"seconds          median {statistics.median(times):.2f} over {args.repeat} "
-          f"({', '.join(f'{t:.2f}' for t in times)}); {1000 * statistics.median(times) / n_windows:.1f} ms a window")
+    print(
+        f"seconds          median {statistics.median(times):.2f} over {args.repeat} "
+        f"({', '.join(f'{t:.2f}' for t in times)}); {1000 * statistics.median(times) / n_windows:.1f} ms a window"
+    )
     print(f"question         {args.question}")
-    print(f"answer           {best['answer']!r} (score {best['score']:.3f}, characters {best['start']}-{best['end']}; "
-          f"no-answer probability {best['no_answer_probability']}; "
-          f"the fact is at {context.index(FACT)}-{context.index(FACT) + len(FACT)})")
+    print(
+        f"answer           {best['answer']!r} (score {best['score']:.3f}, characters {best['start']}-{best['end']}; "
+        f"no-answer probability {best['no_answer_probability']}; "
+        f"the fact is at {context.index(FACT)}-{context.index(FACT) + len(FACT)})"
+    )
 
 
 if __name__ == "__main__":

@@ -99,10 +99,19 @@ def main() -> None:
     if any(out.iterdir()):
         raise SystemExit(f"{out}: not empty")
     real = write_files(out, "squad", real_documents(args.train, args.dev))
-    generated = write_files(out, "generated", generated_documents(args.train, args.seed),
-                            max(0, args.passages - REAL_PASSAGES))
-    print(json.dumps({"out": str(out), "real_documents": real, "generated_documents": generated,
-                      "bytes": sum(f.stat().st_size for f in out.iterdir())}))
+    generated = write_files(
+        out, "generated", generated_documents(args.train, args.seed), max(0, args.passages - REAL_PASSAGES)
+    )
+    print(
+        json.dumps(
+            {
+                "out": str(out),
+                "real_documents": real,
+                "generated_documents": generated,
+                "bytes": sum(f.stat().st_size for f in out.iterdir()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -66,13 +66,18 @@ def main() -> None:
             if pairs:
                 t = time.perf_counter()
                 for lo in range(0, len(pairs), 32):
-                    reader.answer_batch(pairs[lo:lo + 32])
+                    reader.answer_batch(pairs[lo : lo + 32])
                 batch[s].append(len(pairs) / (time.perf_counter() - t))
     for s, reader in readers.items():
         ms = sorted(single[s])
-        row = {"model": os.path.basename(s), "backend": reader.info["backend"], "threads": args.threads,
-               "one_question_median_ms": round(statistics.median(ms), 2),
-               "one_question_p90_ms": round(ms[int(0.9 * (len(ms) - 1))], 2), "calls": len(ms)}
+        row = {
+            "model": os.path.basename(s),
+            "backend": reader.info["backend"],
+            "threads": args.threads,
+            "one_question_median_ms": round(statistics.median(ms), 2),
+            "one_question_p90_ms": round(ms[int(0.9 * (len(ms) - 1))], 2),
+            "calls": len(ms),
+        }
         if pairs:
             row["batch32_questions_per_s"] = round(statistics.median(batch[s]), 1)
             row["batch_questions"] = len(pairs)

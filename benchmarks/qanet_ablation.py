@@ -22,14 +22,34 @@ import sys
 from rckit.kernels import NAMES
 
 VARIANTS = ["all", "none"] + [f"-{name}" for name in NAMES]
-COLUMNS = [("train_examples_per_s", "train ex/s"), ("inference_examples_per_s", "infer ex/s"),
-           ("latency_ms_median", "latency ms"), ("peak_rss_mb", "peak MB")]
+COLUMNS = [
+    ("train_examples_per_s", "train ex/s"),
+    ("inference_examples_per_s", "infer ex/s"),
+    ("latency_ms_median", "latency ms"),
+    ("peak_rss_mb", "peak MB"),
+]
 
 
 def bench(spec: str, args) -> dict:
     """One ``rckit bench`` run with ``RCKIT_KERNELS=spec``; its JSON result."""
-    cmd = [sys.executable, "-m", "rckit", "bench", "qanet", "--preset", "paper", "--amp", args.amp, "--json",
-           "--data-dir", args.data_dir, "--steps", str(args.steps), "--questions", str(args.questions)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rckit",
+        "bench",
+        "qanet",
+        "--preset",
+        "paper",
+        "--amp",
+        args.amp,
+        "--json",
+        "--data-dir",
+        args.data_dir,
+        "--steps",
+        str(args.steps),
+        "--questions",
+        str(args.questions),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RCKIT_KERNELS": spec})
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines:

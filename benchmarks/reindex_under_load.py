@@ -43,8 +43,12 @@ QUESTION = "Who lit the quillwort beacon of Ardnamurchan?"
 
 
 def start(args: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rckit", "serve", *args, "--host", "127.0.0.1", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rckit", "serve", *args, "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     sel.select(timeout=300)
@@ -56,8 +60,9 @@ def start(args: list[str]) -> tuple[subprocess.Popen, str]:
 
 
 def ask(url: str, question: str) -> tuple[int, dict | None]:
-    req = urllib.request.Request(url + "v1/ask", data=json.dumps({"question": question}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "v1/ask", data=json.dumps({"question": question}).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.load(r)
@@ -69,18 +74,25 @@ def ask(url: str, question: str) -> tuple[int, dict | None]:
 
 def index(docs: list[str], out: str) -> dict:
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "rckit", "index", *docs, "--out", out, "--no-progress"],
-                          capture_output=True, text=True)
-    return {"seconds": round(time.perf_counter() - t0, 1), "rc": done.returncode,
-            "said": (done.stdout or done.stderr).strip().splitlines()[-1:]}
+    done = subprocess.run(
+        [sys.executable, "-m", "rckit", "index", *docs, "--out", out, "--no-progress"], capture_output=True, text=True
+    )
+    return {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "rc": done.returncode,
+        "said": (done.stdout or done.stderr).strip().splitlines()[-1:],
+    }
 
 
 def summary(calls: list[tuple[float, float, int]], lo: float, hi: float) -> dict:
     part = [(ms, status) for t, ms, status in calls if lo <= t < hi]
     ok = sorted(ms for ms, status in part if status == 200)
-    return {"answered": len(ok), "failed": len(part) - len(ok),
-            "p50_ms": round(statistics.median(ok), 1) if ok else None,
-            "p99_ms": round(ok[min(len(ok) - 1, int(0.99 * len(ok)))], 1) if ok else None}
+    return {
+        "answered": len(ok),
+        "failed": len(part) - len(ok),
+        "p50_ms": round(statistics.median(ok), 1) if ok else None,
+        "p99_ms": round(ok[min(len(ok) - 1, int(0.99 * len(ok)))], 1) if ok else None,
+    }
 
 
 def main() -> None:
@@ -98,9 +110,10 @@ def main() -> None:
     shutil.copy2(victim, backup)
     new = Path(tempfile.mkdtemp(prefix="new-docs-"))
     for i in range(20):
-        (new / f"note{i:02d}.txt").write_text(FACT if i == 7 else f"Harbour note {i}: the tide turned at noon.",
-                                              encoding="utf-8")
-    proc, url = start([*( [args.model] if args.model else []), "--index", args.index])
+        (new / f"note{i:02d}.txt").write_text(
+            FACT if i == 7 else f"Harbour note {i}: the tide turned at noon.", encoding="utf-8"
+        )
+    proc, url = start([*([args.model] if args.model else []), "--index", args.index])
     calls: list[tuple[float, float, int]] = []
     stop = threading.Event()
 

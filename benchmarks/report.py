@@ -118,12 +118,22 @@ def machine() -> dict:
     except importlib.metadata.PackageNotFoundError:
         torch_version = "not installed"
     try:
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True,
-                                text=True).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True
+            ).stdout.strip()
+            or None
+        )
     except OSError:
         commit = None
-    return {"uname": " ".join(platform.uname()), "cpu": cpu, "cores": os.cpu_count(), "torch": torch_version,
-            "python": platform.python_version(), "commit": commit}
+    return {
+        "uname": " ".join(platform.uname()),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": torch_version,
+        "python": platform.python_version(),
+        "commit": commit,
+    }
 
 
 def median_result(runs: list[dict]) -> dict:
@@ -198,8 +208,10 @@ def merge_results(path: Path, new: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Rendering
 
-HEADER = ("| model | preset | amp | kernels | training ex/s (batch 32) | inference ex/s (batch 32) "
-          "| latency ms per question (median / p90) | peak RSS MiB | date |")
+HEADER = (
+    "| model | preset | amp | kernels | training ex/s (batch 32) | inference ex/s (batch 32) "
+    "| latency ms per question (median / p90) | peak RSS MiB | date |"
+)
 
 
 def _num(v, fmt: str) -> str:
@@ -214,9 +226,13 @@ def render_table(rows: list[Row], results: dict) -> str:
             figures = ["-"] * 5
         else:
             lat = e.get("latency_ms_median"), e.get("latency_ms_p90")
-            figures = [_num(e.get("train_examples_per_s"), ".1f"), _num(e.get("inference_examples_per_s"), ".1f"),
-                       "-" if None in lat else f"{lat[0]:.1f} / {lat[1]:.1f}", _num(e.get("peak_rss_mb"), ",.0f"),
-                       str(e.get("date", "-")).split(" ")[0]]
+            figures = [
+                _num(e.get("train_examples_per_s"), ".1f"),
+                _num(e.get("inference_examples_per_s"), ".1f"),
+                "-" if None in lat else f"{lat[0]:.1f} / {lat[1]:.1f}",
+                _num(e.get("peak_rss_mb"), ",.0f"),
+                str(e.get("date", "-")).split(" ")[0],
+            ]
         lines.append("| " + " | ".join([row.model, row.preset, row.amp, row.kernels, *figures]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -226,8 +242,10 @@ def replace_between_markers(text: str, block: str, where: str = "the file") -> s
     for marker in (START, END):
         n = text.count(marker)
         if n != 1:
-            raise ReportError(f"{where}: expected the marker {marker} once, found it {n} times "
-                              f"(the table goes between {START} and {END})")
+            raise ReportError(
+                f"{where}: expected the marker {marker} once, found it {n} times "
+                f"(the table goes between {START} and {END})"
+            )
     i, j = text.index(START) + len(START), text.index(END)
     if j < i:
         raise ReportError(f"{where}: {END} comes before {START}")
@@ -245,8 +263,9 @@ def write_report(md_path: Path, results_path: Path, rows: list[Row] = ROWS) -> N
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--run", action="store_true", help="run the bench for the selected rows, merge into --results")
     ap.add_argument("--rows", help="comma-separated substrings or globs of row keys (default: every row)")
     ap.add_argument("--repeat", type=int, default=1, help="bench processes per row; the median is kept")
@@ -262,8 +281,10 @@ def main(argv=None) -> int:
         rows = select_rows(ROWS, args.rows)
         if args.list:
             for row in rows:
-                print(f"{row.key:40s} RCKIT_KERNELS={row.kernels} "
-                      f"{shlex.join(bench_command(row, args.data_dir, args.cloze_data))}")
+                print(
+                    f"{row.key:40s} RCKIT_KERNELS={row.kernels} "
+                    f"{shlex.join(bench_command(row, args.data_dir, args.cloze_data))}"
+                )
             return 0
         if args.run:
             load_results(args.results)  # a broken results file stops us before an hour of benching
@@ -276,8 +297,10 @@ def main(argv=None) -> int:
                     failed.append(row.key)
                     continue
                 merge_results(args.results, {row.key: entry})  # after each row: a stopped run keeps what it got
-            print(f"wrote {len(rows) - len(failed)} row(s) to {args.results}; "
-                  f"`python benchmarks/report.py` puts them in {args.markdown.name}")
+            print(
+                f"wrote {len(rows) - len(failed)} row(s) to {args.results}; "
+                f"`python benchmarks/report.py` puts them in {args.markdown.name}"
+            )
             if failed:
                 print(f"report.py: failed: {', '.join(failed)}", file=sys.stderr)
                 return 1

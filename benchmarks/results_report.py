@@ -59,8 +59,9 @@ def render_row(e: dict) -> str:
     if e.get("note"):
         figure += f"<br>{e['note']}"
     b = e["budget"]
-    budget = "; ".join(x for x in (f"{b['minutes']} min" if b.get("minutes") else "",
-                                   b.get("steps", ""), b.get("machine", "")) if x)
+    budget = "; ".join(
+        x for x in (f"{b['minutes']} min" if b.get("minutes") else "", b.get("steps", ""), b.get("machine", "")) if x
+    )
     commands = "<br>".join(f"`{c}`" for c in e["commands"]) + f"<br>[detail]({e['link']})"
     cells = [e["model"], e["preset"], e["data"], figure, e.get("reference", "-"), budget, e["date"], commands]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
@@ -81,8 +82,9 @@ def replace_between_markers(text: str, block: str, where: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the table is out of date")
     ap.add_argument("--json", type=Path, default=JSON_PATH, help="the results (default: docs/results/results.json)")
     ap.add_argument("--markdown", type=Path, default=MARKDOWN, help="the file to update (default: RESULTS.md)")
@@ -100,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         if new != text:
-            print(f"results_report.py: the table in {args.markdown} differs from {args.json}; "
-                  f"run python benchmarks/results_report.py", file=sys.stderr)
+            print(
+                f"results_report.py: the table in {args.markdown} differs from {args.json}; "
+                f"run python benchmarks/results_report.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if new != text:

@@ -38,8 +38,12 @@ def start(args: list[str], timeout: float = 300) -> tuple[subprocess.Popen, str,
     """``rckit serve ARGS`` on 127.0.0.1, a free port; the process, its host, port, and the seconds
     from the start of the process until ``/health`` answered."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "rckit", "serve", *args, "--host", "127.0.0.1", "--port", "0",
-                             "--access-log", "off"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rckit", "serve", *args, "--host", "127.0.0.1", "--port", "0", "--access-log", "off"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     line = ""
@@ -92,9 +96,13 @@ def measure(args: list[str], repeat: int) -> dict:
         conn.close()
     finally:
         stop_server(proc)
-    return {"start_s": seconds, "rss_started_mib": started["rss"], "rss_asked_mib": asked["rss"],
-            "peak_mib": asked["peak"], "models": [{"name": m, "first_ms": first[m], "median_ms": latency[m]}
-                                                  for m in models]}
+    return {
+        "start_s": seconds,
+        "rss_started_mib": started["rss"],
+        "rss_asked_mib": asked["rss"],
+        "peak_mib": asked["peak"],
+        "models": [{"name": m, "first_ms": first[m], "median_ms": latency[m]} for m in models],
+    }
 
 
 def main() -> None:
@@ -106,14 +114,20 @@ def main() -> None:
     if opts.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"one paragraph question at a time, median of {opts.repeat}\n")
-    print("| server | start-up until /health (s) | RSS after start-up (MiB) | RSS after one question to each "
-          "model (MiB) | peak RSS (MiB) |")
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"one paragraph question at a time, median of {opts.repeat}\n"
+    )
+    print(
+        "| server | start-up until /health (s) | RSS after start-up (MiB) | RSS after one question to each "
+        "model (MiB) | peak RSS (MiB) |"
+    )
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, r in results.items():
-        print(f"| `rckit serve` {name} | {r['start_s']:.2f} | {r['rss_started_mib']:.0f} | {r['rss_asked_mib']:.0f} "
-              f"| {r['peak_mib']:.0f} |")
+        print(
+            f"| `rckit serve` {name} | {r['start_s']:.2f} | {r['rss_started_mib']:.0f} | {r['rss_asked_mib']:.0f} "
+            f"| {r['peak_mib']:.0f} |"
+        )
     print("\n| server | model | first question (ms) | median of next (ms) |")
     print("| --- | --- | ---: | ---: |")
     for name, r in results.items():

@@ -35,8 +35,12 @@ from rckit.retrieval.store import PassageStore
 
 
 def questions_of(raw: dict) -> list[dict]:
-    return [{"id": qa["id"], "question": qa["question"], "answers": [a["text"] for a in qa["answers"]]}
-            for art in raw["data"] for p in art["paragraphs"] for qa in p["qas"]]
+    return [
+        {"id": qa["id"], "question": qa["question"], "answers": [a["text"] for a in qa["answers"]]}
+        for art in raw["data"]
+        for p in art["paragraphs"]
+        for qa in p["qas"]
+    ]
 
 
 def holds(passage: str, answers: list[str]) -> bool:
@@ -48,7 +52,7 @@ def read_all(index: PassageStore, reader: Reader, qs: list[dict], passages: int,
     """Each question's hits and the reader's best span on each hit (read once, ranked later)."""
     out = []
     for lo in range(0, len(qs), chunk):
-        part = qs[lo: lo + chunk]
+        part = qs[lo : lo + chunk]
         hits = [index.search(q["question"], passages) for q in part]
         got = iter(reader.answer_batch([(h.text, q["question"]) for q, hs in zip(part, hits) for h in hs], 1))
         out += [[(h, next(got)) for h in hs] for hs in hits]
@@ -91,9 +95,15 @@ def main() -> None:
         t0 = time.perf_counter()
         hits = [index.search(q["question"], args.passages) for q in dev_all]  # retrieval: every dev question
         res["search_ms"] = round(1000 * (time.perf_counter() - t0) / len(dev_all), 2)
-        res["retrieval"] = {f"top{k}": round(100.0 * sum(any(holds(h.text, q["answers"]) for h in hs[:k])
-                                                         for q, hs in zip(dev_all, hits)) / len(dev_all), 2)
-                            for k in (1, 5, args.passages)}
+        res["retrieval"] = {
+            f"top{k}": round(
+                100.0
+                * sum(any(holds(h.text, q["answers"]) for h in hs[:k]) for q, hs in zip(dev_all, hits))
+                / len(dev_all),
+                2,
+            )
+            for k in (1, 5, args.passages)
+        }
         res["retrieval_questions"] = len(dev_all)
         print(json.dumps(res["retrieval"]), file=sys.stderr)
 
@@ -101,8 +111,15 @@ def main() -> None:
         res["tune"] = {}
         for w in weights:
             preds = {q["id"]: rank(r, 1, w)[0]["answer"] for q, r in zip(tune, tuned)}
-            raw = {"data": [{"paragraphs": [{"qas": [{"id": q["id"], "answers": [{"text": a} for a in q["answers"]]}
-                                                      for q in tune]}]}]}
+            raw = {
+                "data": [
+                    {
+                        "paragraphs": [
+                            {"qas": [{"id": q["id"], "answers": [{"text": a} for a in q["answers"]]} for q in tune]}
+                        ]
+                    }
+                ]
+            }
             res["tune"][w] = round(score_predictions(raw, preds, "1.1")["f1"], 2)
         best = max(weights, key=lambda w: res["tune"][w])
         res["retriever_weight"] = best
@@ -112,8 +129,12 @@ def main() -> None:
         seconds = time.perf_counter() - t0
         res["questions_per_s"] = round(len(dev) / seconds, 2)
         dev_ids = {q["id"] for q in dev}
-        raw = {"data": [{"paragraphs": [{"qas": [qa for qa in p["qas"] if qa["id"] in dev_ids]}
-                                        for p in art["paragraphs"]]} for art in dev_raw["data"]]}
+        raw = {
+            "data": [
+                {"paragraphs": [{"qas": [qa for qa in p["qas"] if qa["id"] in dev_ids]} for p in art["paragraphs"]]}
+                for art in dev_raw["data"]
+            ]
+        }
         res["end_to_end"] = {}
         for w in weights:
             preds = {q["id"]: rank(r, 1, w)[0]["answer"] for q, r in zip(dev, read)}
@@ -128,8 +149,11 @@ def main() -> None:
             asking.ask(q["question"], 1, args.passages)
             times.append(1000 * (time.perf_counter() - t0))
         times.sort()
-        res["ask_ms"] = {"p50": round(statistics.median(times), 1),
-                         "p99": round(times[min(len(times) - 1, int(0.99 * len(times)))], 1), "n": len(times)}
+        res["ask_ms"] = {
+            "p50": round(statistics.median(times), 1),
+            "p99": round(times[min(len(times) - 1, int(0.99 * len(times)))], 1),
+            "n": len(times),
+        }
     print(json.dumps(res, indent=1))
 
 

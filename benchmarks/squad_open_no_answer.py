@@ -73,13 +73,34 @@ def main() -> None:
         raise SystemExit(f"{reader.info['source']}: no verifier")
     t0 = time.perf_counter()
     with PassageStore(path) as index:  # each question's passages read as `rckit ask` reads them
-        read = read_questions(reader, index, qs, args.passages,
-                              lambda n, total: print(f"\r  read {n:,}/{total:,}", end="", file=sys.stderr, flush=True))
+        read = read_questions(
+            reader,
+            index,
+            qs,
+            args.passages,
+            lambda n, total: print(f"\r  read {n:,}/{total:,}", end="", file=sys.stderr, flush=True),
+        )
     print(file=sys.stderr)
     res["questions_per_s"] = round(len(qs) / (time.perf_counter() - t0), 2)
-    raw = {"version": "v2.0", "data": [{"paragraphs": [{"qas": [
-        {"id": qa["id"], "answers": qa["answers"] if half == "in" else [], "is_impossible": half == "out"}
-        for qa, half in qs]}]}]}
+    raw = {
+        "version": "v2.0",
+        "data": [
+            {
+                "paragraphs": [
+                    {
+                        "qas": [
+                            {
+                                "id": qa["id"],
+                                "answers": qa["answers"] if half == "in" else [],
+                                "is_impossible": half == "out",
+                            }
+                            for qa, half in qs
+                        ]
+                    }
+                ]
+            }
+        ],
+    }
 
     def at(threshold: float | None, collection=None) -> dict:
         preds = {}

@@ -51,8 +51,9 @@ def main() -> None:
     model = model_cls(mcfg, task.model_inputs()).train()
     parts = optimisation(model, tcfg)
     idx = task.first_rows(args.questions)
-    batches = [task.collate(idx[b]) for b in BucketBatchSampler(task.lengths_for_training(idx), 32, seed=0)
-               if len(b) == 32]
+    batches = [
+        task.collate(idx[b]) for b in BucketBatchSampler(task.lengths_for_training(idx), 32, seed=0) if len(b) == 32
+    ]
     device = torch.device("cpu")
 
     def full(batch):
@@ -76,12 +77,17 @@ def main() -> None:
                 step(b)
                 times[name].append(1000 * (time.perf_counter() - t0))
     ratios = np.divide(times["train_step"], times["bare"])  # the same batch, one step after the other
-    print(f"{args.model} {args.preset}: {len(batches)} batches of 32, {args.rounds} rounds, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{args.model} {args.preset}: {len(batches)} batches of 32, {args.rounds} rounds, "
+        f"{torch.get_num_threads()} threads"
+    )
     for name, v in times.items():
         print(f"  {name:10s} median {statistics.median(v):7.1f} ms/step")
-    print(f"  train_step / bare, per batch: median {np.median(ratios):.3f}, "
-          f"quartiles {np.percentile(ratios, 25):.3f} / {np.percentile(ratios, 75):.3f}")
+    print(
+        f"  train_step / bare, per batch: median {np.median(ratios):.3f}, "
+        f"quartiles {np.percentile(ratios, 25):.3f} / {np.percentile(ratios, 75):.3f}"
+    )
+
 
 if __name__ == "__main__":
     main()

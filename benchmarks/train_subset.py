@@ -1,6 +1,7 @@
 """A seeded random fraction of a SQuAD training file, by paragraph (for step-counted experiments).
 
-    python benchmarks/train_subset.py ../shared/data/squad-v1.1/train-v1.1.reconstructed.json.gz --fraction 0.25 --out runs/plateau/train-quarter.json
+    python benchmarks/train_subset.py ../shared/data/squad-v1.1/train-v1.1.reconstructed.json.gz \\
+        --fraction 0.25 --out runs/plateau/train-quarter.json
 
 Each paragraph is kept with probability ``--fraction`` (seeded); articles left with no paragraph
 are dropped. Prints how many questions the subset holds.

@@ -18,13 +18,15 @@ import time
 from rckit.answering.reader import Reader
 from rckit.model_files.source import installed_files
 
-CONTEXT = ("The Rosetta Stone is a granodiorite stele inscribed with three versions of a decree issued in Memphis, "
-           "Egypt, in 196 BC during the Ptolemaic dynasty on behalf of King Ptolemy V Epiphanes. The top and middle "
-           "texts are in Ancient Egyptian using hieroglyphic and Demotic scripts respectively, while the bottom is in "
-           "Ancient Greek. The decree has only minor differences between the three versions, making the Rosetta "
-           "Stone key to deciphering the Egyptian scripts. The stone was discovered in 1799 by a French soldier, "
-           "Pierre-Francois Bouchard, during the Napoleonic campaign in Egypt. Jean-Francois Champollion announced "
-           "the first decipherment of the hieroglyphs in 1822.")
+CONTEXT = (
+    "The Rosetta Stone is a granodiorite stele inscribed with three versions of a decree issued in Memphis, "
+    "Egypt, in 196 BC during the Ptolemaic dynasty on behalf of King Ptolemy V Epiphanes. The top and middle "
+    "texts are in Ancient Egyptian using hieroglyphic and Demotic scripts respectively, while the bottom is in "
+    "Ancient Greek. The decree has only minor differences between the three versions, making the Rosetta "
+    "Stone key to deciphering the Egyptian scripts. The stone was discovered in 1799 by a French soldier, "
+    "Pierre-Francois Bouchard, during the Napoleonic campaign in Egypt. Jean-Francois Champollion announced "
+    "the first decipherment of the hieroglyphs in 1822."
+)
 QUESTION = "Who announced the decipherment of the hieroglyphs?"
 
 
@@ -55,10 +57,12 @@ def main() -> None:
         job = with_v.plan([(CONTEXT, QUESTION)])
         with_v.read_all(job)
         step = ms(lambda: job.no_answer_probabilities(), 300)
-        out[with_v.info["backend"]] = {"with_verifier_ms": round(statistics.median(a), 2),
-                                       "without_ms": round(statistics.median(b), 2),
-                                       "verifier_step_ms": round(step, 3),
-                                       "slower_percent": round(100 * (statistics.median(a) / statistics.median(b) - 1), 1)}
+        out[with_v.info["backend"]] = {
+            "with_verifier_ms": round(statistics.median(a), 2),
+            "without_ms": round(statistics.median(b), 2),
+            "verifier_step_ms": round(step, 3),
+            "slower_percent": round(100 * (statistics.median(a) / statistics.median(b) - 1), 1),
+        }
     print(json.dumps({"model": args.model, **out}, indent=1))
 
 

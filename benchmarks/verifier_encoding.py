@@ -7,6 +7,7 @@ of rckit.training.verifier, weighted by the start and end probabilities, with th
 M2, and fits a logistic regression and a 64-unit network on the features, the pooled encoding, and
 both; prints each one's tuning-quarter F1 at its best threshold. Figures: docs/no-answer.md.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,8 +44,17 @@ def pooled(reader: Reader, pairs) -> np.ndarray:
         m = mask.float().unsqueeze(-1)
         mean2 = (m2 * m).sum(1) / m.sum(1)
         max2 = m2.masked_fill(~mask.unsqueeze(-1), -1e4).max(1).values
-        f = torch.cat([torch.einsum("bt,btd->bd", ps, m0), torch.einsum("bt,btd->bd", ps, m1),
-                       torch.einsum("bt,btd->bd", pe, m0), torch.einsum("bt,btd->bd", pe, m2), mean2, max2], -1)
+        f = torch.cat(
+            [
+                torch.einsum("bt,btd->bd", ps, m0),
+                torch.einsum("bt,btd->bd", ps, m1),
+                torch.einsum("bt,btd->bd", pe, m0),
+                torch.einsum("bt,btd->bd", pe, m2),
+                mean2,
+                max2,
+            ],
+            -1,
+        )
         for (i, _, _, _), row in zip(items, f.numpy()):
             feats.setdefault(i, row)
     hook.remove()
@@ -67,9 +77,17 @@ def fit(x, y, weight, hidden, epochs=20, wd=1e-2, drop=0.0) -> Head:
     xt = torch.from_numpy((x - mean) / scale).float()
     wt = torch.from_numpy(weight / weight.mean()).float()
     yt = torch.from_numpy(y)
-    net = (torch.nn.Sequential(torch.nn.Dropout(drop), torch.nn.Linear(x.shape[1], hidden), torch.nn.ReLU(),
-                               torch.nn.Dropout(drop), torch.nn.Linear(hidden, 1)) if hidden
-           else torch.nn.Linear(x.shape[1], 1))
+    net = (
+        torch.nn.Sequential(
+            torch.nn.Dropout(drop),
+            torch.nn.Linear(x.shape[1], hidden),
+            torch.nn.ReLU(),
+            torch.nn.Dropout(drop),
+            torch.nn.Linear(hidden, 1),
+        )
+        if hidden
+        else torch.nn.Linear(x.shape[1], 1)
+    )
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=wd)
     g = torch.Generator().manual_seed(0)
     for _ in range(epochs):
@@ -89,8 +107,9 @@ def main() -> None:
     reader = Reader.load(files["safetensors"], "cpu", always_answer=True)
     reader_onnx = Reader.load(files["onnx"], "cpu", always_answer=True)  # the features' cache is keyed on it
     dev = load_json("../shared/data/squad-v2.0/dev-v2.0.reconstructed.json.gz")
-    pairs = tv.training_pairs(load_json("../shared/data/squad-v1.1/train-v1.1.reconstructed.json.gz"), dev,
-                              10_000, 0, True)
+    pairs = tv.training_pairs(
+        load_json("../shared/data/squad-v1.1/train-v1.1.reconstructed.json.gz"), dev, 10_000, 0, True
+    )
     tune, tune_raw = tv.tuning_pairs(dev)
     x, _ = tv.cached_features(reader_onnx, pairs, CACHE)
     xt, texts = tv.cached_features(reader_onnx, tune, CACHE)
@@ -98,8 +117,11 @@ def main() -> None:
     print(f"read in {time.time() - t:.0f} s; pooled encoding {e.shape}", flush=True)
     y = np.asarray([p.unanswerable for p in pairs], np.float32)
     dev_side = np.asarray([p.kind in ("written", "dev_answerable") for p in pairs])
-    for name, a, at in (("features", x, xt), ("encoding", e, et),
-                        ("both", np.concatenate([x, e], 1), np.concatenate([xt, et], 1))):
+    for name, a, at in (
+        ("features", x, xt),
+        ("encoding", e, et),
+        ("both", np.concatenate([x, e], 1), np.concatenate([xt, et], 1)),
+    ):
         for hidden, w, drop in ((0, 10, 0.0), (64, 10, 0.3), (64, 30, 0.3)):
             head = fit(a, y, np.where(dev_side, w, 1.0).astype(np.float32), hidden, drop=drop)
             got = tv.tuned(head, at, texts, tune, tune_raw)

@@ -111,7 +111,23 @@ DEV_PARAS = [
         [("d1", "When was the Eiffel Tower built?", [("1889", 55), ("in 1889", 52)])],
     )
 ]
-GLOVE_WORDS = ["denver", "broncos", "won", "super", "bowl", "paris", "the", "capital", "of", "france", "in", "tower", "built", "1889", "."]
+GLOVE_WORDS = [
+    "denver",
+    "broncos",
+    "won",
+    "super",
+    "bowl",
+    "paris",
+    "the",
+    "capital",
+    "of",
+    "france",
+    "in",
+    "tower",
+    "built",
+    "1889",
+    ".",
+]
 
 
 @pytest.fixture
@@ -167,10 +183,17 @@ def check_cloze_contract(model, batch, n_entities: int) -> None:
 
 # ---------------------------------------------------------------- tiny trained runs, shared by the reader tests
 
-TINY_QANET = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
-                  model_enc_kernel=3, emb_enc_kernel=3)
-TINY_QANET_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=100, eval_questions=0,
-                        checkpoint_every=1)
+TINY_QANET = dict(
+    d_model=16,
+    n_heads=2,
+    char_dim=8,
+    emb_enc_convs=1,
+    model_enc_blocks=1,
+    model_enc_convs=1,
+    model_enc_kernel=3,
+    emb_enc_kernel=3,
+)
+TINY_QANET_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=100, eval_questions=0, checkpoint_every=1)
 GREEK = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
 
@@ -198,14 +221,35 @@ def train_tiny_qanet(root: Path, package_vectors: bool = False, steps: int = 2) 
     (root / "tiny.json").write_text(json.dumps({"model": TINY_QANET, "train": TINY_QANET_TRAIN}))
     embeddings = []
     if not package_vectors:
-        lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
-                 for i, w in enumerate(GLOVE_WORDS + GREEK)]
+        lines = [
+            f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + GREEK)
+        ]
         (root / "glove.txt").write_text("\n".join(lines) + "\n")
         embeddings = ["--embeddings", str(root / "glove.txt")]
     run = root / "run"
-    assert main(["train", "qanet", "--preset", str(root / "tiny.json"), "--out", str(run), "--max-steps", str(steps),
-                 "--train", str(train_f), "--dev", str(dev_f), *embeddings, "--cache-dir", str(root / "cache"),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "qanet",
+                "--preset",
+                str(root / "tiny.json"),
+                "--out",
+                str(run),
+                "--max-steps",
+                str(steps),
+                "--train",
+                str(train_f),
+                "--dev",
+                str(dev_f),
+                *embeddings,
+                "--cache-dir",
+                str(root / "cache"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return run
 
 
@@ -233,6 +277,7 @@ def tiny_export(tiny_run, tmp_path_factory) -> Path:
 
 # ---------------------------------------------------------------- a tiny contextual encoder, written by the tests
 
+
 def write_tiny_encoder(root: Path, words=(), layers: int = 2, dim: int = 8, seed: int = 0) -> Path:
     """A tiny random BERT encoder folder (config.json, model.safetensors in Hugging Face's names,
     a WordPiece tokenizer.json) under ``root``: ``words`` whole in its vocabulary, any other word
@@ -243,30 +288,56 @@ def write_tiny_encoder(root: Path, words=(), layers: int = 2, dim: int = 8, seed
 
     root.mkdir(parents=True, exist_ok=True)
     letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", *".,?!'-", *letters, *(f"##{c}" for c in letters),
-             *dict.fromkeys(w.lower() for w in words)]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        *".,?!'-",
+        *letters,
+        *(f"##{c}" for c in letters),
+        *dict.fromkeys(w.lower() for w in words),
+    ]
     tok = Tokenizer(models.WordPiece({p: i for i, p in enumerate(vocab)}, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.save(str(root / "tokenizer.json"))
-    config = {"vocab_size": len(vocab), "hidden_size": dim, "num_hidden_layers": layers, "num_attention_heads": 2,
-              "intermediate_size": 2 * dim, "max_position_embeddings": 64, "type_vocab_size": 2,
-              "layer_norm_eps": 1e-12, "model_type": "bert"}
+    config = {
+        "vocab_size": len(vocab),
+        "hidden_size": dim,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 2,
+        "intermediate_size": 2 * dim,
+        "max_position_embeddings": 64,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "model_type": "bert",
+    }
     (root / "config.json").write_text(json.dumps(config))
     g = torch.Generator().manual_seed(seed)
 
     def r(*shape):
         return torch.randn(*shape, generator=g) * 0.5
 
-    state = {"embeddings.word_embeddings.weight": r(len(vocab), dim),
-             "embeddings.position_embeddings.weight": r(64, dim), "embeddings.token_type_embeddings.weight": r(2, dim),
-             "embeddings.LayerNorm.weight": 1 + r(dim) * 0.1, "embeddings.LayerNorm.bias": r(dim) * 0.1,
-             "pooler.dense.weight": r(dim, dim), "pooler.dense.bias": r(dim)}
+    state = {
+        "embeddings.word_embeddings.weight": r(len(vocab), dim),
+        "embeddings.position_embeddings.weight": r(64, dim),
+        "embeddings.token_type_embeddings.weight": r(2, dim),
+        "embeddings.LayerNorm.weight": 1 + r(dim) * 0.1,
+        "embeddings.LayerNorm.bias": r(dim) * 0.1,
+        "pooler.dense.weight": r(dim, dim),
+        "pooler.dense.bias": r(dim),
+    }
     for n in range(layers):
         p = f"encoder.layer.{n}."
-        for part, shape in (("attention.self.query", (dim, dim)), ("attention.self.key", (dim, dim)),
-                            ("attention.self.value", (dim, dim)), ("attention.output.dense", (dim, dim)),
-                            ("intermediate.dense", (2 * dim, dim)), ("output.dense", (dim, 2 * dim))):
+        for part, shape in (
+            ("attention.self.query", (dim, dim)),
+            ("attention.self.key", (dim, dim)),
+            ("attention.self.value", (dim, dim)),
+            ("attention.output.dense", (dim, dim)),
+            ("intermediate.dense", (2 * dim, dim)),
+            ("output.dense", (dim, 2 * dim)),
+        ):
             state[p + part + ".weight"], state[p + part + ".bias"] = r(*shape), r(shape[0]) * 0.1
         for part in ("attention.output.LayerNorm", "output.LayerNorm"):
             state[p + part + ".weight"], state[p + part + ".bias"] = 1 + r(dim) * 0.1, r(dim) * 0.1

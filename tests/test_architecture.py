@@ -41,8 +41,9 @@ def test_every_module_is_named_in_its_room_and_every_name_is_a_module():
         elif path.name != "__init__.py" and not re.search(rf"(?<![\w.]){re.escape(path.name)}", entries[room]):
             missing.append(str(path.relative_to(PACKAGE)))
     assert not missing, f"docs/architecture.md does not name: {sorted(set(missing))}"
-    named = [(room, name) for room, text in entries.items() if room.endswith("/")
-             for name in re.findall(r"[\w]+\.py", text)]
+    named = [
+        (room, name) for room, text in entries.items() if room.endswith("/") for name in re.findall(r"[\w]+\.py", text)
+    ]
     assert named, "the map names no module"
     gone = [f"{room}{name}" for room, name in named if not list((PACKAGE / room).rglob(name))]
     assert not gone, f"docs/architecture.md names modules that are not there: {gone}"

@@ -26,7 +26,9 @@ def test_overrides_coerce_types_and_nest():
     assert Outer().layers == 2  # the original is untouched
 
 
-@pytest.mark.parametrize("bad, msg", [("layers=two", "expected int"), ("nope=1", "unknown setting"), ("layers", "key=value")])
+@pytest.mark.parametrize(
+    "bad, msg", [("layers=two", "expected int"), ("nope=1", "unknown setting"), ("layers", "key=value")]
+)
 def test_bad_overrides_name_the_field(bad, msg):
     with pytest.raises(ValueError, match=msg):
         apply_overrides(Outer(), [bad])

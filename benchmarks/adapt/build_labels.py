@@ -35,8 +35,13 @@ def build(passages: Path, written: Path, groups: list[str]) -> dict:
             if start < 0 or p["text"].find(q["answer"], start + 1) >= 0:
                 raise ValueError(f"{written / group}.jsonl line {n}: the answer should occur once in its passage")
             qas = asked.setdefault(q["passage"], [])
-            qas.append({"id": f"{q['passage']}:{len(qas)}", "question": q["question"],
-                        "answers": [{"text": q["answer"], "answer_start": start}]})
+            qas.append(
+                {
+                    "id": f"{q['passage']}:{len(qas)}",
+                    "question": q["question"],
+                    "answers": [{"text": q["answer"], "answer_start": start}],
+                }
+            )
         for pid, p in rows.items():  # in passage order, which is document order
             if pid in asked:
                 article = articles.setdefault(p["document"], {"title": p["document"], "paragraphs": []})

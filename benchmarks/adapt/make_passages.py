@@ -25,14 +25,35 @@ DOC_ROOT = Path("/usr/share/doc")
 GROUPS = {
     "a": [("valgrind/html/manual-core.html", 40), ("base-passwd/users-and-groups.html", 13)],
     "b": [("python3/python-policy.html", 30), ("dpkg/spec/triggers.txt", 28)],
-    "c": [("zlib1g-dev/FAQ.gz", 15), ("zlib1g-dev/examples/zlib_how.html", 25), ("coreutils/README.gz", 11),
-          ("openssh-client/README.Debian.gz", 10), ("man-db/README.md.gz", 9)],
+    "c": [
+        ("zlib1g-dev/FAQ.gz", 15),
+        ("zlib1g-dev/examples/zlib_how.html", 25),
+        ("coreutils/README.gz", 11),
+        ("openssh-client/README.Debian.gz", 10),
+        ("man-db/README.md.gz", 9),
+    ],
     "d": [("nettle-dev/nettle.html", 40), ("systemd/README.gz", 10), ("bzip2/manual.pdf.gz", 30)],
-    "dev": [("fontconfig/fontconfig-user.pdf.gz", 23), ("zstd/README.md.gz", 6), ("dpkg/spec/rootless-builds.txt", 6),
-            ("valgrind/html/mc-manual.html", 20)]
-           + [(f"libffi8/html/{name}.html", 4) for name in
-              ("Introduction", "The-Basics", "The-Closure-API", "Primitive-Types", "Size-and-Alignment",
-               "Structures", "Memory-Usage", "Thread-Safety", "Arrays-Unions-Enums", "Complex")],
+    "dev": [
+        ("fontconfig/fontconfig-user.pdf.gz", 23),
+        ("zstd/README.md.gz", 6),
+        ("dpkg/spec/rootless-builds.txt", 6),
+        ("valgrind/html/mc-manual.html", 20),
+    ]
+    + [
+        (f"libffi8/html/{name}.html", 4)
+        for name in (
+            "Introduction",
+            "The-Basics",
+            "The-Closure-API",
+            "Primitive-Types",
+            "Size-and-Alignment",
+            "Structures",
+            "Memory-Usage",
+            "Thread-Safety",
+            "Arrays-Unions-Enums",
+            "Complex",
+        )
+    ],
 }
 
 

@@ -110,8 +110,11 @@ def differences(before: dict, after: dict, limit: int = 4) -> str:
     For one-line messages: at most ``limit`` keys are named, the rest counted.
     """
     a, b = flatten(before), flatten(after)
-    diffs = [f"{k}: {json.dumps(a.get(k, '<absent>'))} -> {json.dumps(b.get(k, '<absent>'))}"
-             for k in sorted(set(a) | set(b)) if a.get(k, "<absent>") != b.get(k, "<absent>")]
+    diffs = [
+        f"{k}: {json.dumps(a.get(k, '<absent>'))} -> {json.dumps(b.get(k, '<absent>'))}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, "<absent>") != b.get(k, "<absent>")
+    ]
     more = f" and {len(diffs) - limit} more" if len(diffs) > limit else ""
     return ", ".join(diffs[:limit]) + more
 

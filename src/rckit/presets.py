@@ -80,7 +80,7 @@ def run_configs(model: str, preset: str | None, overrides: list[str]):
         if section == "data":
             continue  # PrepareConfig: data_overrides
         if section in over and field:
-            over[section].append(o[len(section) + 1:])
+            over[section].append(o[len(section) + 1 :])
         elif section in field_names(mcfg):
             over["model"].append(o)
         elif section in field_names(dcfg):
@@ -88,8 +88,11 @@ def run_configs(model: str, preset: str | None, overrides: list[str]):
         else:
             over["train"].append(o)
     refuse_moved({o.split("=", 1)[0].strip(): None for o in over["train"]}, "--set train.")
-    return (apply_overrides(mcfg, over["model"]), apply_overrides(tcfg, over["train"]),
-            apply_overrides(dcfg, over["decode"]))
+    return (
+        apply_overrides(mcfg, over["model"]),
+        apply_overrides(tcfg, over["train"]),
+        apply_overrides(dcfg, over["decode"]),
+    )
 
 
 def model_configs(model: str, preset: str | None, overrides: list[str]):
@@ -100,14 +103,13 @@ def model_configs(model: str, preset: str | None, overrides: list[str]):
 
 def data_overrides(overrides: list[str]) -> list[str]:
     """The ``data.FIELD=VALUE`` overrides among a run's ``--set`` keys, as PrepareConfig's ``FIELD=VALUE``."""
-    return [o[len("data."):] for o in overrides if o.startswith("data.")]
+    return [o[len("data.") :] for o in overrides if o.startswith("data.")]
 
 
 def refuse_moved(train_settings: dict, where: str) -> None:
     """``max_answer_len`` was a training setting; say where it went rather than 'unknown setting'."""
     if "max_answer_len" in train_settings:
-        raise ValueError(f"{where}max_answer_len: answer decoding has its own section now: "
-                         "use decode.max_answer_len")
+        raise ValueError(f"{where}max_answer_len: answer decoding has its own section now: use decode.max_answer_len")
 
 
 def field_names(cfg) -> set[str]:
@@ -122,5 +124,8 @@ def saved_configs(model: str, path: Path):
         raise ValueError(f"{path}: this run trains {saved.get('model')!r}, not {model!r}")
     cfg_cls = model_config_class(model)
     # A setting added since the run was written is absent from its file: the run had its default.
-    return (from_dict(cfg_cls, saved["model_config"]), from_dict(TrainConfig, saved["train_config"]),
-            from_dict(DecodeConfig, saved.get("decode") or {}))
+    return (
+        from_dict(cfg_cls, saved["model_config"]),
+        from_dict(TrainConfig, saved["train_config"]),
+        from_dict(DecodeConfig, saved.get("decode") or {}),
+    )

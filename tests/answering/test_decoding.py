@@ -215,8 +215,9 @@ def test_any_float_dtype_gives_float32_scores_and_equal_spans(dtype):
     assert isinstance(pred, SpanPrediction)
     assert pred.score.dtype == np.float32 and np.isfinite(pred.score).all()
     # fp16 rounds the logits: compare with the rounded values decoded in float32.
-    same = decoding.best_spans(start_logits.astype(dtype).astype(np.float32),
-                               end_logits.astype(dtype).astype(np.float32), mask)
+    same = decoding.best_spans(
+        start_logits.astype(dtype).astype(np.float32), end_logits.astype(dtype).astype(np.float32), mask
+    )
     assert np.array_equal(pred.start, same.start) and np.array_equal(pred.end, same.end)
 
 

@@ -33,9 +33,25 @@ from rckit.models.dcn import DynamicDecoder
 from tests.answering.test_reader import FILLER, marker_vocabs
 from tests.models.test_contract import TINY
 
-KEYS = {"model", "context", "question", "window", "context_tokens", "context_offsets", "question_tokens",
-        "question_offsets", "answer", "answer_tokens", "start_probs", "end_probs", "null_prob", "attention", "decoder",
-        "saliency", "notes"}
+KEYS = {
+    "model",
+    "context",
+    "question",
+    "window",
+    "context_tokens",
+    "context_offsets",
+    "question_tokens",
+    "question_offsets",
+    "answer",
+    "answer_tokens",
+    "start_probs",
+    "end_probs",
+    "null_prob",
+    "attention",
+    "decoder",
+    "saliency",
+    "notes",
+}
 SPAN_MODELS = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader")
 CONTEXT = "the river runs past old mills and quiet farms before it reaches a grey sea."
 QUESTION = "where is the river ?"
@@ -45,8 +61,7 @@ def tiny_reader(name: str, no_answer: bool = False, window: int = 400, seed: int
     """An untrained ``name`` at its contract-test size, on the marker vocabularies."""
     vocabs = marker_vocabs()
     g = torch.Generator().manual_seed(0)
-    emb = EmbeddingInfo(torch.randn(len(vocabs.words), 6, generator=g), n_trainable_words=4,
-                        n_chars=len(vocabs.chars))
+    emb = EmbeddingInfo(torch.randn(len(vocabs.words), 6, generator=g), n_trainable_words=4, n_chars=len(vocabs.chars))
     cfg_cls, model_cls = MODELS[name]
     torch.manual_seed(seed)
     model = model_cls(cfg_cls(**{**TINY[(name, "span")], **config}, no_answer=no_answer), emb)
@@ -86,8 +101,9 @@ def test_the_probabilities_are_what_the_decoder_read_and_agree_with_the_answer(n
     else:
         assert p_start.sum() == pytest.approx(1.0, abs=1e-5) and p_end.sum() == pytest.approx(1.0, abs=1e-5)
         assert e["null_prob"] is None
-    best = best_spans(np.log(p_start)[None], np.log(p_end)[None], np.ones((1, len(p_start)), bool),
-                      reader.decode.max_answer_len)
+    best = best_spans(
+        np.log(p_start)[None], np.log(p_end)[None], np.ones((1, len(p_start)), bool), reader.decode.max_answer_len
+    )
     if e["answer"]["start"] is None:
         assert e["answer_tokens"] is None
     else:
@@ -137,7 +153,9 @@ def test_the_coattention_weights_recomputed_are_the_layers_own(monkeypatch):
     d_mask, q_mask = torch.ones(1, 7, dtype=torch.bool), torch.ones(1, 4, dtype=torch.bool)
     computed = []
     softmax = coattention.masked_softmax
-    monkeypatch.setattr(coattention, "masked_softmax", lambda *a, **k: computed.append(softmax(*a, **k)) or computed[-1])
+    monkeypatch.setattr(
+        coattention, "masked_softmax", lambda *a, **k: computed.append(softmax(*a, **k)) or computed[-1]
+    )
     holder = torch.nn.Sequential(layer)
     with torch.no_grad(), recorded_attention(holder, 7) as seen:
         layer(D, Q, d_mask, q_mask)
@@ -204,8 +222,9 @@ def test_every_copy_on_the_integrated_gradients_path_follows_the_decoders_own_pa
     assert sum(run["starts"].shape[1] for run in copies) == 7
     real = runs[len(runs) - len(copies) - 1]  # explain's own forward just before the path
     shift = 1 if no_answer else 0
-    assert [[int(real["starts"][i, 0]) - shift, int(real["ends"][i, 0]) - shift] for i in range(len(e["decoder"]))] \
-        == [[step["start"], step["end"]] for step in e["decoder"]]
+    assert [[int(real["starts"][i, 0]) - shift, int(real["ends"][i, 0]) - shift] for i in range(len(e["decoder"]))] == [
+        [step["start"], step["end"]] for step in e["decoder"]
+    ]
     for run in copies:
         assert torch.equal(run["starts"], real["starts"][:, :1].expand_as(run["starts"]))
         assert torch.equal(run["ends"], real["ends"][:, :1].expand_as(run["ends"]))
@@ -220,15 +239,17 @@ def test_a_decoder_whose_pointers_are_not_the_answer_says_so(seed):
     if [last["start"], last["end"]] == e["answer_tokens"]:
         assert not said
     else:
-        assert said == [f"the decoder's last pointers (start word {last['start'] + 1}, end word {last['end'] + 1}) "
-                        "are not a span of at most 1 words; the answer is the best such span of the last "
-                        "iteration's start and end probabilities"]
+        assert said == [
+            f"the decoder's last pointers (start word {last['start'] + 1}, end word {last['end'] + 1}) "
+            "are not a span of at most 1 words; the answer is the best such span of the last "
+            "iteration's start and end probabilities"
+        ]
     assert e["answer_tokens"][1] - e["answer_tokens"][0] == 0  # the answer keeps the limit
 
 
 def test_the_decoder_points_where_it_is_told_and_stops_where_the_path_repeats():
     torch.manual_seed(0)
-    decoder = DynamicDecoder(l=4, pool=2, iterations=4).eval()
+    decoder = DynamicDecoder(hidden=4, pool=2, iterations=4).eval()
     U, mask = torch.randn(2, 6, 8), torch.ones(2, 6, dtype=torch.bool)
     starts = torch.tensor([[2, 4], [5, 4], [1, 4], [1, 4]])  # (I, B): row 1 repeats at iteration 1
     ends = torch.tensor([[3, 5], [5, 5], [2, 5], [2, 5]])
@@ -286,7 +307,7 @@ def test_a_long_document_explains_the_window_that_gave_the_answer():
     assert e["answer"]["answer"] == "zebra crossing"
     assert e["window"]["start"] > 0 and len(e["context_tokens"]) == 40  # a later window, offsets into the whole text
     s, t = e["answer_tokens"]
-    assert e["context_tokens"][s:t + 1] == ["zebra", "crossing"]
+    assert e["context_tokens"][s : t + 1] == ["zebra", "crossing"]
     assert (e["context_offsets"][s][0], e["context_offsets"][t][1]) == (e["answer"]["start"], e["answer"]["end"])
     assert any("windows" in n for n in e["notes"])
     assert e["attention"] is None  # and the note says so
@@ -294,20 +315,67 @@ def test_a_long_document_explains_the_window_that_gave_the_answer():
 
 def test_rckit_explain_prints_the_explanation_as_json(tiny_run, capsys, tmp_path):
     context = "alpha beta gamma delta epsilon zeta eta."
-    assert main(["explain", str(tiny_run), "--context", context, "--question", "what follows gamma ?", "--json",
-                 "--steps", "4", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                str(tiny_run),
+                "--context",
+                context,
+                "--question",
+                "what follows gamma ?",
+                "--json",
+                "--steps",
+                "4",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     e = json.loads(capsys.readouterr().out)
     shapes_agree(e)
     assert e["model"] == "qanet" and e["attention"]["kind"] == "context-query"
     assert e["answer"] == Reader.load(tiny_run).answer(context, "what follows gamma ?")[0]
     assert e["saliency"]["integrated_gradients"]["steps"] == 4
     out = tmp_path / "why.json"
-    assert main(["explain", "--model", str(tiny_run), "--context", context, "--question", "what follows gamma ?",
-                 "--steps", "4", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--model",
+                str(tiny_run),
+                "--context",
+                context,
+                "--question",
+                "what follows gamma ?",
+                "--steps",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert set(json.loads(out.read_text())) == KEYS
     for name, begins in (("why.png", b"\x89PNG\r\n\x1a\n"), ("why.html", b"<!DOCTYPE html>")):
-        assert main(["explain", str(tiny_run), "--context", context, "--question", "what follows gamma ?",
-                     "--steps", "4", "--out", str(tmp_path / name)]) == 0
+        assert (
+            main(
+                [
+                    "explain",
+                    str(tiny_run),
+                    "--context",
+                    context,
+                    "--question",
+                    "what follows gamma ?",
+                    "--steps",
+                    "4",
+                    "--out",
+                    str(tmp_path / name),
+                ]
+            )
+            == 0
+        )
         assert (tmp_path / name).read_bytes().startswith(begins), name
     assert "epsilon" in (tmp_path / "why.html").read_text(encoding="utf-8")
     assert main(["explain", str(tiny_run), "--context", context, "--question", "what ?", "--out", "x.txt"]) == 2
@@ -325,9 +393,14 @@ def test_an_onnx_reader_refuses_in_one_line_naming_the_pytorch_file(capsys):
 
 
 def test_the_answering_modules_import_no_torch():
-    code = ("import sys, rckit.answering.reader, rckit.answering.explanation, rckit.cli.explain; "
-            "print('torch' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    code = (
+        "import sys, rckit.answering.reader, rckit.answering.explanation, rckit.cli.explain; "
+        "print('torch' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_without_a_model_rckit_explain_takes_the_installed_models_pytorch_file(monkeypatch):
@@ -348,12 +421,35 @@ def test_rckit_explain_example_shows_a_cloze_readers_attention_over_a_document(m
     write_cloze_jsonl(root / "train.jsonl", cloze_examples(16, 0, "t"))
     write_cloze_jsonl(root / "dev.jsonl", cloze_examples(6, 1, "d"))
     preset = tmp_path / "p.json"
-    preset.write_text(json.dumps({"model": {"hidden": 6, "attention": 5, "dropout": 0.0},
-                                  "train": {"batch_size": 4, "warmup_steps": 0, "eval_every": 2, "log_every": 1,
-                                            "eval_questions": 0}}))
+    preset.write_text(
+        json.dumps(
+            {
+                "model": {"hidden": 6, "attention": 5, "dropout": 0.0},
+                "train": {"batch_size": 4, "warmup_steps": 0, "eval_every": 2, "log_every": 1, "eval_questions": 0},
+            }
+        )
+    )
     run = tmp_path / "run"
-    assert main(["train", model, "--out", str(run), "--max-steps", "2", "--cloze-data", str(root), "--embeddings",
-                 str(tiny_glove), "--preset", str(preset), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                model,
+                "--out",
+                str(run),
+                "--max-steps",
+                "2",
+                "--cloze-data",
+                str(root),
+                "--embeddings",
+                str(tiny_glove),
+                "--preset",
+                str(preset),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["explain", str(run), "--example", "2", "--json"]) == 0
     e = json.loads(capsys.readouterr().out)

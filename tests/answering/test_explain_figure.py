@@ -20,10 +20,12 @@ import pytest
 from rckit.answering.explain_figure import focus, words, write_explanation, write_html, write_png
 from rckit.model_files.errors import MissingPackage
 
-EIFFEL = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
-          "after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889. "
-          "Locally nicknamed \"La dame de fer\", it was constructed as the centrepiece of the 1889 World's Fair, "
-          "and to crown the centennial anniversary of the French Revolution.")
+EIFFEL = (
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
+    "after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889. "
+    'Locally nicknamed "La dame de fer", it was constructed as the centrepiece of the 1889 World\'s Fair, '
+    "and to crown the centennial anniversary of the French Revolution."
+)
 
 
 STOPWORDS = {"the", "a", "and", "of", "in", "is", "was", "it", "to", "?", ".", ","}
@@ -44,9 +46,22 @@ def token_index(tokens: list[str], word: str, nth: int = 0) -> int:
     return [i for i, t in enumerate(tokens) if t == word][nth]
 
 
-def make_example(model: str, context: str, question: str, answer: str, *, bumps_start: dict, bumps_end: dict,
-                 related: dict, salient: dict, kind: str | None = "context-query", decoder=None,
-                 null_prob: float | None = None, notes=(), seed: int = 0) -> dict:
+def make_example(
+    model: str,
+    context: str,
+    question: str,
+    answer: str,
+    *,
+    bumps_start: dict,
+    bumps_end: dict,
+    related: dict,
+    salient: dict,
+    kind: str | None = "context-query",
+    decoder=None,
+    null_prob: float | None = None,
+    notes=(),
+    seed: int = 0,
+) -> dict:
     """An explanation with plausible numbers: probabilities peaked where ``bumps`` say, attention
     high between equal or ``related`` words, saliency from ``salient`` plus a little noise."""
     rng = np.random.default_rng(seed)
@@ -73,28 +88,54 @@ def make_example(model: str, context: str, question: str, answer: str, *, bumps_
                     s[i, j] += 4.0
                 elif q in related.get(c, ()):
                     s[i, j] += 2.5
-        attention = {"kind": kind, "context_to_query": softmax(s, axis=1).tolist(),
-                     "query_to_context": softmax(1.3 * s, axis=0).tolist()}
+        attention = {
+            "kind": kind,
+            "context_to_query": softmax(s, axis=1).tolist(),
+            "query_to_context": softmax(1.3 * s, axis=0).tolist(),
+        }
     ig_c = rng.normal(0, 0.03, len(ct))
     ig_q = rng.normal(0, 0.03, len(qt))
     for (side, word, nth), v in salient.items():
         (ig_q if side == "q" else ig_c)[token_index(qt if side == "q" else ct, word, nth)] = v
     score = float(np.log(start[first]) + np.log(end[last]) + 9.0)
     total = float(ig_c.sum() + ig_q.sum())
-    answer_dict = {"answer": answer, "score": start[first] * end[last], "start": start_char,
-                   "end": start_char + len(answer), "no_answer_probability": null_prob}
+    answer_dict = {
+        "answer": answer,
+        "score": start[first] * end[last],
+        "start": start_char,
+        "end": start_char + len(answer),
+        "no_answer_probability": null_prob,
+    }
     return {
-        "model": model, "context": context, "question": question,
+        "model": model,
+        "context": context,
+        "question": question,
         "window": {"start": 0, "end": len(context)},
-        "context_tokens": ct, "context_offsets": co, "question_tokens": qt, "question_offsets": qo,
-        "answer": answer_dict, "answer_tokens": [first, last],
-        "start_probs": start, "end_probs": end, "null_prob": null_prob,
-        "attention": attention, "decoder": decoder,
-        "saliency": {"gradient_x_input": {"context": (ig_c * 1.4 + rng.normal(0, 0.05, len(ct))).tolist(),
-                                          "question": (ig_q * 1.4 + rng.normal(0, 0.05, len(qt))).tolist()},
-                     "integrated_gradients": {"context": ig_c.tolist(), "question": ig_q.tolist(), "steps": 32,
-                                              "score": score, "baseline_score": score - total - 0.04,
-                                              "sum": total}},
+        "context_tokens": ct,
+        "context_offsets": co,
+        "question_tokens": qt,
+        "question_offsets": qo,
+        "answer": answer_dict,
+        "answer_tokens": [first, last],
+        "start_probs": start,
+        "end_probs": end,
+        "null_prob": null_prob,
+        "attention": attention,
+        "decoder": decoder,
+        "saliency": {
+            "gradient_x_input": {
+                "context": (ig_c * 1.4 + rng.normal(0, 0.05, len(ct))).tolist(),
+                "question": (ig_q * 1.4 + rng.normal(0, 0.05, len(qt))).tolist(),
+            },
+            "integrated_gradients": {
+                "context": ig_c.tolist(),
+                "question": ig_q.tolist(),
+                "steps": 32,
+                "score": score,
+                "baseline_score": score - total - 0.04,
+                "sum": total,
+            },
+        },
         "notes": list(notes),
     }
 
@@ -103,17 +144,38 @@ def qanet_example(null_prob: float | None = 0.03) -> dict:
     ct, _ = tokenize(EIFFEL)
     t = lambda w, n=0: token_index(ct, w, n)  # noqa: E731
     return make_example(
-        "qanet", EIFFEL, "Whose company designed and built the Eiffel Tower?", "Gustave Eiffel",
+        "qanet",
+        EIFFEL,
+        "Whose company designed and built the Eiffel Tower?",
+        "Gustave Eiffel",
         bumps_start={t("gustave"): 4.6, t("engineer"): 1.9, t("the", 2): 0.6, t("eiffel", 1): 0.8},
         bumps_end={t("eiffel", 1): 4.7, t("engineer"): 1.2, t("tower", 1): 1.1, t("company"): 0.5},
-        related={"engineer": ("whose", "built"), "gustave": ("whose",), "constructed": ("built",),
-                 "named": ("whose",), "lattice": ("tower",)},
-        salient={("c", "gustave", 0): 0.52, ("c", "eiffel", 1): 0.61, ("c", "engineer", 0): 0.34,
-                 ("c", "whose", 0): 0.41, ("c", "company", 0): 0.22, ("c", ",", 2): 0.12,
-                 ("c", "1887", 0): -0.18, ("c", "paris", 0): -0.11, ("c", "revolution", 0): -0.07,
-                 ("q", "whose", 0): 0.47, ("q", "company", 0): 0.29, ("q", "built", 0): 0.12,
-                 ("q", "designed", 0): 0.09, ("q", "eiffel", 0): -0.14, ("q", "tower", 0): 0.05},
-        null_prob=null_prob)
+        related={
+            "engineer": ("whose", "built"),
+            "gustave": ("whose",),
+            "constructed": ("built",),
+            "named": ("whose",),
+            "lattice": ("tower",),
+        },
+        salient={
+            ("c", "gustave", 0): 0.52,
+            ("c", "eiffel", 1): 0.61,
+            ("c", "engineer", 0): 0.34,
+            ("c", "whose", 0): 0.41,
+            ("c", "company", 0): 0.22,
+            ("c", ",", 2): 0.12,
+            ("c", "1887", 0): -0.18,
+            ("c", "paris", 0): -0.11,
+            ("c", "revolution", 0): -0.07,
+            ("q", "whose", 0): 0.47,
+            ("q", "company", 0): 0.29,
+            ("q", "built", 0): 0.12,
+            ("q", "designed", 0): 0.09,
+            ("q", "eiffel", 0): -0.14,
+            ("q", "tower", 0): 0.05,
+        },
+        null_prob=null_prob,
+    )
 
 
 def dcn_example() -> dict:
@@ -127,22 +189,46 @@ def dcn_example() -> dict:
             for k, v in peaks.items():
                 logits[k] = v
             return softmax(logits).tolist()
+
         s, e = dist(peaks_s), dist(peaks_e)
-        return {"iteration": i - 1, "start_probs": s, "end_probs": e, "start": int(np.argmax(s)),
-                "end": int(np.argmax(e))}  # iterations count from 0, as Reader.explain gives them
+        return {
+            "iteration": i - 1,
+            "start_probs": s,
+            "end_probs": e,
+            "start": int(np.argmax(s)),
+            "end": int(np.argmax(e)),
+        }  # iterations count from 0, as Reader.explain gives them
 
     # The decoder first reads the year of the World's Fair, then moves to the span of the building years.
-    decoder = [step(1, {t("1889", 1): 2.6, t("1887"): 2.1}, {t("1889", 1): 2.9, t("1889"): 2.3}),
-               step(2, {t("1887"): 3.4, t("1889", 1): 1.9}, {t("1889"): 3.3, t("1889", 1): 1.5}),
-               step(3, {t("1887"): 4.3, t("1889", 1): 1.1}, {t("1889"): 4.2, t("1889", 1): 0.9})]
+    decoder = [
+        step(1, {t("1889", 1): 2.6, t("1887"): 2.1}, {t("1889", 1): 2.9, t("1889"): 2.3}),
+        step(2, {t("1887"): 3.4, t("1889", 1): 1.9}, {t("1889"): 3.3, t("1889", 1): 1.5}),
+        step(3, {t("1887"): 4.3, t("1889", 1): 1.1}, {t("1889"): 4.2, t("1889", 1): 0.9}),
+    ]
     ex = make_example(
-        "dcn", EIFFEL, "In which years was the Eiffel Tower built?", "1887 to 1889",
-        bumps_start={}, bumps_end={},
+        "dcn",
+        EIFFEL,
+        "In which years was the Eiffel Tower built?",
+        "1887 to 1889",
+        bumps_start={},
+        bumps_end={},
         related={"constructed": ("built",), "1887": ("years",), "1889": ("years",), "designed": ("built",)},
-        salient={("c", "1887", 0): 0.58, ("c", "1889", 0): 0.49, ("c", "built", 0): 0.31, ("c", "from", 0): 0.27,
-                 ("c", "1889", 1): -0.21, ("c", "fair", 0): -0.12, ("q", "years", 0): 0.44,
-                 ("q", "built", 0): 0.36, ("q", "which", 0): 0.12, ("q", "eiffel", 0): 0.06},
-        kind="coattention", decoder=decoder, seed=2)
+        salient={
+            ("c", "1887", 0): 0.58,
+            ("c", "1889", 0): 0.49,
+            ("c", "built", 0): 0.31,
+            ("c", "from", 0): 0.27,
+            ("c", "1889", 1): -0.21,
+            ("c", "fair", 0): -0.12,
+            ("q", "years", 0): 0.44,
+            ("q", "built", 0): 0.36,
+            ("q", "which", 0): 0.12,
+            ("q", "eiffel", 0): 0.06,
+        },
+        kind="coattention",
+        decoder=decoder,
+        seed=2,
+    )
     ex["start_probs"], ex["end_probs"] = decoder[-1]["start_probs"], decoder[-1]["end_probs"]
     ex["answer"]["score"] = ex["start_probs"][t("1887")] * ex["end_probs"][t("1889")]
     assert ex["answer_tokens"] == [decoder[-1]["start"], decoder[-1]["end"]]
@@ -151,19 +237,30 @@ def dcn_example() -> dict:
 
 def lstm_example() -> dict:
     context = "Tom went to the market. He bought three apples and a loaf of bread."
-    ex = make_example("deep_lstm_reader", context, "What did Tom buy?", "three apples",
-                      bumps_start={8: 3.0}, bumps_end={9: 3.0}, related={}, salient={("q", "buy", 0): 0.4},
-                      kind=None, notes=["the Deep LSTM Reader has no attention to show"])
+    ex = make_example(
+        "deep_lstm_reader",
+        context,
+        "What did Tom buy?",
+        "three apples",
+        bumps_start={8: 3.0},
+        bumps_end={9: 3.0},
+        related={},
+        salient={("q", "buy", 0): 0.4},
+        kind=None,
+        notes=["the Deep LSTM Reader has no attention to show"],
+    )
     return ex
 
 
 def save_examples(directory: str | Path = "/tmp") -> list[Path]:
     """The examples for people to look at: explain-qanet.png/.html and explain-dcn.png/.html."""
     d = Path(directory)
-    return [write_explanation(qanet_example(), d / "explain-qanet.png"),
-            write_explanation(qanet_example(), d / "explain-qanet.html"),
-            write_explanation(dcn_example(), d / "explain-dcn.png"),
-            write_explanation(dcn_example(), d / "explain-dcn.html")]
+    return [
+        write_explanation(qanet_example(), d / "explain-qanet.png"),
+        write_explanation(qanet_example(), d / "explain-qanet.html"),
+        write_explanation(dcn_example(), d / "explain-dcn.png"),
+        write_explanation(dcn_example(), d / "explain-dcn.html"),
+    ]
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -220,10 +317,19 @@ def test_png_of_a_long_context_shows_the_words_around_the_answer(tmp_path):
 
 
 def test_words_keep_the_text_as_written():
-    ws = words("Hello, World's  fair.\n\nNext", ["hello", ",", "world's", "fair", ".", "next"],
-               [[0, 5], [5, 6], [7, 14], [16, 20], [20, 21], [23, 27]])
-    assert [(w.text, w.sep) for w in ws] == [("Hello", ""), (",", ""), ("World's", " "), ("fair", " "), (".", ""),
-                                             ("Next", "\n")]
+    ws = words(
+        "Hello, World's  fair.\n\nNext",
+        ["hello", ",", "world's", "fair", ".", "next"],
+        [[0, 5], [5, 6], [7, 14], [16, 20], [20, 21], [23, 27]],
+    )
+    assert [(w.text, w.sep) for w in ws] == [
+        ("Hello", ""),
+        (",", ""),
+        ("World's", " "),
+        ("fair", " "),
+        (".", ""),
+        ("Next", "\n"),
+    ]
 
 
 def text_of(fragment: str) -> str:
@@ -293,9 +399,33 @@ def test_html_escapes_the_text_it_is_given(tmp_path):
     assert "&lt;script&gt;" in page and "&lt;b&gt;not bold&lt;/b&gt;" in page
     tags = Tags()
     tags.feed(page)
-    assert tags.names <= {"html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "p", "b", "ul",
-                          "li", "section", "span", "br", "div", "label", "input", "table", "thead", "tbody", "tr",
-                          "th", "td"}
+    assert tags.names <= {
+        "html",
+        "head",
+        "meta",
+        "title",
+        "style",
+        "body",
+        "header",
+        "h1",
+        "h2",
+        "p",
+        "b",
+        "ul",
+        "li",
+        "section",
+        "span",
+        "br",
+        "div",
+        "label",
+        "input",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+    }
     assert not [a for a in tags.attributes if a.startswith("on") or a in ("src", "href", "action")]
     assert ex["question"] in tags.text and evil.split()[0] in tags.text  # shown as text, as given
 
@@ -350,7 +480,6 @@ def test_png_without_matplotlib_names_the_install(tmp_path, monkeypatch):
 def test_explain_figure_imports_no_torch_nor_matplotlib():
     import subprocess
 
-    code = ("import sys, rckit.answering.explain_figure; "
-            "print([m for m in ('torch', 'matplotlib') if m in sys.modules])")
+    code = "import sys, rckit.answering.explain_figure; print([m for m in ('torch', 'matplotlib') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

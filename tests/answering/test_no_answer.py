@@ -50,8 +50,20 @@ def test_spans_and_null_decodes_the_best_span_and_the_null_margin():
 
 
 def test_best_thresholds_follow_the_official_search():
-    data = squad_json([("a b c d", [("q1", "?", [("a", 0)], False), ("q2", "?", [], True),
-                                    ("q3", "?", [("c", 4)], False), ("q4", "?", [], True)])], version="2.0")
+    data = squad_json(
+        [
+            (
+                "a b c d",
+                [
+                    ("q1", "?", [("a", 0)], False),
+                    ("q2", "?", [], True),
+                    ("q3", "?", [("c", 4)], False),
+                    ("q4", "?", [], True),
+                ],
+            )
+        ],
+        version="2.0",
+    )
     spans = {"q1": "a", "q2": "b", "q3": "d", "q4": "c"}
     margins = {"q1": -3.0, "q2": -1.0, "q3": 0.5, "q4": 2.0}
     got = best_thresholds(data, spans, margins)
@@ -86,25 +98,48 @@ def test_qanet_null_position_gives_null_scores_and_keeps_v1_models_as_they_are()
 
 def _v2_files(root):
     """Greek-letter questions, plus unanswerable ones: "what follows omega ?" (never in a context)."""
+
     def with_impossible(paras):
         out = []
         for c, (context, qas) in enumerate(paras):
             qas = [(*qa, False) for qa in qas] + [(f"c{c}na", "what follows omega ?", [], True)]
             out.append((context, qas))
         return out
+
     train = write_json(root / "train.json", squad_json(with_impossible(greek_paragraphs(4)), version="2.0"))
     dev = write_json(root / "dev.json", squad_json(with_impossible(greek_paragraphs(2)), version="2.0"))
-    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
-             for i, w in enumerate(GLOVE_WORDS + GREEK + ["omega"])]
+    lines = [
+        f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
+        for i, w in enumerate(GLOVE_WORDS + GREEK + ["omega"])
+    ]
     (root / "glove.txt").write_text("\n".join(lines) + "\n")
     (root / "tiny.json").write_text(json.dumps({"model": TINY_QANET, "train": TINY_QANET_TRAIN}))
     return train, dev
 
 
 def _train(root, train, dev, *extra):
-    return main(["train", "qanet", "--preset", str(root / "tiny.json"), "--out", str(root / "run"),
-                 "--max-steps", "3", "--train", str(train), "--dev", str(dev), "--embeddings", str(root / "glove.txt"),
-                 "--cache-dir", str(root / "cache"), "--no-progress", *extra])
+    return main(
+        [
+            "train",
+            "qanet",
+            "--preset",
+            str(root / "tiny.json"),
+            "--out",
+            str(root / "run"),
+            "--max-steps",
+            "3",
+            "--train",
+            str(train),
+            "--dev",
+            str(dev),
+            "--embeddings",
+            str(root / "glove.txt"),
+            "--cache-dir",
+            str(root / "cache"),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def test_training_on_v2_data_needs_a_model_that_can_abstain(tmp_path, capsys):
@@ -131,7 +166,9 @@ def test_a_no_answer_model_trains_on_v2_data_and_evaluate_prints_the_official_fi
     assert result["NoAns_f1"] == pytest.approx(100.0 * sum(q.endswith("na") for q in abstained) / 2)
     assert main(["evaluate", str(tmp_path / "run"), "--out", str(preds_file), "--always-answer"]) == 0
     always = json.loads(capsys.readouterr().out)
-    assert always["always_answer"] and always["NoAns_f1"] == 0.0 and "" not in json.loads(preds_file.read_text()).values()
+    assert (
+        always["always_answer"] and always["NoAns_f1"] == 0.0 and "" not in json.loads(preds_file.read_text()).values()
+    )
 
 
 @pytest.mark.parametrize("name", ["dcn_plus", "deep_lstm_reader"])
@@ -142,17 +179,42 @@ def test_dcn_plus_and_the_deep_lstm_reader_train_on_v2_data_and_abstain_through_
 
     train, dev = _v2_files(tmp_path)
     (tmp_path / "tiny.json").write_text(json.dumps({"model": SPAN_MODELS[name], "train": TINY_QANET_TRAIN}))
-    assert main(["train", name, "--preset", str(tmp_path / "tiny.json"), "--out", str(tmp_path / "run"),
-                 "--max-steps", "3", "--train", str(train), "--dev", str(dev), "--embeddings",
-                 str(tmp_path / "glove.txt"), "--cache-dir", str(tmp_path / "cache"), "--no-progress",
-                 "--set", "model.no_answer=true"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                name,
+                "--preset",
+                str(tmp_path / "tiny.json"),
+                "--out",
+                str(tmp_path / "run"),
+                "--max-steps",
+                "3",
+                "--train",
+                str(train),
+                "--dev",
+                str(dev),
+                "--embeddings",
+                str(tmp_path / "glove.txt"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--no-progress",
+                "--set",
+                "model.no_answer=true",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", str(tmp_path / "run")]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["NoAns_total"] == 2 and math.isfinite(result["no_answer_threshold"])
     answers = _reader_with_threshold(tmp_path / "run", -1e9).answer(CONTEXT, "what follows omega ?", top_k=1)
     assert answers[0]["answer"] == "" and 0 < answers[0]["no_answer_probability"] < 1
-    assert Reader.load(tmp_path / "run", always_answer=True).answer(CONTEXT, "what follows omega ?")[0]["start"] is not None
+    assert (
+        Reader.load(tmp_path / "run", always_answer=True).answer(CONTEXT, "what follows omega ?")[0]["start"]
+        is not None
+    )
 
 
 def test_training_chooses_the_threshold_on_the_v2_dev_file_and_saves_it(tmp_path):
@@ -183,8 +245,8 @@ def test_null_scores_shift_token_only_spans_onto_the_null_softmax():
     assert np.allclose(top.score[:, 0] + shift, spans.score, atol=1e-5)
     # Against the softmax over [null, tokens] written out.
     for b in range(3):
-        both = torch.cat([torch.tensor(s_null[b:b + 1]), torch.tensor(start[b][mask[b]])]).log_softmax(0)
-        both_end = torch.cat([torch.tensor(e_null[b:b + 1]), torch.tensor(end[b][mask[b]])]).log_softmax(0)
+        both = torch.cat([torch.tensor(s_null[b : b + 1]), torch.tensor(start[b][mask[b]])]).log_softmax(0)
+        both_end = torch.cat([torch.tensor(e_null[b : b + 1]), torch.tensor(end[b][mask[b]])]).log_softmax(0)
         assert null[b] == pytest.approx(float(both[0] + both_end[0]), abs=1e-5)
         s, e = int(spans.start[b]), int(spans.end[b])
         assert spans.score[b] == pytest.approx(float(both[1 + s] + both_end[1 + e]), abs=1e-5)
@@ -220,7 +282,9 @@ def test_the_reader_abstains_with_an_empty_answer_and_keeps_the_spans_after_it(a
     p = first["no_answer_probability"]
     assert 0.0 < p < 1.0 and first["score"] == p
     for a in spans:
-        assert a["start"] is not None and CONTEXT[a["start"]:a["end"]] == a["answer"] and a["no_answer_probability"] == p
+        assert (
+            a["start"] is not None and CONTEXT[a["start"] : a["end"]] == a["answer"] and a["no_answer_probability"] == p
+        )
     # The same question with a threshold no null can pass: the spans alone, the same probability.
     never = _reader_with_threshold(abstaining_run, 1e9).answer(CONTEXT, "what follows omega ?", top_k=2)
     assert never == spans
@@ -263,19 +327,47 @@ def test_predict_says_no_answer_as_text_and_as_json(abstaining_run, tmp_path, ca
     got = json.loads(capsys.readouterr().out)
     assert got["answer"] == "" and got["start"] is None and 0 < got["no_answer_probability"] < 1
     # --always-answer: the best span all the same, and how likely the text holds none.
-    assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?", "--json",
-                 "--always-answer"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path),
+                "--context",
+                CONTEXT,
+                "--question",
+                "what follows omega ?",
+                "--json",
+                "--always-answer",
+            ]
+        )
+        == 0
+    )
     best = json.loads(capsys.readouterr().out)
-    assert best["start"] is not None and CONTEXT[best["start"]:best["end"]] == best["answer"] != ""
+    assert best["start"] is not None and CONTEXT[best["start"] : best["end"]] == best["answer"] != ""
     assert best["no_answer_probability"] == pytest.approx(got["no_answer_probability"])
-    assert main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?",
-                 "--always-answer"]) == 0
+    assert (
+        main(["predict", str(tmp_path), "--context", CONTEXT, "--question", "what follows omega ?", "--always-answer"])
+        == 0
+    )
     assert capsys.readouterr().out.strip() == best["answer"]
     # A file of questions: the abstention as official v2.0 prediction files write it, then the best span.
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"id": "q1", "context": CONTEXT, "question": "what follows omega ?"}) + "\n")
-    assert main(["predict", str(tmp_path), "--questions", str(questions), "--out", str(tmp_path / "a.jsonl"),
-                 "--top-k", "2"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path),
+                "--questions",
+                str(questions),
+                "--out",
+                str(tmp_path / "a.jsonl"),
+                "--top-k",
+                "2",
+            ]
+        )
+        == 0
+    )
     (rec,) = [json.loads(ln) for ln in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert rec["id"] == "q1" and rec["answers"][0] == got and rec["answers"][1]["answer"] == best["answer"]
 
@@ -329,14 +421,17 @@ def test_every_span_model_scores_a_null_and_keeps_its_v1_weights(name):
     assert set(own) - set(plain.state_dict()) == {"null"}
     assert all(torch.equal(v, own[k]) for k, v in plain.state_dict().items())
     abstaining.train()
-    loss = abstaining.loss(abstaining(batch), batch, reward_fn=(lambda i, s, e: torch.full(s.shape, 0.5))
-                           if abstaining.uses_reward else None)
+    loss = abstaining.loss(
+        abstaining(batch),
+        batch,
+        reward_fn=(lambda i, s, e: torch.full(s.shape, 0.5)) if abstaining.uses_reward else None,
+    )
     loss.backward()
     assert torch.isfinite(loss) and abstaining.null.grad is not None and abstaining.null.grad.abs().sum() > 0
 
 
 def _follows_batch(n: int, seed: int):
-    """"what follows X ?" over contexts of 8 distinct words; every third X is not in its context."""
+    """ "what follows X ?" over contexts of 8 distinct words; every third X is not in its context."""
     from rckit.data.batching import Batch
 
     g = torch.Generator().manual_seed(seed)
@@ -348,10 +443,18 @@ def _follows_batch(n: int, seed: int):
     y = torch.randint(0, T - 1, (n,), generator=g)  # X is at y, the answer at y + 1
     q_words[:, 1] = torch.where(answerable, c_words[torch.arange(n), y], 26 + torch.randint(0, 14, (n,), generator=g))
     chars = lambda w: torch.stack([w % 11 + 1, w // 11 + 1, torch.ones_like(w)], -1)[..., :W]  # noqa: E731
-    return Batch(c_words=c_words, c_chars=chars(c_words), c_mask=torch.ones(n, T, dtype=torch.bool),
-                 q_words=q_words, q_chars=chars(q_words), q_mask=torch.ones(n, 2, dtype=torch.bool),
-                 y_start=torch.where(answerable, y + 1, -1), y_end=torch.where(answerable, y + 1, -1),
-                 index=torch.arange(n), answerable=answerable)
+    return Batch(
+        c_words=c_words,
+        c_chars=chars(c_words),
+        c_mask=torch.ones(n, T, dtype=torch.bool),
+        q_words=q_words,
+        q_chars=chars(q_words),
+        q_mask=torch.ones(n, 2, dtype=torch.bool),
+        y_start=torch.where(answerable, y + 1, -1),
+        y_end=torch.where(answerable, y + 1, -1),
+        index=torch.arange(n),
+        answerable=answerable,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SPAN_MODELS))
@@ -377,13 +480,18 @@ def test_a_tiny_model_learns_to_abstain_where_the_question_names_a_word_the_cont
             model.eval()
             with torch.no_grad():
                 out = model(batch)
-            spans, null = spans_and_null(*(t.float().numpy() for t in (out.start_logits, out.end_logits)),
-                                         batch.c_mask.numpy(), out.start_null.float().numpy(),
-                                         out.end_null.float().numpy(), 3)
+            spans, null = spans_and_null(
+                *(t.float().numpy() for t in (out.start_logits, out.end_logits)),
+                batch.c_mask.numpy(),
+                out.start_null.float().numpy(),
+                out.end_null.float().numpy(),
+                3,
+            )
             abstains = torch.from_numpy(null > spans.score)
             spans.start, spans.end = torch.from_numpy(spans.start), torch.from_numpy(spans.end)
             if torch.equal(abstains, ~batch.answerable) and torch.equal(
-                    spans.start[batch.answerable], batch.y_start[batch.answerable]):
+                spans.start[batch.answerable], batch.y_start[batch.answerable]
+            ):
                 break
     assert torch.equal(abstains, ~batch.answerable), (name, step)
     assert torch.equal(spans.start[batch.answerable], batch.y_start[batch.answerable])

@@ -53,13 +53,13 @@ def marker_reader(window: int = 40) -> Reader:
 def document(n_words: int, fact_at: int) -> str:
     """``n_words`` filler words with "zebra crossing" as words ``fact_at`` and ``fact_at + 1``."""
     words = [FILLER[i % len(FILLER)] for i in range(n_words)]
-    words[fact_at: fact_at + 2] = ["zebra", "crossing"]
+    words[fact_at : fact_at + 2] = ["zebra", "crossing"]
     return " ".join(words)
 
 
 def assert_slices(context: str, answers: list[dict]) -> None:
     for a in answers:
-        assert context[a["start"]:a["end"]] == a["answer"], a
+        assert context[a["start"] : a["end"]] == a["answer"], a
         assert 0.0 <= a["score"] <= 1.0
     assert [a["score"] for a in answers] == sorted((a["score"] for a in answers), reverse=True)
 
@@ -72,7 +72,7 @@ def test_offsets_slice_the_original_text_whatever_its_spacing_and_script():
     context = "Café naïve — 北京 is far.\n\n  Where the river  meets the sea:\tZEBRA \u00a0 \n crossing\n東京。"
     [best] = reader.answer(context, "where is the zebra crossing ?")
     assert best["answer"] == "ZEBRA \u00a0 \n crossing"  # the text as given: case, no-break space, newline
-    assert context[best["start"]:best["end"]] == best["answer"] and best["score"] > 0.99
+    assert context[best["start"] : best["end"]] == best["answer"] and best["score"] > 0.99
     top = reader.answer(context, "where is the zebra crossing ?", top_k=5)
     assert len(top) == 5 and top[0] == best and len({(a["start"], a["end"]) for a in top}) == 5
     assert_slices(context, top)
@@ -86,13 +86,16 @@ def test_a_list_of_questions_gives_a_list_of_answer_lists():
     assert got[0][0]["answer"] == got[1][0]["answer"] == "zebra crossing"
 
 
-@pytest.mark.parametrize("context, question, message", [
-    ("", "what ?", "the context is empty"),
-    ("   \n\t", "what ?", "the context is empty"),
-    ("the river.", "", "the question is empty"),
-    ("the river.", " ?!. ", "the question has no letter or digit, only punctuation"),
-    ("— … !", "what ?", "the context has no letter or digit"),
-])
+@pytest.mark.parametrize(
+    "context, question, message",
+    [
+        ("", "what ?", "the context is empty"),
+        ("   \n\t", "what ?", "the context is empty"),
+        ("the river.", "", "the question is empty"),
+        ("the river.", " ?!. ", "the question has no letter or digit, only punctuation"),
+        ("— … !", "what ?", "the context has no letter or digit"),
+    ],
+)
 def test_nothing_to_read_or_ask_is_a_clear_error(context, question, message):
     with pytest.raises(ValueError, match=message):
         marker_reader().answer(context, question)
@@ -105,8 +108,12 @@ def test_a_bad_pair_in_a_batch_is_named():
 
 def test_bad_settings_are_refused():
     reader = marker_reader()
-    for kwargs, message in (({"top_k": 0}, "top_k"), ({"max_answer_len": 0}, "max_answer_len"),
-                            ({"stride": 0}, "stride"), ({"stride": 41}, "stride")):
+    for kwargs, message in (
+        ({"top_k": 0}, "top_k"),
+        ({"max_answer_len": 0}, "max_answer_len"),
+        ({"stride": 0}, "stride"),
+        ({"stride": 41}, "stride"),
+    ):
         with pytest.raises(ValueError, match=message):
             reader.answer("the river.", "where ?", **kwargs)
 
@@ -136,10 +143,12 @@ def test_an_answer_in_the_last_window_of_a_long_document_is_found():
     reader = marker_reader(window=40)
     context = document(1000, fact_at=996)
     [best] = reader.answer(context, "where is the zebra crossing ?")
-    assert best["answer"] == "zebra crossing" and context[best["start"]:best["end"]] == "zebra crossing"
+    assert best["answer"] == "zebra crossing" and context[best["start"] : best["end"]] == "zebra crossing"
     assert best["start"] == context.rindex("zebra")
     n_windows = len(windows(1000, 40, 20))
-    assert sum(b for b, _ in reader.model.model.batches) == n_windows and all(t <= 40 for _, t in reader.model.model.batches)
+    assert sum(b for b, _ in reader.model.model.batches) == n_windows and all(
+        t <= 40 for _, t in reader.model.model.batches
+    )
 
 
 def test_a_span_found_in_several_windows_counts_once_with_its_best_score():
@@ -196,7 +205,10 @@ QUESTIONS = ["what follows alpha ?", "what follows gamma ?", "what follows kappa
 def test_info_describes_the_model_as_json(reader, tiny_run):
     info = json.loads(json.dumps(reader.info))
     assert info["model"] == "qanet" and info["source"] == str((tiny_run / "best.pt").resolve())
-    assert info["window"] == reader.window == 400 and info["decode"] == {"max_answer_len": 30, "no_answer_threshold": 0.0}
+    assert info["window"] == reader.window == 400 and info["decode"] == {
+        "max_answer_len": 30,
+        "no_answer_threshold": 0.0,
+    }
     assert info["parameters"] == sum(p.numel() for p in reader.model.model.parameters()) > 0
     assert info["config"]["d_model"] == 16 and "dev_f1" in info["dev_score"]
 
@@ -247,9 +259,11 @@ def test_a_small_batch_size_keeps_a_contexts_questions_together(reader, monkeypa
 
 
 def test_chinese_and_messy_text_is_answered_inside_the_text(reader):
-    for context in ("北京是中国的首都，也是政治和文化中心。北京有很多名胜古迹，比如故宫和长城。",
-                    "  alpha\n\nbeta\t\tgamma  — délta “epsilon” zeta…\n",
-                    "Ünïcödé alpha 𝔘𝔫𝔦 beta 👍 gamma."):
+    for context in (
+        "北京是中国的首都，也是政治和文化中心。北京有很多名胜古迹，比如故宫和长城。",
+        "  alpha\n\nbeta\t\tgamma  — délta “epsilon” zeta…\n",
+        "Ünïcödé alpha 𝔘𝔫𝔦 beta 👍 gamma.",
+    ):
         answers = reader.answer(context, "what follows alpha ?", top_k=5)
         assert answers and answers[0]["answer"]
         assert_slices(context, answers)
@@ -279,7 +293,8 @@ def test_rckit_answer_uses_rckit_model(monkeypatch, tiny_export):
     assert rckit._reader.cache_info().currsize >= 1
     again = rckit.answer("alpha beta gamma delta.", ["what follows alpha ?", "what follows beta ?"], top_k=2)
     assert len(again) == 2 and {k: again[0][0][k] for k in ("answer", "start", "end")} == {
-        k: best[k] for k in ("answer", "start", "end")}
+        k: best[k] for k in ("answer", "start", "end")
+    }
     assert again[0][0]["score"] == pytest.approx(best["score"], rel=1e-4)  # batch of 2: another summation order
     mine = Reader.load(tiny_export)
     assert rckit.answer("alpha beta gamma delta.", "what follows alpha ?", model=mine) == [best]
@@ -290,8 +305,10 @@ def test_import_rckit_does_not_import_torch():
     import sys
 
     code = "import sys, rckit; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_scores_are_span_probabilities(reader):
@@ -305,9 +322,11 @@ def test_planning_requests_together_answers_each_as_alone(reader, monkeypatch):
     """Reader.plan_many tokenizes several requests in one pass (a context two of them ask about
     once); each job, read with another's windows in the same forwards, answers as its own plan."""
     monkeypatch.setattr(reader, "window", 16)  # the third context is read in windows
-    requests = [([(CONTEXTS[0], QUESTIONS[0]), (CONTEXTS[2], QUESTIONS[1])], 2, None),
-                ([(CONTEXTS[2], QUESTIONS[2])], 1, 3),
-                ([(CONTEXTS[0], "   ")], 1, None)]  # refused, alone
+    requests = [
+        ([(CONTEXTS[0], QUESTIONS[0]), (CONTEXTS[2], QUESTIONS[1])], 2, None),
+        ([(CONTEXTS[2], QUESTIONS[2])], 1, 3),
+        ([(CONTEXTS[0], "   ")], 1, None),
+    ]  # refused, alone
     jobs = reader.plan_many(requests)
     assert isinstance(jobs[2], ValueError) and "question is empty" in str(jobs[2])
     assert jobs[0].arrays is jobs[1].arrays  # one tokenizing pass
@@ -315,5 +334,7 @@ def test_planning_requests_together_answers_each_as_alone(reader, monkeypatch):
     reader.read(parts)  # one forward over both requests' windows
     for job, (pairs, top_k, max_answer_len) in zip(jobs[:2], requests):
         for got, want in zip(job.answers(), reader.answer_batch(pairs, top_k, max_answer_len)):
-            assert [(a["answer"], a["start"], a["end"]) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+            assert [(a["answer"], a["start"], a["end"]) for a in got] == [
+                (a["answer"], a["start"], a["end"]) for a in want
+            ]
             assert [a["score"] for a in got] == pytest.approx([a["score"] for a in want], rel=1e-4, abs=1e-6)

@@ -51,8 +51,13 @@ QUESTION = "what follows gamma ?"
 def constant_verifier(p: float, threshold: float = 0.5, record: dict | None = None) -> Verifier:
     """A verifier whose p(no answer) is ``p`` (float32) for every input."""
     logit = math.log(p / (1.0 - p))
-    return Verifier(np.zeros(N), np.ones(N), [(np.zeros((1, N)), np.array([logit]))], threshold,
-                    record=record if record is not None else {"made_by": "test"})
+    return Verifier(
+        np.zeros(N),
+        np.ones(N),
+        [(np.zeros((1, N)), np.array([logit]))],
+        threshold,
+        record=record if record is not None else {"made_by": "test"},
+    )
 
 
 def name_verifier(threshold: float = 0.5) -> Verifier:
@@ -66,10 +71,17 @@ def name_verifier(threshold: float = 0.5) -> Verifier:
 def random_verifier(hidden: int = 4, threshold: float = 0.37, seed: int = 0) -> Verifier:
     """A verifier with one hidden layer of arbitrary weights: probabilities that differ input to input."""
     rng = np.random.default_rng(seed)
-    layers = [(rng.normal(scale=0.2, size=(hidden, N)), rng.normal(size=hidden)),
-              (rng.normal(size=(1, hidden)), rng.normal(size=1))]
-    return Verifier(rng.normal(size=N), rng.uniform(0.5, 2.0, size=N), layers, threshold,
-                    record={"form": {"hidden": hidden}, "seed": seed})
+    layers = [
+        (rng.normal(scale=0.2, size=(hidden, N)), rng.normal(size=hidden)),
+        (rng.normal(size=(1, hidden)), rng.normal(size=1)),
+    ]
+    return Verifier(
+        rng.normal(size=N),
+        rng.uniform(0.5, 2.0, size=N),
+        layers,
+        threshold,
+        record={"form": {"hidden": hidden}, "seed": seed},
+    )
 
 
 REJECTING_P = 0.99  # p(no answer) of the rejecting verifier, above its threshold 0.5
@@ -85,8 +97,9 @@ def with_verifier(source: Path, out: Path, verifier: Verifier | None) -> Path:
 @pytest.fixture(scope="module")
 def rejecting_export(tiny_export, tmp_path_factory) -> Path:
     """conftest's tiny exported QANet with a verifier that always says "no answer" (p 0.99 > 0.5)."""
-    return with_verifier(tiny_export, tmp_path_factory.mktemp("rejecting") / "rejecting.safetensors",
-                         constant_verifier(REJECTING_P))
+    return with_verifier(
+        tiny_export, tmp_path_factory.mktemp("rejecting") / "rejecting.safetensors", constant_verifier(REJECTING_P)
+    )
 
 
 def sample_features(n: int, seed: int = 0) -> np.ndarray:
@@ -133,10 +146,12 @@ def test_a_name_or_number_of_the_question_missing_from_the_text_is_seen():
 
 
 def test_the_collection_sees_how_many_passages_say_the_first_ranked_answer():
-    read = [(9.0, "The tower is in Paris.", 0.6, 0.1, "Paris"),
-            (6.0, "Many towers stand in paris .", 0.2, 0.4, "paris ."),  # the same words, other case and stops
-            (3.0, "Lyon has a tower too.", 0.5, 0.3, "Lyon"),
-            (1.0, "Nothing here.", None, 0.9, None)]  # the passage verifier set it aside
+    read = [
+        (9.0, "The tower is in Paris.", 0.6, 0.1, "Paris"),
+        (6.0, "Many towers stand in paris .", 0.2, 0.4, "paris ."),  # the same words, other case and stops
+        (3.0, "Lyon has a tower too.", 0.5, 0.3, "Lyon"),
+        (1.0, "Nothing here.", None, 0.9, None),
+    ]  # the passage verifier set it aside
     x = dict(zip(COLLECTION_FEATURES, collection_features("Where is the tower?", read, 0, "Paris")))
     assert len(x) == len(COLLECTION_FEATURES)
     assert x["answer_passages_share"] == pytest.approx(2 / 4)
@@ -218,8 +233,10 @@ def test_the_reader_evidence_is_clipped_and_a_missing_one_is_the_unsure_reader()
 
 # ---------------------------------------------------------------- 2. a tiny verifier learns to reject
 
-PEOPLE = ("Anna Boris Carla Dmitri Elena Farid Greta Hugo Ines Jonas Karin Luis Mona Nils Olga Pavel Rosa Sven Tara "
-          "Umar Vera Walid Xenia Yusuf Zora Arvid Bela Chiara Dario Emil").split()
+PEOPLE = (
+    "Anna Boris Carla Dmitri Elena Farid Greta Hugo Ines Jonas Karin Luis Mona Nils Olga Pavel Rosa Sven Tara "
+    "Umar Vera Walid Xenia Yusuf Zora Arvid Bela Chiara Dario Emil"
+).split()
 PLACES = "Lisbon Oslo Turin Riga Porto Ghent Bergen Lyon Malmo Graz Split Cork".split()
 JOBS = "baker teacher pilot nurse farmer painter miller sailor".split()
 
@@ -236,11 +253,19 @@ def generated(n: int, people: list[str], seed: int) -> tuple[np.ndarray, np.ndar
         context = " ".join(f"{p} lived in {place} and worked as a {job}." for p, place, job in facts)
         unanswerable = i % 2 == 1
         asked = rng.choice([p for p in people if p not in who]) if unanswerable else who[0]
-        question = rng.choice(["Where did {} live?", "In which city did {} live?", "Where was {} living?"]).format(asked)
+        question = rng.choice(["Where did {} live?", "In which city did {} live?", "Where was {} living?"]).format(
+            asked
+        )
         place = facts[rng.randrange(3) if unanswerable else 0][1]
         start = context.index(place)
-        evidence = ReaderEvidence(rng.gauss(-2.5 if unanswerable else -1.5, 1.0), rng.gauss(-1.0, 0.5),
-                                  rng.gauss(-1.0, 0.5), rng.random(), rng.random(), len(words(context)))
+        evidence = ReaderEvidence(
+            rng.gauss(-2.5 if unanswerable else -1.5, 1.0),
+            rng.gauss(-1.0, 0.5),
+            rng.gauss(-1.0, 0.5),
+            rng.random(),
+            rng.random(),
+            len(words(context)),
+        )
         xs.append(features_of(context, question, start, start + len(place), evidence))
         ys.append(float(unanswerable))
     return np.stack(xs), np.asarray(ys, np.float32)
@@ -280,8 +305,10 @@ def _hand_case(questions):
     from rckit.training.verifier import Pair
 
     context = "red green blue yellow purple orange"
-    qas = [(qid, "which colour ?", [] if gold is None else [(gold, context.index(gold))], gold is None)
-           for qid, gold, _ in questions]
+    qas = [
+        (qid, "which colour ?", [] if gold is None else [(gold, context.index(gold))], gold is None)
+        for qid, gold, _ in questions
+    ]
     raw = squad_json([(context, qas)], version="2.0")
     pairs = [Pair(context, "which colour ?", gold is None, "tune", qid) for qid, gold, _ in questions]
     return pairs, raw, [text for _, _, text in questions]
@@ -294,8 +321,14 @@ def test_keeping_is_the_lowest_threshold_that_keeps_the_answers_f1():
     # Answerable questions' F1 when always answering: a 1, b 1, c 0.5 ("blue" of "blue yellow purple":
     # precision 1, recall 1/3), d 0;
     # the unanswerable e and f do not count. Their p(no answer): a .1, b .2, c .6, d .9.
-    questions = [("a", "red", "red"), ("b", "green", "green"), ("c", "blue yellow purple", "blue"), ("d", "purple", "orange"),
-                 ("e", None, "red"), ("f", None, "green")]
+    questions = [
+        ("a", "red", "red"),
+        ("b", "green", "green"),
+        ("c", "blue yellow purple", "blue"),
+        ("d", "purple", "orange"),
+        ("e", None, "red"),
+        ("f", None, "green"),
+    ]
     pairs, raw, texts = _hand_case(questions)
     p = [0.1, 0.2, 0.6, 0.9, 0.05, 0.95]
     x = np.zeros((len(p), N), np.float32)
@@ -323,8 +356,13 @@ def test_tuned_picks_the_best_f1_threshold_and_scores_at_a_given_one():
     from rckit.training.verifier import tuned
 
     # a, b answered right; c unanswerable; d answered wrong; e unanswerable.
-    questions = [("a", "red", "red"), ("b", "green", "green"), ("c", None, "blue"), ("d", "purple", "orange"),
-                 ("e", None, "red")]
+    questions = [
+        ("a", "red", "red"),
+        ("b", "green", "green"),
+        ("c", None, "blue"),
+        ("d", "purple", "orange"),
+        ("e", None, "red"),
+    ]
     pairs, raw, texts = _hand_case(questions)
     p = [0.1, 0.3, 0.5, 0.7, 0.9]
     x = np.zeros((len(p), N), np.float32)
@@ -415,7 +453,8 @@ def test_a_verifier_goes_into_an_exported_file_and_comes_out_again(kind, tiny_ex
     pairs = [(CONTEXT, QUESTION), (CONTEXT, "what follows zeta ?")]
     always = Reader.load(path, "cpu", always_answer=True).answer_batch(pairs, top_k=2)
     assert [[{k: a[k] for k in ("answer", "score", "start", "end")} for a in got] for got in always] == [
-        [{k: a[k] for k in ("answer", "score", "start", "end")} for a in got] for got in plain.answer_batch(pairs, 2)]
+        [{k: a[k] for k in ("answer", "score", "start", "end")} for a in got] for got in plain.answer_batch(pairs, 2)
+    ]
     # Another verifier replaces it; None takes it out.
     set_verifier(path, constant_verifier(REJECTING_P))
     assert Reader.load(path, "cpu").verifier.threshold == 0.5
@@ -444,7 +483,7 @@ def test_the_onnx_reader_with_a_verifier_abstains_where_torch_cannot_be_imported
     answers = out["answers"]
     assert answers[0]["answer"] == "" and answers[0]["start"] is None
     assert answers[0]["no_answer_probability"] == pytest.approx(REJECTING_P)
-    assert len(answers) == 3 and all(CONTEXT[a["start"]:a["end"]] == a["answer"] for a in answers[1:])
+    assert len(answers) == 3 and all(CONTEXT[a["start"] : a["end"]] == a["answer"] for a in answers[1:])
     assert answers == Reader.load(path).answer(CONTEXT, QUESTION, top_k=2)
 
 
@@ -472,7 +511,10 @@ def test_a_rejecting_verifier_abstains_first_with_the_best_spans_after(plain):
     first = answers[0]
     assert first["answer"] == "" and first["start"] is None and first["end"] is None
     assert first["no_answer_probability"] > reader.verifier_threshold == 0.5
-    assert first["no_answer_probability"] == pytest.approx(REJECTING_P) and first["score"] == first["no_answer_probability"]
+    assert (
+        first["no_answer_probability"] == pytest.approx(REJECTING_P)
+        and first["score"] == first["no_answer_probability"]
+    )
     assert spans_only(answers[1:]) == spans_only(plain.answer(CONTEXT, QUESTION, top_k=2))
     assert all(a["no_answer_probability"] == first["no_answer_probability"] for a in answers)
     said = shown(first, answers[1:])
@@ -532,7 +574,7 @@ def test_the_verifier_reads_the_question_the_text_and_the_best_span(plain):
     best = [a[0] for a in plain.answer(context, [named, unnamed], top_k=1)]
     for row, question, a in zip(x, (named, unnamed), best):
         lex = lexical_features(context, question, a["start"], a["end"])
-        assert row[len(READER_FEATURES):].tolist() == pytest.approx(lex)
+        assert row[len(READER_FEATURES) :].tolist() == pytest.approx(lex)
         reader_part = dict(zip(READER_FEATURES, row[: len(READER_FEATURES)].tolist()))
         assert reader_part["span_log_p"] == pytest.approx(math.log(a["score"]), abs=1e-4)
         assert reader_part["start_log_p_max"] <= 0 and reader_part["end_log_p_max"] <= 0
@@ -592,7 +634,7 @@ def test_a_rejecting_verifier_makes_a_collection_say_no_answer_in_these_document
     with Collection.open(tmp_path / "i.sqlite", always) as collection:
         a = collection.ask(question, top_k=1, passages=3)[0]
         assert a["answer"] and a["source"] is not None and a["no_answer_probability"] == pytest.approx(REJECTING_P)
-        assert collection.store.document_text(a["source"], a["key"])[a["start"]:a["end"]] == a["answer"]
+        assert collection.store.document_text(a["source"], a["key"])[a["start"] : a["end"]] == a["answer"]
 
 
 def test_a_verifier_whose_arrays_do_not_fit_its_features_is_refused_when_loaded():
@@ -600,10 +642,12 @@ def test_a_verifier_whose_arrays_do_not_fit_its_features_is_refused_when_loaded(
     n = len(FEATURES)
     good = Verifier(np.zeros(n), np.ones(n), [(np.zeros((4, n)), np.zeros(4)), (np.zeros((1, 4)), np.zeros(1))], 0.5)
     assert Verifier.from_json(good.to_json()).threshold == 0.5
-    for damage in (lambda d: d.update(mean=[0.0] * 3),
-                   lambda d: d["layers"][0].update(weight=[[0.0] * 3] * 4),
-                   lambda d: d["layers"][1].update(weight=[[0.0] * 4] * 2, bias=[0.0, 0.0]),
-                   lambda d: d.update(layers=[])):
+    for damage in (
+        lambda d: d.update(mean=[0.0] * 3),
+        lambda d: d["layers"][0].update(weight=[[0.0] * 3] * 4),
+        lambda d: d["layers"][1].update(weight=[[0.0] * 4] * 2, bias=[0.0, 0.0]),
+        lambda d: d.update(layers=[]),
+    ):
         d = good.to_json()
         damage(d)
         with pytest.raises(ValueError, match="model.safetensors: damaged verifier"):

@@ -24,14 +24,29 @@ def _load_report():
 report = _load_report()
 
 ENTRY = {  # the fields `rckit bench --json` prints, plus what report.py adds
-    "model": "qanet", "preset": "paper", "train_examples_per_s": 23.41, "train_first_pass_examples_per_s": 24.32,
-    "inference_examples_per_s": 94.98, "latency_ms_median": 29.14, "latency_ms_p90": 35.92, "peak_rss_mb": 3753.0,
-    "train_questions": 1024, "dtype": "bf16", "device": "cpu", "threads": 2, "trainable_parameters": 1,
-    "heap_limit_mb": 0.0, "kernels": "all", "repeat": 1, "date": "2026-11-24 10:00 UTC",
+    "model": "qanet",
+    "preset": "paper",
+    "train_examples_per_s": 23.41,
+    "train_first_pass_examples_per_s": 24.32,
+    "inference_examples_per_s": 94.98,
+    "latency_ms_median": 29.14,
+    "latency_ms_p90": 35.92,
+    "peak_rss_mb": 3753.0,
+    "train_questions": 1024,
+    "dtype": "bf16",
+    "device": "cpu",
+    "threads": 2,
+    "trainable_parameters": 1,
+    "heap_limit_mb": 0.0,
+    "kernels": "all",
+    "repeat": 1,
+    "date": "2026-11-24 10:00 UTC",
     "command": "RCKIT_KERNELS=all python -m rckit bench qanet --preset paper --amp bf16 --json",
 }
-DOC = ("# Benchmarks\r\n\nIntro with `code`, unicode – and trailing spaces   \n\n"
-       f"{report.START}\nold table\n{report.END}\n\n## After\n\nmore text\n")
+DOC = (
+    "# Benchmarks\r\n\nIntro with `code`, unicode – and trailing spaces   \n\n"
+    f"{report.START}\nold table\n{report.END}\n\n## After\n\nmore text\n"
+)
 
 
 def write_results(tmp_path, results) -> Path:
@@ -47,10 +62,12 @@ def test_render_from_results_and_dash_for_missing_rows(tmp_path):
     lines = table.splitlines()
     assert lines[0] == report.HEADER and len(lines) == 2 + len(report.ROWS)
     by_key = dict(zip([r.key for r in report.ROWS], lines[2:]))
-    assert by_key["qanet/paper/bf16/all"] == ("| qanet | paper | bf16 | all | 23.4 | 95.0 | 29.1 / 35.9 | 3,753 "
-                                              "| 2026-11-24 |")
-    assert by_key["dcn/cpu-small/fp32/all"] == ("| dcn | cpu-small | fp32 | all | - | 95.0 | 29.1 / 35.9 | 3,753 "
-                                                "| 2026-11-25 |")
+    assert by_key["qanet/paper/bf16/all"] == (
+        "| qanet | paper | bf16 | all | 23.4 | 95.0 | 29.1 / 35.9 | 3,753 | 2026-11-24 |"
+    )
+    assert by_key["dcn/cpu-small/fp32/all"] == (
+        "| dcn | cpu-small | fp32 | all | - | 95.0 | 29.1 / 35.9 | 3,753 | 2026-11-25 |"
+    )
     assert by_key["qanet/paper/fp32/none"] == "| qanet | paper | fp32 | none | - | - | - | - | - |"
     assert all(line.count("|") == 10 for line in lines)
 
@@ -74,12 +91,15 @@ def test_missing_results_file_renders_every_row_as_dashes(tmp_path):
     assert all(line.endswith("| - | - | - | - | - |") for line in table.splitlines()[2:])
 
 
-@pytest.mark.parametrize("doc, message", [
-    ("no markers here\n", "found it 0 times"),
-    (f"{report.START}\n{report.START}\n{report.END}\n", "found it 2 times"),
-    (f"{report.END}\n{report.START}\n", "comes before"),
-    (f"{report.START}\nonly the start\n", f"expected the marker {report.END} once"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ("no markers here\n", "found it 0 times"),
+        (f"{report.START}\n{report.START}\n{report.END}\n", "found it 2 times"),
+        (f"{report.END}\n{report.START}\n", "comes before"),
+        (f"{report.START}\nonly the start\n", f"expected the marker {report.END} once"),
+    ],
+)
 def test_bad_markers_give_a_clear_error(tmp_path, doc, message):
     md = tmp_path / "BENCHMARKS.md"
     md.write_text(doc)
@@ -104,16 +124,28 @@ def keys(pattern):
 
 def test_select_rows():
     assert keys(None) == [r.key for r in report.ROWS]
-    assert keys("qanet/paper") == ["qanet/paper/fp32/all", "qanet/paper/bf16/all", "qanet/paper/fp32/none",
-                                   "qanet/paper/bf16/none"]
-    assert keys("dcn") == ["dcn/cpu-small/fp32/all", "dcn/cpu-small/bf16/all", "dcn_plus/cpu-small/fp32/all",
-                           "dcn_plus/cpu-small/bf16/all"]  # a substring
+    assert keys("qanet/paper") == [
+        "qanet/paper/fp32/all",
+        "qanet/paper/bf16/all",
+        "qanet/paper/fp32/none",
+        "qanet/paper/bf16/none",
+    ]
+    assert keys("dcn") == [
+        "dcn/cpu-small/fp32/all",
+        "dcn/cpu-small/bf16/all",
+        "dcn_plus/cpu-small/fp32/all",
+        "dcn_plus/cpu-small/bf16/all",
+    ]  # a substring
     assert keys("dcn/*") == ["dcn/cpu-small/fp32/all", "dcn/cpu-small/bf16/all"]  # a glob matches the whole key
     assert keys("*/none") == ["qanet/paper/fp32/none", "qanet/paper/bf16/none"]
     assert keys("impatient_reader/cloze-cpu/bf16/all") == ["impatient_reader/cloze-cpu/bf16/all"]
     assert keys("attentive, */cpu-small/bf16/*") == [  # ROWS' order
-        "qanet/cpu-small/bf16/all", "dcn/cpu-small/bf16/all", "dcn_plus/cpu-small/bf16/all",
-        "attentive_reader/cloze-cpu/fp32/all", "attentive_reader/cloze-cpu/bf16/all"]
+        "qanet/cpu-small/bf16/all",
+        "dcn/cpu-small/bf16/all",
+        "dcn_plus/cpu-small/bf16/all",
+        "attentive_reader/cloze-cpu/fp32/all",
+        "attentive_reader/cloze-cpu/bf16/all",
+    ]
     with pytest.raises(report.ReportError, match="matches no row"):
         keys("bert")
 
@@ -121,8 +153,20 @@ def test_select_rows():
 def test_rows_and_commands():
     assert len({r.key for r in report.ROWS}) == len(report.ROWS) == 18
     cmds = {r.key: report.bench_command(r, "D", "C") for r in report.ROWS}
-    assert cmds["qanet/paper/bf16/none"] == ["python", "-m", "rckit", "bench", "qanet", "--preset", "paper",
-                                             "--amp", "bf16", "--data-dir", "D", "--json"]
+    assert cmds["qanet/paper/bf16/none"] == [
+        "python",
+        "-m",
+        "rckit",
+        "bench",
+        "qanet",
+        "--preset",
+        "paper",
+        "--amp",
+        "bf16",
+        "--data-dir",
+        "D",
+        "--json",
+    ]
     assert cmds["attentive_reader/cloze-cpu/fp32/all"][-4:] == ["cloze-cpu", "--cloze-data", "C", "--json"]
     assert all(("--amp" in c) == k.endswith(("/bf16/all", "/bf16/none")) for k, c in cmds.items())
 
@@ -157,12 +201,22 @@ def test_run_merges_medians_with_the_command_and_machine(tmp_path, monkeypatch):
     results = tmp_path / "results.json"
     assert report.main(["--run", "--rows", "qanet/paper/*/none", "--repeat", "3", "--results", str(results)]) == 0
     assert [c[2] for c in calls] == ["none"] * 6 and all(c[1] == report.REPO for c in calls)
-    assert calls[0][0][1:] == ["-m", "rckit", "bench", "qanet", "--preset", "paper", "--data-dir", report.SQUAD_DIR,
-                               "--json"]
+    assert calls[0][0][1:] == [
+        "-m",
+        "rckit",
+        "bench",
+        "qanet",
+        "--preset",
+        "paper",
+        "--data-dir",
+        report.SQUAD_DIR,
+        "--json",
+    ]
     entry = json.loads(results.read_text())["qanet/paper/fp32/none"]
     assert entry["inference_examples_per_s"] == 100.0 and len(entry["runs"]) == 3 and entry["repeat"] == 3
-    assert entry["command"] == ("RCKIT_KERNELS=none python -m rckit bench qanet --preset paper "
-                                f"--data-dir {report.SQUAD_DIR} --json")
+    assert entry["command"] == (
+        f"RCKIT_KERNELS=none python -m rckit bench qanet --preset paper --data-dir {report.SQUAD_DIR} --json"
+    )
     assert entry["commit"] == "abc1234" and entry["date"].endswith("UTC") and len(entry["load_before"]) == 3
     assert {"uname", "cpu", "cores", "torch"} <= set(entry)
     before = results.read_text()

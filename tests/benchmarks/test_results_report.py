@@ -68,6 +68,7 @@ def test_every_entry_has_a_command_and_a_link_that_resolves():
         target = REPO / path
         assert target.is_file(), e["link"]
         if anchor:
-            headings = [line.lstrip("#") for line in target.read_text(encoding="utf-8").splitlines()
-                        if line.startswith("#")]
+            headings = [
+                line.lstrip("#") for line in target.read_text(encoding="utf-8").splitlines() if line.startswith("#")
+            ]
             assert anchor in {_slug(h) for h in headings}, e["link"]

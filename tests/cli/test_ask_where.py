@@ -62,7 +62,7 @@ def test_ask_says_the_section_and_json_carries_page_and_section(index, capsys):
     lines = _ask(capsys, index, "Who painted the clock tower green?", "--top-k", 2)
     firsts = [i for i, line in enumerate(lines) if not line.startswith(" ")]
     assert len(firsts) == 2 and firsts[0] == 0
-    first, where, passage = _shown(lines[:firsts[1]])
+    first, where, passage = _shown(lines[: firsts[1]])
     assert first.startswith("Margaret Ellis\t") and where == "town.txt.gz"
     assert passage == "The clock tower in the town square was painted green by **Margaret Ellis** in 1921."
 

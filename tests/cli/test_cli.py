@@ -9,8 +9,9 @@ from rckit.cli import main
 from tests.conftest import DEV_PARAS, squad_json, write_json
 
 
-@pytest.mark.parametrize("cmd", ["prepare", "train", "evaluate", "predict", "export", "models", "serve", "score",
-                                 "bench"])
+@pytest.mark.parametrize(
+    "cmd", ["prepare", "train", "evaluate", "predict", "export", "models", "serve", "score", "bench"]
+)
 def test_every_command_explains_itself(cmd, capsys):
     with pytest.raises(SystemExit) as e:
         main([cmd, "--help"])
@@ -25,11 +26,13 @@ def test_console_entry_point_runs():
 
 
 def test_only_the_chosen_commands_module_is_imported_and_help_needs_no_torch():
-    code = ("import sys\nfrom rckit.cli import main\n"
-            "for argv in (['--help'], ['train', '--help']):\n"
-            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-            "    print(sorted(m for m in sys.modules if m.startswith('rckit.cli.')), 'torch' in sys.modules,\n"
-            "          file=sys.stderr)\n")
+    code = (
+        "import sys\nfrom rckit.cli import main\n"
+        "for argv in (['--help'], ['train', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "    print(sorted(m for m in sys.modules if m.startswith('rckit.cli.')), 'torch' in sys.modules,\n"
+        "          file=sys.stderr)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     top, train = r.stderr.splitlines()
     assert top == "[] False"
@@ -39,7 +42,16 @@ def test_only_the_chosen_commands_module_is_imported_and_help_needs_no_torch():
 def test_prepare_from_data_dir_then_cached(tiny_squad, tiny_glove, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RCKIT_SQUAD_URL", "http://127.0.0.1:9/never")  # any download attempt fails
     data_dir = tiny_squad[0].parent
-    args = ["prepare", "squad", "--data-dir", str(data_dir), "--embeddings", str(tiny_glove), "--out", str(tmp_path / "p")]
+    args = [
+        "prepare",
+        "squad",
+        "--data-dir",
+        str(data_dir),
+        "--embeddings",
+        str(tiny_glove),
+        "--out",
+        str(tmp_path / "p"),
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "built" in out and "answers on token boundaries: 3/3 (100.00%)" in out
@@ -52,7 +64,9 @@ def test_prepare_from_data_dir_then_cached(tiny_squad, tiny_glove, tmp_path, cap
 
 def test_prepare_bad_setting_is_a_clear_error(tiny_squad, tiny_glove, tmp_path, capsys):
     train, dev = tiny_squad
-    code = main(["prepare", "squad", "--train", str(train), "--dev", str(dev), "--out", str(tmp_path), "--set", "nope=1"])
+    code = main(
+        ["prepare", "squad", "--train", str(train), "--dev", str(dev), "--out", str(tmp_path), "--set", "nope=1"]
+    )
     assert code == 2 and "unknown setting 'nope'" in capsys.readouterr().err
 
 
@@ -85,7 +99,9 @@ def test_train_without_models_says_so(capsys):
 def test_set_keys_route_to_model_train_and_data():
     from rckit.presets import model_configs
 
-    m, t = model_configs("qanet", "cpu-small", ["d_model=32", "train.lr=0.002", "eval_questions=10", "data.max_word_len=8"])
+    m, t = model_configs(
+        "qanet", "cpu-small", ["d_model=32", "train.lr=0.002", "eval_questions=10", "data.max_word_len=8"]
+    )
     assert (m.d_model, t.lr, t.eval_questions) == (32, 0.002, 10)
     with pytest.raises(ValueError, match="unknown setting 'nope'"):
         model_configs("qanet", None, ["nope=1"])
@@ -140,36 +156,57 @@ def _run(argv, capsys):
 def test_predict_a_questions_file_in_order_with_ids(tiny_export, tmp_path, capsys):
     from rckit.answering.reader import Reader
 
-    records = [{"id": "a", "context": "alpha beta gamma delta.", "question": "what follows alpha ?"},
-               {"context": "mu alpha kappa lambda.", "question": "what follows mu ?"},
-               {"id": 7, "context": "alpha beta gamma delta.", "question": "what follows gamma ?"}]
+    records = [
+        {"id": "a", "context": "alpha beta gamma delta.", "question": "what follows alpha ?"},
+        {"context": "mu alpha kappa lambda.", "question": "what follows mu ?"},
+        {"id": 7, "context": "alpha beta gamma delta.", "question": "what follows gamma ?"},
+    ]
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in records) + "\n")
     want = Reader.load(tiny_export).answer_batch([(r["context"], r["question"]) for r in records], top_k=2)
-    code, out, err = _run(["predict", tiny_export, "--questions", questions, "--out", tmp_path / "a.jsonl",
-                           "--top-k", 2], capsys)
+    code, out, err = _run(
+        ["predict", tiny_export, "--questions", questions, "--out", tmp_path / "a.jsonl", "--top-k", 2], capsys
+    )
     assert code == 0 and out == "" and "3 questions answered" in err
     got = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [g["id"] for g in got] == ["a", 1, 7] and [g["answers"] for g in got] == want
     # A JSON list in, a JSON list out; without --out, JSON lines on stdout.
     (tmp_path / "q.json").write_text(json.dumps(records))
-    assert _run(["predict", tiny_export, "--questions", tmp_path / "q.json", "--out", tmp_path / "a.json",
-                 "--top-k", 2], capsys)[0] == 0
+    assert (
+        _run(
+            ["predict", tiny_export, "--questions", tmp_path / "q.json", "--out", tmp_path / "a.json", "--top-k", 2],
+            capsys,
+        )[0]
+        == 0
+    )
     assert json.loads((tmp_path / "a.json").read_text()) == got
     code, out, _ = _run(["predict", tiny_export, "--questions", questions, "--top-k", 2], capsys)
     assert code == 0 and [json.loads(line) for line in out.splitlines()] == got
 
 
-@pytest.mark.parametrize("name, content, wanted", [
-    ("q.jsonl", '{"context": "alpha beta.", "question": "what ?"}\n{"context": "alpha beta."}\n',
-     ["q.jsonl", "line 2", "missing field 'question'"]),
-    ("q.jsonl", '{"context": "alpha beta.", "question": "what ?"}\n{"context": "alp\n', ["q.jsonl", "line 2", "JSON"]),
-    ("q.json", '[{"context": "alpha beta.", "question": "what ?"}, {"context": "  ", "question": "what ?"}]',
-     ["q.json", "record [1]", "the context is empty"]),
-    ("q.json", '[["alpha beta.", "what ?"]]', ["q.json", "record [0]", "expected an object"]),
-    ("q.json", '{"context": "alpha beta.", "question": "what ?"}', ["q.json", "expected a list"]),
-    ("q.json", '[{"id": [1], "context": "alpha beta.", "question": "what ?"}]', ["record [0]", "'id'"]),
-])
+@pytest.mark.parametrize(
+    "name, content, wanted",
+    [
+        (
+            "q.jsonl",
+            '{"context": "alpha beta.", "question": "what ?"}\n{"context": "alpha beta."}\n',
+            ["q.jsonl", "line 2", "missing field 'question'"],
+        ),
+        (
+            "q.jsonl",
+            '{"context": "alpha beta.", "question": "what ?"}\n{"context": "alp\n',
+            ["q.jsonl", "line 2", "JSON"],
+        ),
+        (
+            "q.json",
+            '[{"context": "alpha beta.", "question": "what ?"}, {"context": "  ", "question": "what ?"}]',
+            ["q.json", "record [1]", "the context is empty"],
+        ),
+        ("q.json", '[["alpha beta.", "what ?"]]', ["q.json", "record [0]", "expected an object"]),
+        ("q.json", '{"context": "alpha beta.", "question": "what ?"}', ["q.json", "expected a list"]),
+        ("q.json", '[{"id": [1], "context": "alpha beta.", "question": "what ?"}]', ["record [0]", "'id'"]),
+    ],
+)
 def test_a_bad_questions_record_is_named_and_exits_2(name, content, wanted, tmp_path, capsys):
     (tmp_path / name).write_text(content)
     code, out, err = _run(["predict", "no-model-needed", "--questions", tmp_path / name], capsys)
@@ -180,15 +217,16 @@ def test_a_bad_questions_record_is_named_and_exits_2(name, content, wanted, tmp_
 
 
 def test_predict_arguments_go_together(tiny_export, tmp_path, capsys):
-    for argv, text in ((["--context", "alpha beta."], "give --context and --question"),
-                       (["--questions", tmp_path / "q.jsonl", "--question", "what ?"], "not both"),
-                       (["--context", "alpha.", "--question", "what ?", "--out", tmp_path / "a.json"], "--out is for")):
+    for argv, text in (
+        (["--context", "alpha beta."], "give --context and --question"),
+        (["--questions", tmp_path / "q.jsonl", "--question", "what ?"], "not both"),
+        (["--context", "alpha.", "--question", "what ?", "--out", tmp_path / "a.json"], "--out is for"),
+    ):
         code, _, err = _run(["predict", tiny_export, *argv], capsys)
         assert code == 2 and text in err and len(err.strip().splitlines()) == 1
 
 
-def test_predict_without_a_model_uses_rckit_model_or_says_how_to_get_one(tiny_export, tmp_path, capsys,
-                                                                        monkeypatch):
+def test_predict_without_a_model_uses_rckit_model_or_says_how_to_get_one(tiny_export, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RCKIT_MODEL", raising=False)
     monkeypatch.setattr("rckit.model_files.source.BUNDLED", tmp_path / "qanet-squad.safetensors")
     monkeypatch.setattr("rckit.model_files.source.BUNDLED_ONNX", tmp_path / "qanet-squad.onnx")
@@ -199,8 +237,11 @@ def test_predict_without_a_model_uses_rckit_model_or_says_how_to_get_one(tiny_ex
     monkeypatch.setenv("RCKIT_MODEL", str(tiny_export))
     code, out, err = _run(["predict", *ask, "--top-k", 3, "--json"], capsys)
     answers = json.loads(out)
-    assert code == 0 and len(answers) == 3 and all("alpha beta gamma delta."[a["start"]:a["end"]] == a["answer"]
-                                                   for a in answers)
+    assert (
+        code == 0
+        and len(answers) == 3
+        and all("alpha beta gamma delta."[a["start"] : a["end"]] == a["answer"] for a in answers)
+    )
     code, out, _ = _run(["predict", *ask, "--json"], capsys)
     assert code == 0 and json.loads(out) == answers[0]
     code, out, _ = _run(["predict", *ask], capsys)
@@ -287,11 +328,30 @@ def test_serve_parses_and_delegates(monkeypatch, capsys):
     fake = types.ModuleType("rckit.serve.app")
     fake.serve = lambda source, config: calls.append((source, config))
     monkeypatch.setitem(sys.modules, "rckit.serve.app", fake)
-    assert main(["serve", "runs/x", "--port", "9000", "--max-batch", "8", "--threads", "2", "--model-workers", "3"]) == 0
-    assert calls == [("runs/x", ServeConfig(host="127.0.0.1", port=9000, threads=2, model_workers=3,
-                                            always_answer=False, index=None,
-                                            max_batch=8, max_tokens=4096,
-                                            batch_window_ms=2.0, policy="fair", max_body_bytes=4_000_000,
-                                            max_questions=64, max_question_chars=1_000, max_context_chars=200_000,
-                                            max_work=2_048, request_timeout=60.0))]
+    assert (
+        main(["serve", "runs/x", "--port", "9000", "--max-batch", "8", "--threads", "2", "--model-workers", "3"]) == 0
+    )
+    assert calls == [
+        (
+            "runs/x",
+            ServeConfig(
+                host="127.0.0.1",
+                port=9000,
+                threads=2,
+                model_workers=3,
+                always_answer=False,
+                index=None,
+                max_batch=8,
+                max_tokens=4096,
+                batch_window_ms=2.0,
+                policy="fair",
+                max_body_bytes=4_000_000,
+                max_questions=64,
+                max_question_chars=1_000,
+                max_context_chars=200_000,
+                max_work=2_048,
+                request_timeout=60.0,
+            ),
+        )
+    ]
     assert main(["serve"]) == 0 and calls[-1][0] is None

@@ -43,20 +43,64 @@ def world(tmp_path_factory) -> World:
     data = tmp_path_factory.mktemp("data")
     write_json(data / "train.json", squad_json(_paragraphs(4)))
     write_json(data / "dev.json", squad_json(_paragraphs(2)))
-    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
-             for i, w in enumerate(GLOVE_WORDS + WORDS)]
+    lines = [
+        f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + WORDS)
+    ]
     (data / "glove.txt").write_text("\n".join(lines) + "\n")
     (data / "tiny.json").write_text(json.dumps({"model": TINY_MODEL, "train": TINY_TRAIN}))
-    relative = ["--train", "train.json", "--dev", "dev.json", "--embeddings", "glove.txt", "--cache-dir", "cache",
-                "--no-progress"]
+    relative = [
+        "--train",
+        "train.json",
+        "--dev",
+        "dev.json",
+        "--embeddings",
+        "glove.txt",
+        "--cache-dir",
+        "cache",
+        "--no-progress",
+    ]
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(data)  # the issue's case: a run trained from relative paths
         assert main(["train", "qanet", "--preset", "tiny.json", "--out", "run", "--max-steps", "2", *relative]) == 0
-        assert main(["train", "dcn", "--preset", "cpu-small", "--set", "hidden=8", "--set", "pool=2",
-                     "--set", "iterations=1", "--set", "batch_size=4", "--set", "eval_questions=0",
-                     "--out", "dcn-run", "--max-steps", "1", *relative]) == 0
-    common = ["--preset", str(data / "tiny.json"), "--train", str(data / "train.json"), "--dev", str(data / "dev.json"),
-              "--embeddings", str(data / "glove.txt"), "--cache-dir", str(data / "cache"), "--no-progress"]
+        assert (
+            main(
+                [
+                    "train",
+                    "dcn",
+                    "--preset",
+                    "cpu-small",
+                    "--set",
+                    "hidden=8",
+                    "--set",
+                    "pool=2",
+                    "--set",
+                    "iterations=1",
+                    "--set",
+                    "batch_size=4",
+                    "--set",
+                    "eval_questions=0",
+                    "--out",
+                    "dcn-run",
+                    "--max-steps",
+                    "1",
+                    *relative,
+                ]
+            )
+            == 0
+        )
+    common = [
+        "--preset",
+        str(data / "tiny.json"),
+        "--train",
+        str(data / "train.json"),
+        "--dev",
+        str(data / "dev.json"),
+        "--embeddings",
+        str(data / "glove.txt"),
+        "--cache-dir",
+        str(data / "cache"),
+        "--no-progress",
+    ]
     return World(data, data / "run", data / "dcn-run", common)
 
 
@@ -222,85 +266,191 @@ CASES = {
     "score-truncated-gzip": (score(broken(truncated_gzip), PREDS), ["cut.json.gz", "truncated gzip"]),
     "score-non-utf8": (score(broken(latin1), PREDS), ["latin1.json", "not UTF-8"]),
     "score-duplicate-ids": (score(broken(duplicate_ids), PREDS), ["dup.json", "duplicate question id"]),
-    "score-missing-field": (score(broken(missing_answers), PREDS),
-                            ["noanswers.json", "paragraph 1 question 2", "'answers'"]),
+    "score-missing-field": (
+        score(broken(missing_answers), PREDS),
+        ["noanswers.json", "paragraph 1 question 2", "'answers'"],
+    ),
     "score-v2-data-as-v1": (score(broken(v2_data), PREDS), ["unanswerable.json", "--version 2.0"]),
     "score-missing-dataset": (score(given("nope.json"), PREDS), ["nope.json"]),
     # score: the predictions
-    "score-predictions-list": (score(given("dev.json"), written("p.json", b'["beta"]')),
-                               ["p.json", "expected an object"]),
-    "score-prediction-not-string": (score(given("dev.json"), written("p.json", b'{"c0q0": ["b"]}')),
-                                    ["p.json", "'c0q0'", "should be a string"]),
-    "score-predictions-truncated": (score(given("dev.json"), written("p.json", b'{"c0q0": "be')),
-                                    ["p.json", "not valid JSON"]),
-    "score-predictions-non-utf8": (score(given("dev.json"), written("p.json", '{"c0q0": "é"}'.encode("latin-1"))),
-                                   ["p.json", "not UTF-8"]),
+    "score-predictions-list": (
+        score(given("dev.json"), written("p.json", b'["beta"]')),
+        ["p.json", "expected an object"],
+    ),
+    "score-prediction-not-string": (
+        score(given("dev.json"), written("p.json", b'{"c0q0": ["b"]}')),
+        ["p.json", "'c0q0'", "should be a string"],
+    ),
+    "score-predictions-truncated": (
+        score(given("dev.json"), written("p.json", b'{"c0q0": "be')),
+        ["p.json", "not valid JSON"],
+    ),
+    "score-predictions-non-utf8": (
+        score(given("dev.json"), written("p.json", '{"c0q0": "é"}'.encode("latin-1"))),
+        ["p.json", "not UTF-8"],
+    ),
     # prepare
     "prepare-truncated-json": (prepare(broken(truncated_json), given("dev.json")), ["cut.json", "not valid JSON"]),
     "prepare-truncated-gzip": (prepare(given("train.json"), broken(truncated_gzip)), ["cut.json.gz", "truncated gzip"]),
     "prepare-non-utf8": (prepare(broken(latin1), given("dev.json")), ["latin1.json", "not UTF-8"]),
-    "prepare-duplicate-ids": (prepare(given("train.json"), broken(duplicate_ids)), ["dup.json", "duplicate question id"]),
-    "prepare-missing-field": (prepare(broken(missing_context), given("dev.json")),
-                              ["nocontext.json", "paragraph 1", "'context'"]),
+    "prepare-duplicate-ids": (
+        prepare(given("train.json"), broken(duplicate_ids)),
+        ["dup.json", "duplicate question id"],
+    ),
+    "prepare-missing-field": (
+        prepare(broken(missing_context), given("dev.json")),
+        ["nocontext.json", "paragraph 1", "'context'"],
+    ),
     "prepare-missing-file": (prepare(lambda w, t: t / "nope.json", given("dev.json")), ["nope.json", "--train"]),
     # evaluate: checkpoints and data
-    "evaluate-truncated-checkpoints": (lambda w, t: ["evaluate", _checkpoint_in_run(w, t, _cut(w), last=_cut(w))],
-                                       ["best.pt", "truncated"]),
-    "evaluate-empty-checkpoint": (lambda w, t: ["evaluate", _checkpoint_in_run(w, t, b"", last=b"")],
-                                  ["best.pt", "empty"]),
-    "evaluate-code-running-pickle": (lambda w, t: ["evaluate", code_running_pickle(w, t)],
-                                     ["best.pt", "refused", "open"]),
-    "evaluate-foreign-checkpoint": (lambda w, t: ["evaluate", foreign_checkpoint(w, t)],
-                                    ["best.pt", "not an rckit checkpoint", "state_dict"]),
-    "evaluate-best-unreadable-last-fine": (lambda w, t: ["evaluate", _checkpoint_in_run(w, t, _cut(w))],
-                                           ["best.pt", "truncated", "last.pt reads fine"]),
-    "evaluate-checkpoint-of-another-model": (lambda w, t: ["evaluate", dcn_in_qanet_run(w, t)],
-                                             ["best.pt", "config.json", "dcn", "qanet", "does not belong"]),
-    "evaluate-checkpoint-of-other-settings": (lambda w, t: ["evaluate", config_of_other_settings(w, t)],
-                                              ["best.pt", "config.json", "d_model: 32 -> 16", "does not belong"]),
+    "evaluate-truncated-checkpoints": (
+        lambda w, t: ["evaluate", _checkpoint_in_run(w, t, _cut(w), last=_cut(w))],
+        ["best.pt", "truncated"],
+    ),
+    "evaluate-empty-checkpoint": (
+        lambda w, t: ["evaluate", _checkpoint_in_run(w, t, b"", last=b"")],
+        ["best.pt", "empty"],
+    ),
+    "evaluate-code-running-pickle": (
+        lambda w, t: ["evaluate", code_running_pickle(w, t)],
+        ["best.pt", "refused", "open"],
+    ),
+    "evaluate-foreign-checkpoint": (
+        lambda w, t: ["evaluate", foreign_checkpoint(w, t)],
+        ["best.pt", "not an rckit checkpoint", "state_dict"],
+    ),
+    "evaluate-best-unreadable-last-fine": (
+        lambda w, t: ["evaluate", _checkpoint_in_run(w, t, _cut(w))],
+        ["best.pt", "truncated", "last.pt reads fine"],
+    ),
+    "evaluate-checkpoint-of-another-model": (
+        lambda w, t: ["evaluate", dcn_in_qanet_run(w, t)],
+        ["best.pt", "config.json", "dcn", "qanet", "does not belong"],
+    ),
+    "evaluate-checkpoint-of-other-settings": (
+        lambda w, t: ["evaluate", config_of_other_settings(w, t)],
+        ["best.pt", "config.json", "d_model: 32 -> 16", "does not belong"],
+    ),
     "evaluate-not-a-run": (lambda w, t: ["evaluate", _mkdir(t / "not-a-run")], ["not-a-run", "no best.pt or last.pt"]),
-    "evaluate-broken-data": (lambda w, t: ["evaluate", w.run, "--data", truncated_gzip(t)], ["cut.json.gz", "truncated"]),
+    "evaluate-broken-data": (
+        lambda w, t: ["evaluate", w.run, "--data", truncated_gzip(t)],
+        ["cut.json.gz", "truncated"],
+    ),
     "evaluate-dev-file-gone": (lambda w, t: ["evaluate", dev_file_gone(w, t)], ["moved-away", "--data"]),
     # predict
-    "predict-truncated-checkpoint": (lambda w, t: ["predict", _checkpoint_in_run(w, t, _cut(w), last=_cut(w)), *ASK],
-                                     ["best.pt", "truncated"]),
-    "predict-checkpoint-of-another-model": (lambda w, t: ["predict", dcn_in_qanet_run(w, t), *ASK],
-                                            ["best.pt", "does not belong"]),
-    "predict-question-without-a-word": (lambda w, t: ["predict", w.run, "--context", "alpha beta.", "--question", " ?!. "],
-                                        ["question", "no letter or digit"]),
-    "predict-truncated-export": (lambda w, t: ["predict", _write(t / "m.safetensors", b"\x40" + b"\0" * 20), *ASK],
-                                 ["m.safetensors", "truncated"]),
-    "predict-no-such-model": (lambda w, t: ["predict", t / "nope", *ASK],
-                              ["nope", "no such run directory or model file"]),
-    "predict-questions-bad-record": (lambda w, t: ["predict", w.run, "--questions",
-                                                   _write(t / "q.jsonl", b'{"context": "alpha"}\n')],
-                                     ["q.jsonl", "line 1", "'question'"]),
+    "predict-truncated-checkpoint": (
+        lambda w, t: ["predict", _checkpoint_in_run(w, t, _cut(w), last=_cut(w)), *ASK],
+        ["best.pt", "truncated"],
+    ),
+    "predict-checkpoint-of-another-model": (
+        lambda w, t: ["predict", dcn_in_qanet_run(w, t), *ASK],
+        ["best.pt", "does not belong"],
+    ),
+    "predict-question-without-a-word": (
+        lambda w, t: ["predict", w.run, "--context", "alpha beta.", "--question", " ?!. "],
+        ["question", "no letter or digit"],
+    ),
+    "predict-truncated-export": (
+        lambda w, t: ["predict", _write(t / "m.safetensors", b"\x40" + b"\0" * 20), *ASK],
+        ["m.safetensors", "truncated"],
+    ),
+    "predict-no-such-model": (
+        lambda w, t: ["predict", t / "nope", *ASK],
+        ["nope", "no such run directory or model file"],
+    ),
+    "predict-questions-bad-record": (
+        lambda w, t: ["predict", w.run, "--questions", _write(t / "q.jsonl", b'{"context": "alpha"}\n')],
+        ["q.jsonl", "line 1", "'question'"],
+    ),
     "predict-top-k-zero": (lambda w, t: ["predict", w.run, *ASK, "--top-k", "0"], ["top_k must be >= 1"]),
-    "export-not-a-run": (lambda w, t: ["export", _mkdir(t / "not-a-run"), "--out", t / "m.safetensors"],
-                         ["not-a-run", "no best.pt or last.pt"]),
-    "export-truncated-checkpoint": (lambda w, t: ["export", _checkpoint_in_run(w, t, _cut(w), last=_cut(w)),
-                                                  "--out", t / "m.safetensors"], ["best.pt", "truncated"]),
+    "export-not-a-run": (
+        lambda w, t: ["export", _mkdir(t / "not-a-run"), "--out", t / "m.safetensors"],
+        ["not-a-run", "no best.pt or last.pt"],
+    ),
+    "export-truncated-checkpoint": (
+        lambda w, t: ["export", _checkpoint_in_run(w, t, _cut(w), last=_cut(w)), "--out", t / "m.safetensors"],
+        ["best.pt", "truncated"],
+    ),
     # train
-    "train-resume-other-settings": (lambda w, t: ["train", "qanet", "--out", copy_run(w, t), "--resume", "--max-steps", 3,
-                                                  "--set", "d_model=32", "--set", "n_heads=4", *w.common],
-                                    ["last.pt", "d_model: 16 -> 32", "n_heads: 2 -> 4"]),
-    "train-resume-truncated-checkpoint": (lambda w, t: ["train", "qanet", "--out", _checkpoint_in_run(w, t, last=_cut(w)),
-                                                        "--resume", "--max-steps", 3, *w.common],
-                                          ["last.pt", "truncated"]),
-    "train-resume-without-checkpoint": (lambda w, t: ["train", "qanet", "--out", t / "empty", "--resume", *w.common],
-                                        ["last.pt", "--resume"]),
+    "train-resume-other-settings": (
+        lambda w, t: [
+            "train",
+            "qanet",
+            "--out",
+            copy_run(w, t),
+            "--resume",
+            "--max-steps",
+            3,
+            "--set",
+            "d_model=32",
+            "--set",
+            "n_heads=4",
+            *w.common,
+        ],
+        ["last.pt", "d_model: 16 -> 32", "n_heads: 2 -> 4"],
+    ),
+    "train-resume-truncated-checkpoint": (
+        lambda w, t: [
+            "train",
+            "qanet",
+            "--out",
+            _checkpoint_in_run(w, t, last=_cut(w)),
+            "--resume",
+            "--max-steps",
+            3,
+            *w.common,
+        ],
+        ["last.pt", "truncated"],
+    ),
+    "train-resume-without-checkpoint": (
+        lambda w, t: ["train", "qanet", "--out", t / "empty", "--resume", *w.common],
+        ["last.pt", "--resume"],
+    ),
     "train-into-a-finished-run": (lambda w, t: ["train", "qanet", "--out", copy_run(w, t), *w.common], ["--resume"]),
-    "train-init-from-other-shape": (lambda w, t: ["train", "qanet", "--out", t / "r", "--init-from", w.run / "last.pt",
-                                                  "--max-steps", 1, "--set", "d_model=32", "--set", "n_heads=4", *w.common],
-                                    ["last.pt", "--init-from", "d_model: 16 -> 32"]),
-    "train-init-from-and-resume": (lambda w, t: ["train", "qanet", "--out", copy_run(w, t), "--resume", "--init-from",
-                                                 w.run / "last.pt", *w.common], ["--init-from", "--resume", "give one"]),
-    "train-init-from-missing": (lambda w, t: ["train", "qanet", "--out", t / "r", "--init-from", t / "gone.pt", *w.common],
-                                ["gone.pt", "no checkpoint"]),
-    "train-broken-preset": (lambda w, t: ["train", "qanet", "--out", t / "r", "--preset", _write(t / "p.json", b"{mod")],
-                            ["p.json", "preset"]),
+    "train-init-from-other-shape": (
+        lambda w, t: [
+            "train",
+            "qanet",
+            "--out",
+            t / "r",
+            "--init-from",
+            w.run / "last.pt",
+            "--max-steps",
+            1,
+            "--set",
+            "d_model=32",
+            "--set",
+            "n_heads=4",
+            *w.common,
+        ],
+        ["last.pt", "--init-from", "d_model: 16 -> 32"],
+    ),
+    "train-init-from-and-resume": (
+        lambda w, t: [
+            "train",
+            "qanet",
+            "--out",
+            copy_run(w, t),
+            "--resume",
+            "--init-from",
+            w.run / "last.pt",
+            *w.common,
+        ],
+        ["--init-from", "--resume", "give one"],
+    ),
+    "train-init-from-missing": (
+        lambda w, t: ["train", "qanet", "--out", t / "r", "--init-from", t / "gone.pt", *w.common],
+        ["gone.pt", "no checkpoint"],
+    ),
+    "train-broken-preset": (
+        lambda w, t: ["train", "qanet", "--out", t / "r", "--preset", _write(t / "p.json", b"{mod")],
+        ["p.json", "preset"],
+    ),
     "train-unknown-model": (lambda w, t: ["train", "qanetx", "--out", t / "r"], ["qanetx", "qanet"]),
-    "train-unknown-device": (lambda w, t: ["train", "qanet", "--out", t / "r", "--device", "gpu7", *w.common], ["gpu7"]),
+    "train-unknown-device": (
+        lambda w, t: ["train", "qanet", "--out", t / "r", "--device", "gpu7", *w.common],
+        ["gpu7"],
+    ),
     "train-missing-out": (lambda w, t: ["train", "qanet"], ["--out"]),
 }
 
@@ -330,9 +480,26 @@ def test_in_a_real_process_no_traceback(case, world, tmp_path):
 
 def test_closed_pipe_ends_quietly(world):
     """`rckit prepare ... | head -1`: the reader goes away; no BrokenPipeError traceback."""
-    p = subprocess.Popen([sys.executable, "-m", "rckit", "prepare", "squad", "--train", "train.json", "--dev", "dev.json",
-                          "--embeddings", "glove.txt", "--cache-dir", "cache"],
-                         cwd=world.data, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rckit",
+            "prepare",
+            "squad",
+            "--train",
+            "train.json",
+            "--dev",
+            "dev.json",
+            "--embeddings",
+            "glove.txt",
+            "--cache-dir",
+            "cache",
+        ],
+        cwd=world.data,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.close()  # before rckit writes anything
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and err == ""
@@ -353,7 +520,9 @@ def test_run_directory_is_portable(world, tmp_path, capsys, monkeypatch):
 
 def test_chinese_context_answers_with_a_span_inside_it(world, capsys):
     context = "北京是中国的首都，也是政治和文化中心。北京有很多名胜古迹，比如故宫和长城。每年都有很多游客来北京旅游。"
-    code, out, err = run_cli(["predict", world.run, "--context", context, "--question", "中国的首都是哪里？", "--json"], capsys)
+    code, out, err = run_cli(
+        ["predict", world.run, "--context", context, "--question", "中国的首都是哪里？", "--json"], capsys
+    )
     assert code == 0, err
     ans = json.loads(out)
     assert ans["answer"] == context[ans["start"] : ans["end"]]
@@ -362,11 +531,12 @@ def test_chinese_context_answers_with_a_span_inside_it(world, capsys):
 
 def test_long_context_is_read_in_windows_without_a_warning(world, capsys):
     context = " ".join(WORDS[i % len(WORDS)] for i in range(900)) + "."
-    code, out, err = run_cli(["predict", world.run, "--context", context, "--question", "what follows alpha ?",
-                              "--json"], capsys)
+    code, out, err = run_cli(
+        ["predict", world.run, "--context", context, "--question", "what follows alpha ?", "--json"], capsys
+    )
     assert code == 0 and err == ""
     ans = json.loads(out)
-    assert ans["answer"] and context[ans["start"]:ans["end"]] == ans["answer"]
+    assert ans["answer"] and context[ans["start"] : ans["end"]] == ans["answer"]
 
 
 def test_resume_says_which_step_it_goes_on_from(world, tmp_path, capsys):

@@ -57,8 +57,11 @@ def test_predict_always_answer_or_a_threshold_of_1_gives_the_span(rejecting_expo
     assert code == 0 and out.strip() == best["answer"]
 
 
-def test_predict_refuses_a_threshold_for_a_file_without_a_verifier_or_outside_0_1(tiny_export, rejecting_export,  # noqa: F811
-                                                                                 capsys):
+def test_predict_refuses_a_threshold_for_a_file_without_a_verifier_or_outside_0_1(
+    tiny_export,
+    rejecting_export,  # noqa: F811
+    capsys,
+):
     code, out, err = _run(["predict", tiny_export, *ASK, "--no-answer-threshold", 0.5], capsys)
     assert code == 2 and out == "" and err.startswith("rckit predict: ") and "has none" in err
     assert len(err.strip().splitlines()) == 1
@@ -67,13 +70,17 @@ def test_predict_refuses_a_threshold_for_a_file_without_a_verifier_or_outside_0_
 
 
 def test_predict_a_questions_file_abstains_record_by_record(tiny_export, rejecting_export, tmp_path, capsys):  # noqa: F811
-    records = [{"id": "a", "context": CONTEXT, "question": QUESTION},
-               {"id": "b", "context": "mu alpha kappa lambda.", "question": "what follows mu ?"}]
+    records = [
+        {"id": "a", "context": CONTEXT, "question": QUESTION},
+        {"id": "b", "context": "mu alpha kappa lambda.", "question": "what follows mu ?"},
+    ]
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in records))
     plain = Reader.load(tiny_export, "cpu").answer_batch([(r["context"], r["question"]) for r in records], top_k=1)
-    code, _, err = _run(["predict", rejecting_export, "--questions", questions, "--out", tmp_path / "a.jsonl",
-                         "--device", "cpu"], capsys)
+    code, _, err = _run(
+        ["predict", rejecting_export, "--questions", questions, "--out", tmp_path / "a.jsonl", "--device", "cpu"],
+        capsys,
+    )
     assert code == 0 and "2 questions answered" in err
     got = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [g["id"] for g in got] == ["a", "b"]
@@ -81,27 +88,54 @@ def test_predict_a_questions_file_abstains_record_by_record(tiny_export, rejecti
         first, guess = g["answers"]
         assert first["answer"] == "" and first["no_answer_probability"] == pytest.approx(REJECTING_P)
         assert (guess["answer"], guess["start"]) == (want[0]["answer"], want[0]["start"])
-    code, out, _ = _run(["predict", rejecting_export, "--questions", questions, "--always-answer", "--device", "cpu"],
-                        capsys)
+    code, out, _ = _run(
+        ["predict", rejecting_export, "--questions", questions, "--always-answer", "--device", "cpu"], capsys
+    )
     got = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [[(a["answer"], a["start"], a["end"]) for a in g["answers"]] for g in got] == [
-        [(a["answer"], a["start"], a["end"]) for a in want] for want in plain]
+        [(a["answer"], a["start"], a["end"]) for a in want] for want in plain
+    ]
 
 
 def test_evaluate_scores_the_abstentions_and_always_answer_the_spans(rejecting_export, tmp_path, capsys):  # noqa: F811
     context = "alpha beta gamma delta epsilon."
-    data = write_json(tmp_path / "v2.json", squad_json(
-        [(context, [("has", "what follows beta ?", [("gamma", 11)], False),
-                    ("none", "what follows omega ?", [], True)])], version="2.0"))
-    code, out, err = _run(["evaluate", rejecting_export, "--data", data, "--out", tmp_path / "p.json",
-                           "--device", "cpu"], capsys)
+    data = write_json(
+        tmp_path / "v2.json",
+        squad_json(
+            [
+                (
+                    context,
+                    [
+                        ("has", "what follows beta ?", [("gamma", 11)], False),
+                        ("none", "what follows omega ?", [], True),
+                    ],
+                )
+            ],
+            version="2.0",
+        ),
+    )
+    code, out, err = _run(
+        ["evaluate", rejecting_export, "--data", data, "--out", tmp_path / "p.json", "--device", "cpu"], capsys
+    )
     assert code == 0, err
     result = json.loads(out)
     assert json.loads((tmp_path / "p.json").read_text()) == {"has": "", "none": ""}
     assert result["exact_match"] == pytest.approx(50.0) and result["NoAns_f1"] == pytest.approx(100.0)
     assert result["HasAns_f1"] == pytest.approx(0.0) and result["no_answer_threshold"] == pytest.approx(0.5)
-    code, out, _ = _run(["evaluate", rejecting_export, "--data", data, "--out", tmp_path / "p.json",
-                         "--always-answer", "--device", "cpu"], capsys)
+    code, out, _ = _run(
+        [
+            "evaluate",
+            rejecting_export,
+            "--data",
+            data,
+            "--out",
+            tmp_path / "p.json",
+            "--always-answer",
+            "--device",
+            "cpu",
+        ],
+        capsys,
+    )
     result, preds = json.loads(out), json.loads((tmp_path / "p.json").read_text())
     assert code == 0 and result["always_answer"] is True and preds["has"] and preds["none"]
     assert all(text in context for text in preds.values())

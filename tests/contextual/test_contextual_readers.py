@@ -44,16 +44,57 @@ def ctx_run(tmp_path_factory, cache) -> Path:
     dev_f = write_json(root / "dev.json", squad_json(greek_paragraphs(2)))
     preset = {"model": {**TINY_QANET, "contextual": str(enc), "contextual_layers": [1, 2]}, "train": TINY_QANET_TRAIN}
     (root / "tiny.json").write_text(json.dumps(preset))
-    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + GREEK)]
+    lines = [
+        f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + GREEK)
+    ]
     (root / "glove.txt").write_text("\n".join(lines) + "\n")
-    assert main(["prepare", "squad", "--train", str(train_f), "--dev", str(dev_f), "--embeddings",
-                 str(root / "glove.txt"), "--cache-dir", str(root / "cache"), "--contextual", str(enc),
-                 "--contextual-layers", "1,2"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "squad",
+                "--train",
+                str(train_f),
+                "--dev",
+                str(dev_f),
+                "--embeddings",
+                str(root / "glove.txt"),
+                "--cache-dir",
+                str(root / "cache"),
+                "--contextual",
+                str(enc),
+                "--contextual-layers",
+                "1,2",
+            ]
+        )
+        == 0
+    )
     states = list((root / "cache").glob("**/states/*/meta.json"))
     assert len(states) == 2 and all(json.loads(f.read_text())["complete"] for f in states)  # train and dev
-    assert main(["train", "qanet", "--preset", str(root / "tiny.json"), "--out", str(root / "run"), "--max-steps", "3",
-                 "--train", str(train_f), "--dev", str(dev_f), "--embeddings", str(root / "glove.txt"),
-                 "--cache-dir", str(root / "cache"), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "qanet",
+                "--preset",
+                str(root / "tiny.json"),
+                "--out",
+                str(root / "run"),
+                "--max-steps",
+                "3",
+                "--train",
+                str(train_f),
+                "--dev",
+                str(dev_f),
+                "--embeddings",
+                str(root / "glove.txt"),
+                "--cache-dir",
+                str(root / "cache"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return root / "run"
 
 
@@ -117,7 +158,7 @@ def test_a_context_longer_than_the_window_is_read_in_windows(ctx_files):
     long = " ".join([CONTEXT] * 30)  # 210 tokens, past the run's window and the encoder's 64 positions
     reader.window = 40
     answers = reader.answer(long, QUESTIONS[0], top_k=2)
-    assert answers and long[answers[0]["start"]:answers[0]["end"]] == answers[0]["answer"]
+    assert answers and long[answers[0]["start"] : answers[0]["end"]] == answers[0]["answer"]
     onnx = rckit.Reader.load(ctx_files[1])
     onnx.window = 40
     assert [a["answer"] for a in onnx.answer(long, QUESTIONS[0], top_k=2)] == [a["answer"] for a in answers]
@@ -189,6 +230,8 @@ def test_the_onnx_file_answers_where_torch_cannot_be_imported(ctx_files, cache, 
     assert got.returncode == 0, got.stderr
     import rckit
 
-    assert json.loads(got.stdout.splitlines()[0])[0]["answer"] == rckit.Reader.load(ctx_files[1]).answer(
-        CONTEXT, QUESTIONS[0])[0]["answer"]
+    assert (
+        json.loads(got.stdout.splitlines()[0])[0]["answer"]
+        == rckit.Reader.load(ctx_files[1]).answer(CONTEXT, QUESTIONS[0])[0]["answer"]
+    )
     assert list((graphs / "encoders").glob("*.onnx"))

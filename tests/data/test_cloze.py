@@ -129,9 +129,19 @@ def test_jsonl_roundtrip_and_errors(tmp_path):
         load_cloze_jsonl(out)
 
 
-EX0 = ClozeExample("e0", ["@entity1", "met", "@entity0", "in", "Paris"], [PLACEHOLDER, "met", "@entity0"], "@entity1", ["@entity1", "@entity0"])
+EX0 = ClozeExample(
+    "e0",
+    ["@entity1", "met", "@entity0", "in", "Paris"],
+    [PLACEHOLDER, "met", "@entity0"],
+    "@entity1",
+    ["@entity1", "@entity0"],
+)
 EX1 = ClozeExample(
-    "e1", ["the", "cat", "met", "@entity0", "and", "@entity2"], ["who", "Met", PLACEHOLDER, "?"], "@entity2", ["@entity0", "@entity2"]
+    "e1",
+    ["the", "cat", "met", "@entity0", "and", "@entity2"],
+    ["who", "Met", PLACEHOLDER, "?"],
+    "@entity2",
+    ["@entity0", "@entity2"],
 )
 
 
@@ -196,7 +206,9 @@ def _ex(doc, query, answer):
 # A: answer most frequent and aligned with "won the cup".
 A = _ex("@entity0 met @entity1 . @entity1 met @entity2 . @entity1 won the cup", "@placeholder won the cup", "@entity1")
 # B: the most frequent entity is in the query; exclusive frequency ties e0/e2 -> e0 (first mentioned).
-B = _ex("@entity1 beat @entity0 . @entity1 lost to @entity2 . @entity1 smiled", "@entity1 beat @placeholder", "@entity0")
+B = _ex(
+    "@entity1 beat @entity0 . @entity1 lost to @entity2 . @entity1 smiled", "@entity1 beat @placeholder", "@entity0"
+)
 # C: all ties: every baseline picks e3, mentioned first; the answer is e4.
 C = _ex("@entity3 x @entity4 y", "@placeholder z", "@entity4")
 # D: no placeholder: the wh-word stands in for it.
@@ -227,10 +239,16 @@ def test_renumber_entities_renames_consistently_and_changes_nothing_else():
     from rckit.data.cloze import ENTITY_OFFSET, renumber_entities
 
     examples = [
-        ClozeExample("a", "@entity0 met @entity2 in @entity1 . @entity2 left".split(), "who met @entity0 ?".split(),
-                     "@entity2", ["@entity0", "@entity2", "@entity1"]),
-        ClozeExample("b", "@entity1 and @entity0 won".split(), "@placeholder won".split(), "@entity0",
-                     ["@entity1", "@entity0"]),
+        ClozeExample(
+            "a",
+            "@entity0 met @entity2 in @entity1 . @entity2 left".split(),
+            "who met @entity0 ?".split(),
+            "@entity2",
+            ["@entity0", "@entity2", "@entity1"],
+        ),
+        ClozeExample(
+            "b", "@entity1 and @entity0 won".split(), "@placeholder won".split(), "@entity0", ["@entity1", "@entity0"]
+        ),
     ]
     vocab = ClozeVocab.build(examples, n_entities=6)
     batch = ClozeSplit.from_examples(examples, vocab).collate([0, 1], max_doc_len=4)  # b: cut, a: answer kept
@@ -243,12 +261,17 @@ def test_renumber_entities_renames_consistently_and_changes_nothing_else():
             is_ent = (old_d >= ENTITY_OFFSET) & (old_d < ENTITY_OFFSET + 6)
             assert torch.equal(new_d[~is_ent], old_d[~is_ent])  # words, padding untouched
             # one bijection per row, used for the document, the query, the candidates and the answer
-            pairs = {(int(o), int(n)) for o, n in zip(torch.cat([old_d, batch.q_words[b]]), torch.cat([new_d, new.q_words[b]]))
-                     if o >= ENTITY_OFFSET}
+            pairs = {
+                (int(o), int(n))
+                for o, n in zip(torch.cat([old_d, batch.q_words[b]]), torch.cat([new_d, new.q_words[b]]))
+                if o >= ENTITY_OFFSET
+            }
             assert len({o for o, _ in pairs}) == len({n for _, n in pairs}) == len(pairs)
             mapping = {o - ENTITY_OFFSET: n - ENTITY_OFFSET for o, n in pairs}
             assert int(new.answer[b]) == mapping[int(batch.answer[b])]
-            assert {mapping[int(k)] for k in batch.candidates[b].nonzero()} == set(new.candidates[b].nonzero().flatten().tolist())
+            assert {mapping[int(k)] for k in batch.candidates[b].nonzero()} == set(
+                new.candidates[b].nonzero().flatten().tolist()
+            )
             seen.add((b, int(new.answer[b])))
         assert torch.equal(new.c_mask, batch.c_mask) and torch.equal(new.answer_cut, batch.answer_cut)
     assert len(seen) > 6  # the numbering really changes from batch to batch

@@ -27,8 +27,9 @@ from rckit.models.losses import cloze_loss
 # Small enough to learn in well under a minute on one core, and still a reading task: two
 # markers per document, so copying "the entity after a marker" without matching the query's
 # marker is right half the time.
-SMALL = SyntheticClozeConfig(min_len=8, max_len=12, n_fillers=20, n_markers=4, markers_per_doc=2,
-                             entities_per_doc=3, n_entities=10)
+SMALL = SyntheticClozeConfig(
+    min_len=8, max_len=12, n_fillers=20, n_markers=4, markers_per_doc=2, entities_per_doc=3, n_entities=10
+)
 
 
 def test_the_answer_is_the_entity_after_the_querys_marker_and_counts_say_nothing():
@@ -77,8 +78,9 @@ def _learn(make_model, steps: int, lr: float, cfg: SyntheticClozeConfig = SMALL,
     vocab = ClozeVocab.build(train, n_entities=cfg.n_entities)
     tr, dv = ClozeSplit.from_examples(train, vocab), ClozeSplit.from_examples(dev, vocab)
     vectors, _ = cloze_vectors(vocab, None, seed)
-    info = EmbeddingInfo(word_vectors=torch.from_numpy(vectors), n_trainable_words=len(vocab), n_chars=0,
-                         n_entities=vocab.n_entities)
+    info = EmbeddingInfo(
+        word_vectors=torch.from_numpy(vectors), n_trainable_words=len(vocab), n_chars=0, n_entities=vocab.n_entities
+    )
     model = make_model(info)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     rng = np.random.default_rng(seed)
@@ -114,8 +116,11 @@ def test_deep_lstm_reader_learns_the_synthetic_task(one_thread):
 
 
 def test_attentive_reader_learns_the_synthetic_task(one_thread):
-    acc = _learn(lambda info: AttentiveReader(AttentiveReaderConfig(hidden=32, attention=32, dropout=0.0), info),
-                 steps=1000, lr=3e-3)
+    acc = _learn(
+        lambda info: AttentiveReader(AttentiveReaderConfig(hidden=32, attention=32, dropout=0.0), info),
+        steps=1000,
+        lr=3e-3,
+    )
     assert acc > 0.95
 
 
@@ -123,6 +128,10 @@ def test_attentive_reader_learns_with_a_hundred_entity_numbers(one_thread):
     """The case that held the readers on the floor: with 100 numbers and a free output row per
     number, the Attentive Reader memorised the training set (94 %) at chance on dev (34 %)."""
     many = SyntheticClozeConfig(**{**SMALL.__dict__, "n_entities": 100})
-    acc = _learn(lambda info: AttentiveReader(AttentiveReaderConfig(hidden=32, attention=32, dropout=0.0), info),
-                 steps=1500, lr=3e-3, cfg=many)
+    acc = _learn(
+        lambda info: AttentiveReader(AttentiveReaderConfig(hidden=32, attention=32, dropout=0.0), info),
+        steps=1500,
+        lr=3e-3,
+        cfg=many,
+    )
     assert acc > 0.95

@@ -12,27 +12,47 @@ from rckit.data.squad import SquadFormatError, normalize_answer, read_squad
 
 
 def _article(title, paragraphs):
-    return {"title": title, "paragraphs": [
-        {"context": c, "qas": [{"id": f"{title}-{i}-{k}", "question": q, "answers": [{"text": a, "answer_start": c.index(a)}]}
-                               for k, (q, a) in enumerate(qas)]}
-        for i, (c, qas) in enumerate(paragraphs)]}
+    return {
+        "title": title,
+        "paragraphs": [
+            {
+                "context": c,
+                "qas": [
+                    {"id": f"{title}-{i}-{k}", "question": q, "answers": [{"text": a, "answer_start": c.index(a)}]}
+                    for k, (q, a) in enumerate(qas)
+                ],
+            }
+            for i, (c, qas) in enumerate(paragraphs)
+        ],
+    }
 
 
-V11 = {"version": "1.1", "data": [
-    _article("tower", [
-        ("The tower was built in 1889 by Eiffel.", [("When was the tower built?", "1889"), ("Who built it?", "Eiffel")]),
-        ("The tower is 330 metres tall.", [("How tall is it?", "330 metres")]),
-        ("Eiffel also designed a bridge in 1889.", [("What else did he design?", "a bridge")]),
-    ]),
-    _article("alone", [("Only one paragraph here.", [("How many paragraphs?", "one")])]),
-]}
+V11 = {
+    "version": "1.1",
+    "data": [
+        _article(
+            "tower",
+            [
+                (
+                    "The tower was built in 1889 by Eiffel.",
+                    [("When was the tower built?", "1889"), ("Who built it?", "Eiffel")],
+                ),
+                ("The tower is 330 metres tall.", [("How tall is it?", "330 metres")]),
+                ("Eiffel also designed a bridge in 1889.", [("What else did he design?", "a bridge")]),
+            ],
+        ),
+        _article("alone", [("Only one paragraph here.", [("How many paragraphs?", "one")])]),
+    ],
+}
 
 
 def _v2_dev(n_articles):
     data = []
     for i in range(n_articles):
         art = _article(f"dev{i}", [(f"Article {i} says the answer is blue.", [("What colour?", "blue")])])
-        art["paragraphs"][0]["qas"].append({"id": f"dev{i}-na", "question": "Who?", "answers": [], "is_impossible": True})
+        art["paragraphs"][0]["qas"].append(
+            {"id": f"dev{i}-na", "question": "Who?", "answers": [], "is_impossible": True}
+        )
         data.append(art)
     return {"version": "v2.0", "data": data}
 
@@ -53,8 +73,12 @@ def test_pairs_never_use_a_paragraph_holding_an_answer():
     # "alone" has no other paragraph; in "tower", "Who built it?" (Eiffel) can only go to paragraph 1,
     # and "When was the tower built?" (1889) only to paragraph 1 too (paragraph 2 holds "1889").
     assert counts["no_paragraph_without_answer"] == 1 and counts["made"] == 4
-    gold = {qa["id"]: [normalize_answer(a["text"]) for a in qa["answers"]]
-            for a in V11["data"] for p in a["paragraphs"] for qa in p["qas"]}
+    gold = {
+        qa["id"]: [normalize_answer(a["text"]) for a in qa["answers"]]
+        for a in V11["data"]
+        for p in a["paragraphs"]
+        for qa in p["qas"]
+    }
     made = 0
     for art in articles:
         for p in art["paragraphs"]:
@@ -81,9 +105,16 @@ def test_pairs_are_seeded_and_follow_the_rate():
 
 def test_overlap_pairing_takes_the_paragraph_sharing_most_words_with_the_question():
     paragraphs = [
-        {"context": "The castle was built in 1200 by the duke.", "qas": [
-            {"id": "q", "question": "Who built the castle on the hill by the river?", "answers": [
-                {"text": "the duke", "answer_start": 33}]}]},
+        {
+            "context": "The castle was built in 1200 by the duke.",
+            "qas": [
+                {
+                    "id": "q",
+                    "question": "Who built the castle on the hill by the river?",
+                    "answers": [{"text": "the duke", "answer_start": 33}],
+                }
+            ],
+        },
         {"context": "Sheep graze in the fields.", "qas": []},
         {"context": "The castle on the hill overlooks the river and the old bridge.", "qas": []},
         {"context": "Rain falls in spring.", "qas": []},
@@ -108,8 +139,14 @@ def test_build_splits_v2_dev_by_article_position(tmp_path):
     assert {i.split("-")[0] for i in tune_ids} == {"dev2", "dev6"}
     assert {i.split("-")[0] for i in train_ids if i.startswith("dev")} == {"dev0", "dev4"}
     assert not (eval_ids & train_ids) and not (eval_ids & tune_ids) and not (tune_ids & train_ids)
-    assert report["eval"] == {"file": EVAL_FILE, "articles": 4, "paragraphs": 4, "questions": 8,
-                              "unanswerable": 4, "answerable": 4}
+    assert report["eval"] == {
+        "file": EVAL_FILE,
+        "articles": 4,
+        "paragraphs": 4,
+        "questions": 8,
+        "unanswerable": 4,
+        "answerable": 4,
+    }
     assert report["train"]["unanswerable"] == 4 + 2  # made pairs + the dev quarter's
     assert read_squad(out / TRAIN_FILE).report.version == "2.0"
     assert json.loads((out / "report.json").read_text())["pairs"]["made"] == 4
@@ -137,10 +174,25 @@ def test_build_refuses_a_v1_file_as_the_v2_dev(tmp_path):
 
 def test_cli_on_the_shared_files(shared_data, tmp_path):
     out = tmp_path / "na"
-    proc = subprocess.run([sys.executable, "-m", "rckit", "prepare", "squad-no-answer", "--json",
-                           "--data-dir", str(shared_data / "squad-v1.1"),
-                           "--dev", str(shared_data / "squad-v2.0" / "dev-v2.0.reconstructed.json.gz"),
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rckit",
+            "prepare",
+            "squad-no-answer",
+            "--json",
+            "--data-dir",
+            str(shared_data / "squad-v1.1"),
+            "--dev",
+            str(shared_data / "squad-v2.0" / "dev-v2.0.reconstructed.json.gz"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     # The evaluation half: the articles at odd positions of v2.0 dev (the 5,952 / 3,070).

@@ -85,10 +85,17 @@ def test_real_dev_files(shared_data):
     assert all(not e.answers for e in v2.examples if e.is_impossible)
 
 
-@pytest.mark.parametrize("declared,impossible,rules", [
-    ("1.0", False, "1.1"), ("v1.0", False, "1.1"), ("1.1", False, "1.1"), (None, False, "1.1"),
-    ("v2.0", False, "2.0"), ("1.0", True, "2.0"),
-])
+@pytest.mark.parametrize(
+    "declared,impossible,rules",
+    [
+        ("1.0", False, "1.1"),
+        ("v1.0", False, "1.1"),
+        ("1.1", False, "1.1"),
+        (None, False, "1.1"),
+        ("v2.0", False, "2.0"),
+        ("1.0", True, "2.0"),
+    ],
+)
 def test_any_version_field_is_read_and_the_rules_follow_the_questions(tmp_path, declared, impossible, rules):
     """Public sets in SQuAD's layout write "1.0" and others: read as they are; a file with
     is_impossible questions is scored by the v2.0 rules whatever its field says."""
@@ -96,8 +103,9 @@ def test_any_version_field_is_read_and_the_rules_follow_the_questions(tmp_path, 
 
     from rckit.evaluation.squad_metrics import score_files
 
-    doc = squad_json([("Denver won in Oslo.", [("a", "Who won?", [("Denver", 0)]),
-                                               ("b", "Who lost?", [], True)])], version="2.0")
+    doc = squad_json(
+        [("Denver won in Oslo.", [("a", "Who won?", [("Denver", 0)]), ("b", "Who lost?", [], True)])], version="2.0"
+    )
     if not impossible:
         doc["data"][0]["paragraphs"][0]["qas"] = doc["data"][0]["paragraphs"][0]["qas"][:1]
     for qa in doc["data"][0]["paragraphs"][0]["qas"]:

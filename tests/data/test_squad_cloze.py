@@ -25,7 +25,8 @@ QAS = [
     ("q9", "Which team?", [("enver", 1)]),  # starts inside a token
 ]
 PARAGRAPH_ENTITIES = [
-    "Denver Broncos", "Super Bowl 50", "2016", "Broncos", "Carolina Panthers", "Levi", "Stadium", "Santa Clara", "Peyton Manning",
+    "Denver Broncos", "Super Bowl 50", "2016", "Broncos", "Carolina Panthers", "Levi", "Stadium", "Santa Clara",
+    "Peyton Manning",
 ]  # fmt: skip
 
 
@@ -39,10 +40,16 @@ def markers(ex):
 
 
 def test_entity_runs():
-    text = "He studied at the University of Notre Dame in the U.S. Army during the Franco-Prussian War. However, it ended."
+    text = (
+        "He studied at the University of Notre Dame in the U.S. Army during the Franco-Prussian War. However, it ended."
+    )
     tokens, offsets = tokenize(text)
     spans = find_entity_runs(tokens, offsets)
-    assert [" ".join(tokens[s : e + 1]) for s, e in spans] == ["University of Notre Dame", "U . S . Army", "Franco - Prussian War"]
+    assert [" ".join(tokens[s : e + 1]) for s, e in spans] == [
+        "University of Notre Dame",
+        "U . S . Army",
+        "Franco - Prussian War",
+    ]
     tokens, offsets = tokenize("Paris is big. He loves Paris. Chess is fun. He plays chess in 1990.")
     assert [" ".join(tokens[s : e + 1]) for s, e in find_entity_runs(tokens, offsets)] == ["Paris", "Paris", "1990"]
 

@@ -95,6 +95,9 @@ def test_latin_text_tokenizes_as_before_cjk_splitting(shared_data):
     )
     cjk = re.compile(f"[{_CJK}]")
     ds = read_squad(shared_data / "squad-v1.1" / "dev-v1.1.json.gz")
-    changed = [t for t in ds.contexts + [ex.question for ex in ds.examples]
-               if [m.span() for m in v1.finditer(t)] != tokenize(t)[1]]
+    changed = [
+        t
+        for t in ds.contexts + [ex.question for ex in ds.examples]
+        if [m.span() for m in v1.finditer(t)] != tokenize(t)[1]
+    ]
     assert changed and all(cjk.search(t) for t in changed)

@@ -30,14 +30,38 @@ def one_token_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("decode")
     train_f = write_json(root / "train.json", squad_json(_paragraphs(4)))
     dev_f = write_json(root / "dev.json", squad_json(_paragraphs(3)))
-    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
-             for i, w in enumerate(GLOVE_WORDS + WORDS)]
+    lines = [
+        f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + WORDS)
+    ]
     (root / "glove.txt").write_text("\n".join(lines) + "\n")
     (root / "tiny.json").write_text(json.dumps({"model": TINY_MODEL, "train": TINY_TRAIN}))
     run = root / "run"
-    assert main(["train", "qanet", "--preset", str(root / "tiny.json"), "--set", "decode.max_answer_len=1",
-                 "--out", str(run), "--max-steps", "2", "--train", str(train_f), "--dev", str(dev_f),
-                 "--embeddings", str(root / "glove.txt"), "--cache-dir", str(root / "cache"), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "qanet",
+                "--preset",
+                str(root / "tiny.json"),
+                "--set",
+                "decode.max_answer_len=1",
+                "--out",
+                str(run),
+                "--max-steps",
+                "2",
+                "--train",
+                str(train_f),
+                "--dev",
+                str(dev_f),
+                "--embeddings",
+                str(root / "glove.txt"),
+                "--cache-dir",
+                str(root / "cache"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return run, dev_f
 
 
@@ -77,7 +101,7 @@ def test_decode_settings_are_saved_with_the_run_and_used_to_answer(one_token_run
     ctx = "alpha beta gamma delta epsilon zeta eta theta."
     assert main(["predict", str(run), "--context", ctx, "--question", "what follows alpha ?", "--json"]) == 0
     ans = json.loads(capsys.readouterr().out)
-    assert ans["answer"] and " " not in ans["answer"] and ctx[ans["start"]:ans["end"]] == ans["answer"]
+    assert ans["answer"] and " " not in ans["answer"] and ctx[ans["start"] : ans["end"]] == ans["answer"]
 
 
 def test_old_runs_decode_with_their_train_config_setting_or_the_default(one_token_run, tmp_path, capsys):
@@ -118,7 +142,9 @@ def test_predict_on_a_squad_split_decodes_spans(one_token_run):
     assert got == predict_split(model, split, None, 32, DecodeConfig(30))
     short = predict(model, split, [0, 2, 4], decode=DecodeConfig(max_answer_len=1))
     assert set(short) == {split.qids[i] for i in (0, 2, 4)}
-    assert short == predict_split(model, split, [0, 2, 4], 32, DecodeConfig(1)) and all(" " not in t for t in short.values())
+    assert short == predict_split(model, split, [0, 2, 4], 32, DecodeConfig(1)) and all(
+        " " not in t for t in short.values()
+    )
 
 
 def test_predict_on_a_cloze_split_picks_entities(tmp_path):

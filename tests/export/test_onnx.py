@@ -44,8 +44,14 @@ LONG = " ".join(GREEK[(i * 7) % len(GREEK)] for i in range(300)) + "."  # read i
 
 def run_without_torch(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RCKIT_MODEL"}
-    return subprocess.run([sys.executable, "-c", NO_TORCH + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, cwd=Path(__file__).resolve().parents[2], env=env)
+    return subprocess.run(
+        [sys.executable, "-c", NO_TORCH + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +69,27 @@ def test_export_writes_a_checked_file_with_what_answering_needs(tiny_run, onnx_f
     assert check["questions"] == 6 and "dev.json" in check["data"]
     assert check["max_abs_logit_diff"] < 1e-3 and check["same_answers"] == check["questions"]
     out = tmp_path / "again.onnx"
-    assert main(["export", str(tiny_run), "--format", "onnx", "--out", str(out), "--check-data",
-                 str(tiny_run.parent / "train.json"), "--check-questions", "5"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(tiny_run),
+                "--format",
+                "onnx",
+                "--out",
+                str(out),
+                "--check-data",
+                str(tiny_run.parent / "train.json"),
+                "--check-questions",
+                "5",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
-    assert "wrote" in printed and "the first 5 questions of train.json" in printed and "same answer on 5 of 5" in printed
+    assert (
+        "wrote" in printed and "the first 5 questions of train.json" in printed and "same answer on 5 of 5" in printed
+    )
 
 
 def test_the_file_holds_each_constant_once_and_no_exporter_trace(onnx_file):
@@ -82,7 +105,9 @@ def test_the_file_holds_each_constant_once_and_no_exporter_trace(onnx_file):
 def test_the_onnx_reader_answers_as_the_pytorch_reader(tiny_run, onnx_file):
     torch_reader, onnx_reader = Reader.load(tiny_run), Reader.load(onnx_file)
     assert onnx_reader.info["backend"] == "onnxruntime" and torch_reader.info["backend"] == "torch"
-    assert onnx_reader.window == torch_reader.window and onnx_reader.info["parameters"] == torch_reader.info["parameters"]
+    assert (
+        onnx_reader.window == torch_reader.window and onnx_reader.info["parameters"] == torch_reader.info["parameters"]
+    )
     contexts = [p[0] for p in greek_paragraphs(6)] + [LONG]
     pairs = [(c, q) for c in contexts for q in ("what follows gamma ?", "what follows mu ?")]
     ours, theirs = torch_reader.answer_batch(pairs, top_k=3), onnx_reader.answer_batch(pairs, top_k=3)
@@ -131,7 +156,7 @@ def test_predict_evaluate_and_the_reader_run_where_torch_cannot_be_imported(tiny
     assert got.returncode == 0, got.stderr
     lines = got.stdout.splitlines()
     answers = json.loads(lines[0])
-    assert len(answers) == 2 and LONG[answers[0]["start"]:answers[0]["end"]] == answers[0]["answer"]
+    assert len(answers) == 2 and LONG[answers[0]["start"] : answers[0]["end"]] == answers[0]["answer"]
     assert answers == Reader.load(onnx_file).answer(LONG, "what follows gamma ?", top_k=2)
     assert json.loads(lines[1])["answer"] in "alpha beta gamma delta ."
     assert json.loads(lines[2])["total"] == 6
@@ -144,8 +169,12 @@ def test_serve_answers_over_http_on_onnxruntime_without_torch(onnx_file):
         from rckit.cli import main
         main(["serve", {str(onnx_file)!r}, "--port", "0"])
     """
-    proc = subprocess.Popen([sys.executable, "-c", NO_TORCH + textwrap.dedent(code)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NO_TORCH + textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert "rckit serve" in line, proc.stderr.read() if proc.poll() is not None else line
@@ -154,7 +183,9 @@ def test_serve_answers_over_http_on_onnxruntime_without_torch(onnx_file):
         req = urllib.request.Request(url + "v1/answer", body, {"Content-Type": "application/json"})
         answers = json.loads(urllib.request.urlopen(req, timeout=30).read())["answers"]
         want = Reader.load(onnx_file).answer(LONG, "what follows gamma ?", top_k=2)
-        assert [(a["answer"], a["start"], a["end"]) for a in answers] == [(a["answer"], a["start"], a["end"]) for a in want]
+        assert [(a["answer"], a["start"], a["end"]) for a in answers] == [
+            (a["answer"], a["start"], a["end"]) for a in want
+        ]
         assert [a["score"] for a in answers] == pytest.approx([a["score"] for a in want])
         model = json.loads(urllib.request.urlopen(url + "v1/model", timeout=30).read())
         assert model["backend"] == "onnxruntime" and model["format"] == "rckit-onnx-1"
@@ -164,17 +195,43 @@ def test_serve_answers_over_http_on_onnxruntime_without_torch(onnx_file):
 
 
 def test_a_model_that_can_abstain_exports_its_null(tmp_path):
-    paras = [(c, [(*qa, False) for qa in qas] + [(f"c{i}na", "what follows omega ?", [], True)])
-             for i, (c, qas) in enumerate(greek_paragraphs(4))]
+    paras = [
+        (c, [(*qa, False) for qa in qas] + [(f"c{i}na", "what follows omega ?", [], True)])
+        for i, (c, qas) in enumerate(greek_paragraphs(4))
+    ]
     train = write_json(tmp_path / "train.json", squad_json(paras, version="2.0"))
-    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
-             for i, w in enumerate(GLOVE_WORDS + GREEK + ["omega"])]
+    lines = [
+        f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4))
+        for i, w in enumerate(GLOVE_WORDS + GREEK + ["omega"])
+    ]
     (tmp_path / "glove.txt").write_text("\n".join(lines) + "\n")
     (tmp_path / "tiny.json").write_text(json.dumps({"model": TINY_QANET, "train": TINY_QANET_TRAIN}))
-    assert main(["train", "qanet", "--preset", str(tmp_path / "tiny.json"), "--out", str(tmp_path / "run"),
-                 "--max-steps", "3", "--train", str(train), "--dev", str(train), "--embeddings",
-                 str(tmp_path / "glove.txt"), "--cache-dir", str(tmp_path / "cache"), "--no-progress",
-                 "--set", "model.no_answer=true"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "qanet",
+                "--preset",
+                str(tmp_path / "tiny.json"),
+                "--out",
+                str(tmp_path / "run"),
+                "--max-steps",
+                "3",
+                "--train",
+                str(train),
+                "--dev",
+                str(train),
+                "--embeddings",
+                str(tmp_path / "glove.txt"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--no-progress",
+                "--set",
+                "model.no_answer=true",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "abstains.onnx"
     assert main(["export", str(tmp_path / "run"), "--out", str(out)]) == 0
     onnx_reader, torch_reader = Reader.load(out), Reader.load(tmp_path / "run")
@@ -201,12 +258,35 @@ def test_the_other_span_models_export_or_are_refused_in_one_line(name, tmp_path,
     from tests.answering.test_no_answer import SPAN_MODELS
 
     train = write_json(tmp_path / "train.json", squad_json(greek_paragraphs(4)))
-    lines = [f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + GREEK)]
+    lines = [
+        f"{w} " + " ".join(f"{(i + 1) * 0.1 + k:.2f}" for k in range(4)) for i, w in enumerate(GLOVE_WORDS + GREEK)
+    ]
     (tmp_path / "glove.txt").write_text("\n".join(lines) + "\n")
     (tmp_path / "tiny.json").write_text(json.dumps({"model": SPAN_MODELS[name], "train": TINY_QANET_TRAIN}))
-    assert main(["train", name, "--preset", str(tmp_path / "tiny.json"), "--out", str(tmp_path / "run"),
-                 "--max-steps", "2", "--train", str(train), "--dev", str(train), "--embeddings",
-                 str(tmp_path / "glove.txt"), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                name,
+                "--preset",
+                str(tmp_path / "tiny.json"),
+                "--out",
+                str(tmp_path / "run"),
+                "--max-steps",
+                "2",
+                "--train",
+                str(train),
+                "--dev",
+                str(train),
+                "--embeddings",
+                str(tmp_path / "glove.txt"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     out = tmp_path / f"{name}.onnx"
     code = main(["export", str(tmp_path / "run"), "--out", str(out)])
@@ -227,7 +307,7 @@ def test_int8_quantization_keeps_the_interface_and_says_so(tiny_run, tmp_path, c
     reader = Reader.load(out)
     assert reader.model.meta["quantized"] == "int8-dynamic"
     [best] = reader.answer(LONG, "what follows gamma ?")
-    assert LONG[best["start"]:best["end"]] == best["answer"] and 0 < best["score"] <= 1
+    assert LONG[best["start"] : best["end"]] == best["answer"] and 0 < best["score"] <= 1
 
 
 def test_a_damaged_or_foreign_onnx_file_is_refused_in_one_line(onnx_file, tmp_path, capsys):
@@ -241,8 +321,11 @@ def test_a_damaged_or_foreign_onnx_file_is_refused_in_one_line(onnx_file, tmp_pa
     model = onnx.load(str(onnx_file))
     del model.metadata_props[:]
     onnx.save(model, str(foreign))
-    for bad, why in ((cut, "not a readable ONNX model"), (noise, "not a readable ONNX model"),
-                     (foreign, "without rckit's metadata")):
+    for bad, why in (
+        (cut, "not a readable ONNX model"),
+        (noise, "not a readable ONNX model"),
+        (foreign, "without rckit's metadata"),
+    ):
         assert main(["predict", str(bad), "--context", "alpha beta .", "--question", "what follows alpha ?"]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and str(bad) in err and why in err, err
@@ -279,9 +362,11 @@ def test_graph_attention_equals_sdpa_with_a_key_mask():
     plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
     plain = plain.transpose(1, 2).reshape(3, 11, 8)
     assert torch.allclose(graph.attention(qkv, 2, key_mask), plain, atol=1e-6)
-    assert torch.allclose(graph.attention(qkv, 2, None),
-                          torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(3, 11, 8),
-                          atol=1e-6)
+    assert torch.allclose(
+        graph.attention(qkv, 2, None),
+        torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(3, 11, 8),
+        atol=1e-6,
+    )
 
 
 def test_graph_char_cnn_equals_the_plain_char_cnn():

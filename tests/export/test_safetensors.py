@@ -36,7 +36,9 @@ def test_fp32_export_loads_back_to_the_same_logits(tiny_run, tmp_path):
     assert res["bytes"] == f.stat().st_size and res["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
     model, vocabs, meta = load_model(f)
     run_model, run_vocabs, run_meta = load_model(tiny_run)
-    assert vocabs == run_vocabs and meta["model_config"] == run_meta["model_config"] and meta["step"] == run_meta["step"]
+    assert (
+        vocabs == run_vocabs and meta["model_config"] == run_meta["model_config"] and meta["step"] == run_meta["step"]
+    )
     for got, want in zip(logits(model, vocabs, tiny_run), logits(run_model, run_vocabs, tiny_run)):
         assert torch.equal(got, want)
     # A GloVe text file's rows are not in any package: they travel in the file.
@@ -59,7 +61,6 @@ def test_fp16_export_is_smaller_and_close(tiny_run, tmp_path):
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
 
 
-
 def test_int8_export_stores_matrices_as_rows_and_scales(tiny_run, tmp_path, monkeypatch):
     """--dtype int8: every matrix (LSTM weights stacked by direction included) as int8 rows with an
     fp16 scale per row, loaded back as fp32 within half a step of the fp32 weights; the logits
@@ -72,8 +73,9 @@ def test_int8_export_stores_matrices_as_rows_and_scales(tiny_run, tmp_path, monk
     assert res["dtype"] == "int8" and res["bytes"] < full["bytes"]
     meta = read_metadata(tmp_path / "q.safetensors")
     tensors, weights = load_file(tmp_path / "q.safetensors"), load_file(tmp_path / "full.safetensors")
-    assert meta["int8_rows"] and set(meta["int8_rows"]) == {k for k, t in weights.items()
-                                                            if t.is_floating_point() and t.dim() >= 2 and t.numel() >= 64}
+    assert meta["int8_rows"] and set(meta["int8_rows"]) == {
+        k for k, t in weights.items() if t.is_floating_point() and t.dim() >= 2 and t.numel() >= 64
+    }
     for key in meta["int8_rows"]:
         q, scale = tensors[key], tensors[key + export.INT8_SCALE]
         assert q.dtype == torch.int8 and scale.dtype == torch.float16 and scale.shape == q.shape[:-1] + (1,)
@@ -88,6 +90,7 @@ def test_int8_export_stores_matrices_as_rows_and_scales(tiny_run, tmp_path, monk
     with pytest.raises(CheckpointError, match="int8") as e:
         load_model(tmp_path / "broken.safetensors")
     assert "\n" not in str(e.value) and "broken.safetensors" in str(e.value)
+
 
 def test_package_vectors_are_rebuilt_at_load_not_stored(package_run, tmp_path):
     f = tmp_path / "m.safetensors"
@@ -186,8 +189,10 @@ def test_evaluate_scores_an_export_as_its_run(tiny_run, tmp_path, capsys):
     assert from_file == from_run and from_file["total"] > 0
     assert len(json.loads((tmp_path / "p.json").read_text())) == from_run["total"]
     # The file keeps no dev path and one set of weights: both are said, not guessed.
-    for argv, words in ((["evaluate", str(f)], "--data"), (["evaluate", str(f), "--data", dev, "--weights", "raw"],
-                                                          "run directory")):
+    for argv, words in (
+        (["evaluate", str(f)], "--data"),
+        (["evaluate", str(f), "--data", dev, "--weights", "raw"], "run directory"),
+    ):
         assert main(argv) != 0
         err = capsys.readouterr().err
         assert str(f) in err and words in err

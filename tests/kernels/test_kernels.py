@@ -46,8 +46,9 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-def grads(out: torch.Tensor, tensors: list[torch.Tensor], seed: int = 123,
-          where: torch.Tensor | None = None) -> list[torch.Tensor]:
+def grads(
+    out: torch.Tensor, tensors: list[torch.Tensor], seed: int = 123, where: torch.Tensor | None = None
+) -> list[torch.Tensor]:
     """Gradients of ``<out, g>`` for a fixed random ``g`` (zero outside ``where``)."""
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
     g = (g if where is None else g * where).to(out.dtype)
@@ -105,9 +106,16 @@ def test_use_switches_for_a_block_and_restores():
     assert kernels.active() == before
 
 
-@pytest.mark.parametrize("spec,expected", [(None, list(kernels.NAMES)), ("none", []), ("all", list(kernels.NAMES)),
-                                           ("char_cnn,dedupe", ["char_cnn", "dedupe"]),
-                                           ("-attention", [n for n in kernels.NAMES if n != "attention"])])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        (None, list(kernels.NAMES)),
+        ("none", []),
+        ("all", list(kernels.NAMES)),
+        ("char_cnn,dedupe", ["char_cnn", "dedupe"]),
+        ("-attention", [n for n in kernels.NAMES if n != "attention"]),
+    ],
+)
 def test_environment_variable_sets_the_initial_state(spec, expected):
     env = {k: v for k, v in os.environ.items() if k != "RCKIT_KERNELS"}
     if spec is not None:
@@ -183,9 +191,16 @@ def residual_masks(spec: str, seed: int, shape, p: float, survival: float, per_e
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])
-@pytest.mark.parametrize("p,survival,per_example,relu", [(0.3, 0.8, True, True), (0.1, 0.8, True, False),
-                                                         (0.2, 0.7, False, True), (0.0, 0.8, True, True),
-                                                         (0.1, 1.0, True, True)])
+@pytest.mark.parametrize(
+    "p,survival,per_example,relu",
+    [
+        (0.3, 0.8, True, True),
+        (0.1, 0.8, True, False),
+        (0.2, 0.7, False, True),
+        (0.0, 0.8, True, True),
+        (0.1, 1.0, True, True),
+    ],
+)
 def test_residual_plain_and_kernel_equal_the_definition_with_the_same_masks(dtype, p, survival, per_example, relu):
     block = EncoderBlock(16, n_convs=1, kernel=3, n_heads=2, dropout=p).train()
     torch.manual_seed(0)
@@ -205,8 +220,9 @@ def test_residual_plain_and_kernel_equal_the_definition_with_the_same_masks(dtyp
     block.eval()
     for spec in ("none", "all"):
         with kernels.use(spec):
-            torch.testing.assert_close(block.residual(x, y, survival, per_example, relu=relu),
-                                       x + (torch.relu(y) if relu else y))
+            torch.testing.assert_close(
+                block.residual(x, y, survival, per_example, relu=relu), x + (torch.relu(y) if relu else y)
+            )
 
 
 def test_residual_kernel_keeps_one_byte_mask_for_backward_and_preserves_the_mean():
@@ -287,7 +303,7 @@ def test_separable_conv_kernel_equals_plain_conv(dtype, B, T, k):
     torch.manual_seed(0)
     conv = DepthwiseSeparableConv1d(8, 6, k)
     x = torch.randn(B, T, 8)
-    x[-1, T // 2:] = 0.0  # a padded tail, zeroed as QANet does
+    x[-1, T // 2 :] = 0.0  # a padded tail, zeroed as QANet does
     x.requires_grad_()
     params = [x, conv.depthwise.weight, conv.pointwise.weight, conv.pointwise.bias]
     out = {}
@@ -456,14 +472,17 @@ def test_once_per_distinct_text_calls_fn_on_the_distinct_rows():
         def rows(i):
             seen.append(words[i].shape[0])
             return words[i].float() * 10
+
         return rows
 
     assert torch.equal(cpu.once_per_distinct_text(fn(words), words, chars), words.float() * 10)
     assert seen == [2]
     chars[3, 0, 1] = 9  # the same word ids spelled differently: a different text
     seen.clear()
-    assert torch.equal(cpu.once_per_distinct_text(fn(words[[0, 1, 3]]), words[[0, 1, 3]], chars[[0, 1, 3]]),
-                       words[[0, 1, 3]].float() * 10)
+    assert torch.equal(
+        cpu.once_per_distinct_text(fn(words[[0, 1, 3]]), words[[0, 1, 3]], chars[[0, 1, 3]]),
+        words[[0, 1, 3]].float() * 10,
+    )
     assert seen == [3]
 
 
@@ -584,8 +603,10 @@ def test_tiny_dcn_logits_and_gradients_are_the_same_with_and_without_kernels():
     for config in (TINY_DCN, TINY_PLUS):
         model = make_dcn(config)
         for batch in model_batches():
-            for a, b in zip(logits_under(model.eval(), batch, "all", torch.float32),
-                            logits_under(model, batch, "none", torch.float32)):
+            for a, b in zip(
+                logits_under(model.eval(), batch, "all", torch.float32),
+                logits_under(model, batch, "none", torch.float32),
+            ):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
         model.train()  # dropout 0 in the tiny configs: deterministic; the char CNN's kernel and dropout's switch
         batch = model_batches()[1]
@@ -624,8 +645,10 @@ def tiny_models() -> dict[str, torch.nn.Module]:
 
 def state_dict_layout() -> dict[str, list[list]]:
     """``{model: [[key, shape], ...]}``; entries that are not tensors (extra state) have shape None."""
-    return {name: [[k, list(v.shape) if isinstance(v, torch.Tensor) else None] for k, v in m.state_dict().items()]
-            for name, m in tiny_models().items()}
+    return {
+        name: [[k, list(v.shape) if isinstance(v, torch.Tensor) else None] for k, v in m.state_dict().items()]
+        for name, m in tiny_models().items()
+    }
 
 
 def test_state_dict_layout_is_unchanged_so_old_checkpoints_load():
@@ -638,6 +661,8 @@ def test_state_dict_layout_is_unchanged_so_old_checkpoints_load():
 
 
 if __name__ == "__main__":  # python -m tests.kernels.test_kernels: rewrite the fixture (only when a rename is intended)
-    models = [f"  {json.dumps(name)}: [\n" + ",\n".join(f"    {json.dumps(entry)}" for entry in layout) + "\n  ]"
-              for name, layout in state_dict_layout().items()]
+    models = [
+        f"  {json.dumps(name)}: [\n" + ",\n".join(f"    {json.dumps(entry)}" for entry in layout) + "\n  ]"
+        for name, layout in state_dict_layout().items()
+    ]
     LAYOUT.write_text("{\n" + ",\n".join(models) + "\n}\n")

@@ -129,8 +129,9 @@ def test_char_cnn_ignores_char_padding(spec):
 def test_input_embedding_keeps_pretrained_rows_fixed_and_takes_the_char_width_from_char_vectors():
     torch.manual_seed(0)
     words, char_vectors = torch.randn(40, 6), torch.randn(20, 7)
-    layer = InputEmbedding(words, n_trainable_words=3, n_chars=20, d_model=8, char_dim=5, char_conv_width=3,
-                           char_vectors=char_vectors)
+    layer = InputEmbedding(
+        words, n_trainable_words=3, n_chars=20, d_model=8, char_dim=5, char_conv_width=3, char_vectors=char_vectors
+    )
     assert layer.char.embed.weight.shape == (20, 7) and torch.equal(layer.char.embed.weight.detach(), char_vectors)
     assert layer.proj.in_features == 6 + 7
     ids = torch.randint(0, 40, (2, 5))
@@ -145,9 +146,11 @@ def test_layers_import_only_torch():
     import subprocess
     import sys
 
-    code = ("import sys, pkgutil, importlib, rckit.layers as L\n"
-            "for m in pkgutil.iter_modules(L.__path__): importlib.import_module('rckit.layers.' + m.name)\n"
-            "print(sorted(n for n in sys.modules if n.startswith('rckit.')))")
+    code = (
+        "import sys, pkgutil, importlib, rckit.layers as L\n"
+        "for m in pkgutil.iter_modules(L.__path__): importlib.import_module('rckit.layers.' + m.name)\n"
+        "print(sorted(n for n in sys.modules if n.startswith('rckit.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     outside = [n for n in eval(out) if not n.startswith(("rckit.layers", "rckit.kernels"))]
     assert outside == [], outside

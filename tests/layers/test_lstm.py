@@ -28,8 +28,10 @@ def test_recurrence_backward_matches_finite_differences(kind):
     T, S, B, H = 4, 2, 3, 2
     mask = right_padded([4, 2, 1], T).t().unsqueeze(-1)  # (T, B, 1): all real at t = 0 only
     peep_shape = {0: (0,), 1: (S, 3, H), 2: (S, 3, H, H)}[kind]
-    xp, h0, c0, w_hh, peep = (torch.randn(*shape, dtype=torch.float64, requires_grad=True) for shape in
-                              [(T, S, B, 4 * H), (S, B, H), (S, B, H), (S, 4 * H, H), peep_shape])
+    xp, h0, c0, w_hh, peep = (
+        torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+        for shape in [(T, S, B, 4 * H), (S, B, H), (S, B, H), (S, 4 * H, H), peep_shape]
+    )
     inputs = (xp, h0, c0, w_hh, peep) if kind else (xp, h0, c0, w_hh)
 
     def run(xp, h0, c0, w_hh, peep=peep):

@@ -49,8 +49,14 @@ def fresh_env(tmp_path) -> dict:
 
 
 def rckit_cli(args: list[str], tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rckit", *args], cwd=tmp_path, env=fresh_env(tmp_path),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "rckit", *args],
+        cwd=tmp_path,
+        env=fresh_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_model_is_installed_with_the_package():
@@ -89,7 +95,7 @@ def test_predict_answers_with_no_run_directory(tmp_path):
         assert res.returncode == 0, res.stderr
         got = json.loads(res.stdout)
         assert any(e in got["answer"] for e in expected) and len(got["answer"].split()) <= 4, (question, got)
-        assert context[got["start"]:got["end"]] == got["answer"]
+        assert context[got["start"] : got["end"]] == got["answer"]
 
 
 def test_models_names_the_installed_model(tmp_path):
@@ -106,8 +112,18 @@ def test_its_dev_score_is_the_recorded_one(model, shared_data, tmp_path):
     point, so that a broken vocabulary, wrong GloVe rows or a bad fp16 cast cannot pass."""
     scores = {}
     for always in (True, False):  # the reader alone, then with its verifier deciding whether to answer
-        res = rckit_cli(["evaluate", str(model), "--data", str(shared_data / "squad-v1.1" / "dev-v1.1.json.gz"),
-                         "--limit", "1000", *(["--always-answer"] if always else [])], tmp_path)
+        res = rckit_cli(
+            [
+                "evaluate",
+                str(model),
+                "--data",
+                str(shared_data / "squad-v1.1" / "dev-v1.1.json.gz"),
+                "--limit",
+                "1000",
+                *(["--always-answer"] if always else []),
+            ],
+            tmp_path,
+        )
         assert res.returncode == 0, res.stderr
         scores[always] = json.loads(res.stdout.strip().splitlines()[-1])
         assert scores[always]["total"] == 1000

@@ -26,16 +26,23 @@ from tests.model_files.test_bundled import CASES, rckit_cli
 # What each installed file scores on the first 200 SQuAD v1.1 dev questions, always answering (`rckit
 # evaluate --model NAME --data DEV --limit 200 --always-answer`; the RNN readers and qanet_paper 2026-11-25,
 # the QANets on ONNX 2026-11-27); the full-dev figures are recorded in the files.
-SUBSET_F1 = {"dcn": 68.43, "dcn_plus": 71.04, "deep_lstm_reader": 38.93, "qanet_paper": 75.26,
-             "qanet": 89.11, "qanet_glove": 70.92}
+SUBSET_F1 = {
+    "dcn": 68.43,
+    "dcn_plus": 71.04,
+    "deep_lstm_reader": 38.93,
+    "qanet_paper": 75.26,
+    "qanet": 89.11,
+    "qanet_glove": 70.92,
+}
 SPAN_READERS = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader")  # one per span reader of the seeds
 EIFFEL = CASES[0]
 
 
 def test_a_span_reader_of_every_seed_is_installed_with_its_full_dev_figure():
     assert set(SPAN_READERS) <= set(installed_models())
-    assert installed_models()[0] == "qanet" and installed_models() == [n for n in INSTALLED_NAMES
-                                                                       if n in installed_models()]
+    assert installed_models()[0] == "qanet" and installed_models() == [
+        n for n in INSTALLED_NAMES if n in installed_models()
+    ]
     for name in installed_models():
         meta = read_metadata(installed_files(name)["safetensors"])
         assert meta["model"] == ("qanet" if name in ("qanet_paper", "qanet_glove") else name)
@@ -66,7 +73,7 @@ def test_reader_load_and_answer_by_name():
     context, question, expected = EIFFEL
     assert reader.answer(context, question)[0]["answer"] in expected
     got = rckit.answer(context, question, model="dcn_plus")[0]
-    assert got["answer"] in expected and context[got["start"]:got["end"]] == got["answer"]
+    assert got["answer"] in expected and context[got["start"] : got["end"]] == got["answer"]
 
 
 def test_predict_and_evaluate_take_model_by_name(tmp_path):
@@ -89,7 +96,7 @@ def test_predict_model_all_answers_with_every_installed_model(tmp_path):
     assert [r["model"] for r in rows] == installed_models()
     for r in rows:
         best = r["answers"][0]
-        assert r["ms"] > 0 and context[best["start"]:best["end"]] == best["answer"], r
+        assert r["ms"] > 0 and context[best["start"] : best["end"]] == best["answer"], r
     assert all(r["answers"][0]["answer"] in expected for r in rows if r["model"] in ("qanet", "dcn")), rows
     table = rckit_cli(["predict", "--model", "qanet,dcn", "--context", context, "--question", question], tmp_path)
     assert table.returncode == 0, table.stderr
@@ -113,8 +120,19 @@ def test_models_lists_every_installed_model_with_its_figures(tmp_path):
 def test_each_installed_model_scores_its_figure(name, shared_data, tmp_path):
     """The first 200 dev questions through `rckit evaluate --model NAME`: the file's figure there
     within a point, so that a wrong vocabulary, GloVe rows or fp16 cast cannot pass."""
-    res = rckit_cli(["evaluate", "--model", name, "--data", str(shared_data / "squad-v1.1" / "dev-v1.1.json.gz"),
-                     "--limit", "200", "--always-answer"], tmp_path)
+    res = rckit_cli(
+        [
+            "evaluate",
+            "--model",
+            name,
+            "--data",
+            str(shared_data / "squad-v1.1" / "dev-v1.1.json.gz"),
+            "--limit",
+            "200",
+            "--always-answer",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     score = json.loads(res.stdout.strip().splitlines()[-1])
     assert score["total"] == 200 and score["f1"] >= SUBSET_F1[name] - 1.0, score
@@ -142,12 +160,14 @@ def test_explain_by_name_reads_the_pytorch_file_and_a_given_onnx_path_stays():
     assert torch_source(str(BUNDLED_ONNX)) == str(BUNDLED_ONNX)  # refused by the reader, naming the file beside it
 
 
-ROSETTA = ("The Rosetta Stone is a slab of dark granodiorite that French soldiers found in July 1799 while rebuilding "
-           "a fort near the town of Rashid, in the Nile Delta. It carries one decree of King Ptolemy V written three "
-           "times: in hieroglyphs, in Demotic script and in ancient Greek. Because scholars could still read the "
-           "Greek, the stone became the key to the hieroglyphs, and Jean-François Champollion announced their "
-           "decipherment in Paris in 1822. After the British defeated the French in Egypt, the stone was shipped to "
-           "London, where it has been shown at the British Museum since 1802.")  # the page's own example
+ROSETTA = (
+    "The Rosetta Stone is a slab of dark granodiorite that French soldiers found in July 1799 while rebuilding "
+    "a fort near the town of Rashid, in the Nile Delta. It carries one decree of King Ptolemy V written three "
+    "times: in hieroglyphs, in Demotic script and in ancient Greek. Because scholars could still read the "
+    "Greek, the stone became the key to the hieroglyphs, and Jean-François Champollion announced their "
+    "decipherment in Paris in 1822. After the British defeated the French in Egypt, the stone was shipped to "
+    "London, where it has been shown at the British Museum since 1802."
+)  # the page's own example
 
 
 @pytest.mark.parametrize("source", [None, BUNDLED], ids=["default-onnx", "safetensors"])
@@ -159,4 +179,4 @@ def test_the_default_names_who_deciphered_the_hieroglyphs(source):
     assert reader.info["contextual"]["name"] == "minilm" and reader.encoder is not None
     assert reader.model.backend == ("onnxruntime" if source is None else "torch")
     got = reader.answer(ROSETTA, "Who deciphered the hieroglyphs?")[0]
-    assert got["answer"] == "Jean-François Champollion" and ROSETTA[got["start"]:got["end"]] == got["answer"]
+    assert got["answer"] == "Jean-François Champollion" and ROSETTA[got["start"] : got["end"]] == got["answer"]

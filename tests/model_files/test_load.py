@@ -8,8 +8,20 @@ from rckit.model_files.checkpoint import load_checkpoint
 from rckit.model_files.load import load_model, load_span_model
 from rckit.model_files.metadata import FORMAT
 
-KEYS = {"format", "task", "model", "model_config", "decode", "train_config", "vocab", "embedding", "dev_score", "step",
-        "data", "file"}
+KEYS = {
+    "format",
+    "task",
+    "model",
+    "model_config",
+    "decode",
+    "train_config",
+    "vocab",
+    "embedding",
+    "dev_score",
+    "step",
+    "data",
+    "file",
+}
 
 
 def test_a_run_its_checkpoint_and_its_export_load_alike(tiny_run, tiny_export):

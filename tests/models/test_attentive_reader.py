@@ -55,8 +55,9 @@ def split_and_emb(n: int, seed: int):
     exs = examples(n, seed)
     vocab = ClozeVocab.build(exs, n_entities=N_ENT)
     torch.manual_seed(seed)
-    emb = EmbeddingInfo(word_vectors=torch.randn(len(vocab), 8), n_trainable_words=len(vocab), n_chars=0,
-                        n_entities=N_ENT)
+    emb = EmbeddingInfo(
+        word_vectors=torch.randn(len(vocab), 8), n_trainable_words=len(vocab), n_chars=0, n_entities=N_ENT
+    )
     return ClozeSplit.from_examples(exs, vocab), emb
 
 
@@ -145,8 +146,26 @@ def test_bad_settings_are_refused(kind):
 def test_train_and_evaluate_via_cli(tmp_path, tiny_glove, capsys):
     data, run = tmp_path / "syn", tmp_path / "run"
     assert main(["prepare", "cloze-synthetic", "--out", str(data), "--examples", "200", "50"]) == 0
-    assert main(["train", "attentive_reader", "--preset", "cloze-cpu", "--cloze-data", str(data),
-                 "--embeddings", str(tiny_glove), "--out", str(run), "--max-steps", "5", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "attentive_reader",
+                "--preset",
+                "cloze-cpu",
+                "--cloze-data",
+                str(data),
+                "--embeddings",
+                str(tiny_glove),
+                "--out",
+                str(run),
+                "--max-steps",
+                "5",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 5
     assert main(["evaluate", str(run)]) == 0

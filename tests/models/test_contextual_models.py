@@ -39,7 +39,9 @@ def test_a_contextual_model_reads_the_states_and_learns_their_mix(name):
     batch = contextual_batch()
     out = model(batch)
     assert out.start_logits.shape == batch.c_mask.shape
-    model.loss(out, batch, reward_fn=(lambda r, s, e: torch.full(s.shape, 0.5)) if model.uses_reward else None).backward()
+    model.loss(
+        out, batch, reward_fn=(lambda r, s, e: torch.full(s.shape, 0.5)) if model.uses_reward else None
+    ).backward()
     mix = [p for n, p in model.named_parameters() if ".mix." in n or n.startswith("mix.")]
     assert len(mix) == 2 and all(p.grad is not None and p.grad.abs().sum() > 0 for p in mix)
     model.eval()
@@ -57,14 +59,22 @@ def test_padding_does_not_change_a_contextual_model(name):
     def pad(x, n):
         return torch.cat([x, torch.zeros(x.shape[0], n, *x.shape[2:], dtype=x.dtype)], 1)
 
-    wider = replace(batch, c_words=pad(batch.c_words, 3), c_chars=pad(batch.c_chars, 3), c_mask=pad(batch.c_mask, 3),
-                    c_states=pad(batch.c_states, 3), q_words=pad(batch.q_words, 2), q_chars=pad(batch.q_chars, 2),
-                    q_mask=pad(batch.q_mask, 2), q_states=pad(batch.q_states, 2))
+    wider = replace(
+        batch,
+        c_words=pad(batch.c_words, 3),
+        c_chars=pad(batch.c_chars, 3),
+        c_mask=pad(batch.c_mask, 3),
+        c_states=pad(batch.c_states, 3),
+        q_words=pad(batch.q_words, 2),
+        q_chars=pad(batch.q_chars, 2),
+        q_mask=pad(batch.q_mask, 2),
+        q_states=pad(batch.q_states, 2),
+    )
     with torch.no_grad():
         a, b = model(batch), model(wider)
     m = batch.c_mask
-    torch.testing.assert_close(a.start_logits[m], b.start_logits[:, :m.shape[1]][m], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(a.end_logits[m], b.end_logits[:, :m.shape[1]][m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.start_logits[m], b.start_logits[:, : m.shape[1]][m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.end_logits[m], b.end_logits[:, : m.shape[1]][m], atol=1e-5, rtol=1e-5)
 
 
 def test_qanets_answering_pass_equals_its_forward_with_states():
@@ -74,14 +84,28 @@ def test_qanets_answering_pass_equals_its_forward_with_states():
     B, Tc = batch.c_words.shape
     Tq = batch.q_words.shape[1]
     words = torch.cat([torch.zeros(1, dtype=torch.long), batch.c_words.flatten(), batch.q_words.flatten()])
-    chars = torch.cat([torch.zeros(1, batch.c_chars.shape[-1], dtype=torch.long),
-                       batch.c_chars.flatten(0, 1), batch.q_chars.flatten(0, 1)])
+    chars = torch.cat(
+        [
+            torch.zeros(1, batch.c_chars.shape[-1], dtype=torch.long),
+            batch.c_chars.flatten(0, 1),
+            batch.q_chars.flatten(0, 1),
+        ]
+    )
     c_tokens = torch.where(batch.c_mask, 1 + torch.arange(B * Tc).view(B, Tc), 0)
     q_tokens = torch.where(batch.q_mask, 1 + B * Tc + torch.arange(B * Tq).view(B, Tq), 0)
     with torch.no_grad():
         want = model(batch)
-        got = model.answer_pass(words, chars, c_tokens, batch.c_mask, q_tokens, batch.q_mask, torch.arange(B),
-                                batch.c_states, batch.q_states)
+        got = model.answer_pass(
+            words,
+            chars,
+            c_tokens,
+            batch.c_mask,
+            q_tokens,
+            batch.q_mask,
+            torch.arange(B),
+            batch.c_states,
+            batch.q_states,
+        )
     torch.testing.assert_close(got.start_logits, want.start_logits, atol=1e-5, rtol=1e-5)
 
 

@@ -41,20 +41,36 @@ def span_batch() -> Batch:
     c_mask, q_mask = torch.arange(9) < c_len[:, None], torch.arange(4) < q_len[:, None]
     words = lambda mask: torch.randint(2, V, mask.shape, generator=g) * mask  # noqa: E731
     chars = lambda mask: torch.randint(2, 12, (*mask.shape, 5), generator=g) * mask[..., None]  # noqa: E731
-    return Batch(c_words=words(c_mask), c_chars=chars(c_mask), c_mask=c_mask, q_words=words(q_mask),
-                 q_chars=chars(q_mask), q_mask=q_mask, y_start=torch.tensor([2, 0, -1]), y_end=torch.tensor([3, 4, -1]),
-                 index=torch.arange(3))
+    return Batch(
+        c_words=words(c_mask),
+        c_chars=chars(c_mask),
+        c_mask=c_mask,
+        q_words=words(q_mask),
+        q_chars=chars(q_mask),
+        q_mask=q_mask,
+        y_start=torch.tensor([2, 0, -1]),
+        y_end=torch.tensor([3, 4, -1]),
+        index=torch.arange(3),
+    )
 
 
 def cloze_batch() -> ClozeBatch:
-    c_words = torch.tensor([[20, ENTITY_OFFSET + 1, 21, ENTITY_OFFSET + 3, 22],
-                            [ENTITY_OFFSET + 0, 23, ENTITY_OFFSET + 2, 0, 0]])
+    c_words = torch.tensor(
+        [[20, ENTITY_OFFSET + 1, 21, ENTITY_OFFSET + 3, 22], [ENTITY_OFFSET + 0, 23, ENTITY_OFFSET + 2, 0, 0]]
+    )
     q_words = torch.tensor([[24, 25, 3], [26, 3, 0]])
     candidates = torch.zeros(2, N_ENTITIES, dtype=torch.bool)
     candidates[0, [1, 3]] = candidates[1, [0, 2]] = True
-    return ClozeBatch(c_words=c_words, c_mask=c_words != 0, q_words=q_words, q_mask=q_words != 0,
-                      candidates=candidates, answer=torch.tensor([3, 0]), answer_cut=torch.zeros(2, dtype=torch.bool),
-                      index=torch.arange(2))
+    return ClozeBatch(
+        c_words=c_words,
+        c_mask=c_words != 0,
+        q_words=q_words,
+        q_mask=q_words != 0,
+        candidates=candidates,
+        answer=torch.tensor([3, 0]),
+        answer_cut=torch.zeros(2, dtype=torch.bool),
+        index=torch.arange(2),
+    )
 
 
 def every_f1_is_half(rows, starts, ends):
@@ -64,8 +80,10 @@ def every_f1_is_half(rows, starts, ends):
 def test_every_model_is_a_reading_model_and_every_task_is_covered():
     for name, (cfg_cls, model_cls) in MODELS.items():
         assert issubclass(model_cls, ReadingModel), name
-    covered = {(name, MODELS[name][1].task_of(MODELS[name][0](**over))) for name, over in
-               ((n, o) for (n, _), o in TINY.items())}
+    covered = {
+        (name, MODELS[name][1].task_of(MODELS[name][0](**over)))
+        for name, over in ((n, o) for (n, _), o in TINY.items())
+    }
     assert covered == set(TINY), "every (model, task) pair is tested below, and task_of names it"
     assert {name for name, _ in TINY} == set(MODELS)
 
@@ -94,8 +112,9 @@ def test_a_model_keeps_the_contract(name, task):
         assert (out.logits[~batch.candidates] == torch.finfo(out.logits.dtype).min).all()
     loss = model.loss(out, batch, reward_fn=every_f1_is_half if model.uses_reward else None)
     assert loss.ndim == 0 and loss.dtype == torch.float32 and torch.isfinite(loss)
-    assert isinstance(model.loss_terms, dict) and all(t.ndim == 0 and not t.requires_grad
-                                                      for t in model.loss_terms.values())
+    assert isinstance(model.loss_terms, dict) and all(
+        t.ndim == 0 and not t.requires_grad for t in model.loss_terms.values()
+    )
     loss.backward()
     assert any(p.grad is not None for p in model.parameters())
 
@@ -117,8 +136,11 @@ def test_the_default_loss_is_the_tasks_cross_entropy():
 def _probes(path: Path) -> list[str]:
     """``getattr``/``hasattr`` calls in a module, as source text."""
     tree = ast.parse(path.read_text())
-    return [ast.unparse(n) for n in ast.walk(tree)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")]
+    return [
+        ast.unparse(n)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")
+    ]
 
 
 def test_the_engine_bench_export_and_cli_never_probe_a_model():

@@ -24,16 +24,30 @@ from rckit.training.rewards import SpanF1Reward
 from tests.models.test_qanet import N_CHARS, N_TRAINABLE, V, synthetic_batch, word_chars
 
 TINY_DCN = DCNConfig(hidden=16, pool=4, iterations=3, dropout=0.0, use_chars=True, char_dim=8, char_conv_width=3)
-TINY_PLUS = DCNPlusConfig(hidden=16, pool=4, iterations=3, dropout=0.0, use_chars=True, char_dim=8, char_conv_width=3,
-                          word_dropout=0.0, n_experts=4)
+TINY_PLUS = DCNPlusConfig(
+    hidden=16,
+    pool=4,
+    iterations=3,
+    dropout=0.0,
+    use_chars=True,
+    char_dim=8,
+    char_conv_width=3,
+    word_dropout=0.0,
+    n_experts=4,
+)
 
 
 def pad_batch(batch: Batch, extra_c: int = 7, extra_q: int = 4, extra_w: int = 3) -> Batch:
     return Batch(
-        c_words=F.pad(batch.c_words, (0, extra_c)), c_chars=F.pad(batch.c_chars, (0, extra_w, 0, extra_c)),
-        c_mask=F.pad(batch.c_mask, (0, extra_c)), q_words=F.pad(batch.q_words, (0, extra_q)),
-        q_chars=F.pad(batch.q_chars, (0, extra_w, 0, extra_q)), q_mask=F.pad(batch.q_mask, (0, extra_q)),
-        y_start=batch.y_start, y_end=batch.y_end, index=batch.index,
+        c_words=F.pad(batch.c_words, (0, extra_c)),
+        c_chars=F.pad(batch.c_chars, (0, extra_w, 0, extra_c)),
+        c_mask=F.pad(batch.c_mask, (0, extra_c)),
+        q_words=F.pad(batch.q_words, (0, extra_q)),
+        q_chars=F.pad(batch.q_chars, (0, extra_w, 0, extra_q)),
+        q_mask=F.pad(batch.q_mask, (0, extra_q)),
+        y_start=batch.y_start,
+        y_end=batch.y_end,
+        index=batch.index,
     )
 
 
@@ -46,16 +60,19 @@ def make_model(config, seed: int = 0):
 
 def overlap_reward(batch: Batch):
     """Token-position F1 of each span against the gold span: a stand-in for SpanF1Reward."""
+
     def reward(index, starts, ends):
         gs, ge = batch.y_start[index].unsqueeze(1), batch.y_end[index].unsqueeze(1)  # (B, 1)
         overlap = (torch.minimum(ends, ge) - torch.maximum(starts, gs) + 1).clamp(min=0).float()
         p = overlap / (ends - starts + 1).clamp(min=1).float()
         r = overlap / (ge - gs + 1).float()
         return torch.where(overlap > 0, 2 * p * r / (p + r).clamp(min=1e-9), torch.zeros_like(p)) * (ends >= starts)
+
     return reward
 
 
 # --- models -------------------------------------------------------------------------------------
+
 
 def test_output_shapes_and_masking():
     batch = synthetic_batch(5, seed=1)
@@ -141,7 +158,9 @@ def test_decoder_stops_per_example_and_freezes_logits():
         assert torch.equal(out.end_iters[i][stopped], out.end_iters[i - 1][stopped])
         assert torch.equal(out.starts[i][stopped], out.starts[i - 1][stopped])
         # an example stops exactly when its span repeats
-        same = (out.starts[i - 1] == (out.starts[i - 2] if i > 1 else 0)) & (out.ends[i - 1] == (out.ends[i - 2] if i > 1 else 0))
+        same = (out.starts[i - 1] == (out.starts[i - 2] if i > 1 else 0)) & (
+            out.ends[i - 1] == (out.ends[i - 2] if i > 1 else 0)
+        )
         assert torch.equal(stopped, same | ~out.active[i - 1])
     # With W_D = 0 the HMNs ignore h_i and the previous span: the span of iteration 1 repeats at
     # iteration 2, so every example stops there and iterations 3 and 4 are copies.
@@ -155,8 +174,12 @@ def test_decoder_stops_per_example_and_freezes_logits():
         torch.testing.assert_close(out.start_iters[i], out.start_iters[0], rtol=0, atol=1e-6)
     # The cross-entropy counts each example's active iterations once.
     ce = sum(
-        torch.where(out.active[i], F.cross_entropy(out.start_iters[i], batch.y_start, reduction="none")
-                    + F.cross_entropy(out.end_iters[i], batch.y_end, reduction="none"), 0.0)
+        torch.where(
+            out.active[i],
+            F.cross_entropy(out.start_iters[i], batch.y_start, reduction="none")
+            + F.cross_entropy(out.end_iters[i], batch.y_end, reduction="none"),
+            0.0,
+        )
         for i in range(4)
     ).mean()
     torch.testing.assert_close(model.loss(out, batch), ce)
@@ -172,7 +195,11 @@ def test_both_models_overfit_a_small_batch():
         model.train()
         for step in range(max_steps):
             out = model(batch)
-            em = ((out.start_logits.argmax(1) == batch.y_start) & (out.end_logits.argmax(1) == batch.y_end)).float().mean()
+            em = (
+                ((out.start_logits.argmax(1) == batch.y_start) & (out.end_logits.argmax(1) == batch.y_end))
+                .float()
+                .mean()
+            )
             if em.item() == 1.0:
                 break
             loss = model.loss(out, batch, reward_fn=reward)
@@ -240,6 +267,7 @@ def test_self_critical_value_is_the_samples_f1_shortfall_and_sigma_never_sees_th
     def reward(greedy_f1):
         def fn(index, starts, ends):  # column 0: the sample, column 1: the greedy span
             return torch.stack([sample_f1[index], greedy_f1[index]], dim=1)
+
         return fn
 
     worse, better = torch.zeros(len(batch)), torch.ones(len(batch))  # greedy below / above every sample
@@ -277,6 +305,7 @@ def test_dcn_plus_leaves_its_loss_terms_and_weights_for_the_log():
 
 # --- layers -------------------------------------------------------------------------------------
 
+
 def test_append_sentinel_goes_at_each_real_end():
     x = torch.randn(3, 4, 2)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
@@ -286,7 +315,7 @@ def test_append_sentinel_goes_at_each_real_end():
     assert torch.equal(m.sum(1), mask.sum(1) + 1)
     for b, n in enumerate(mask.sum(1).tolist()):
         assert torch.equal(y[b, :n], x[b, :n]) and torch.equal(y[b, n], sentinel)
-        assert (y[b, n + 1:] == 0).all()
+        assert (y[b, n + 1 :] == 0).all()
 
 
 def test_coattention_matches_the_paper_per_example_under_padding():
@@ -331,7 +360,9 @@ def test_mixture_of_maxouts_routes_each_row_to_exactly_two_experts():
     assert (weight > 0).all()
     torch.testing.assert_close(weight.sum(1), torch.ones(40))
     y, balance = moe(x)
-    expected = torch.stack([sum(weight[r, k] * moe.experts[int(chosen[r, k])](x[r]) for k in range(2)) for r in range(40)])
+    expected = torch.stack(
+        [sum(weight[r, k] * moe.experts[int(chosen[r, k])](x[r]) for k in range(2)) for r in range(40)]
+    )
     torch.testing.assert_close(y, expected)
     assert balance.dim() == 0 and balance >= 0
     # A single row: only its two experts get a gradient.
@@ -348,6 +379,7 @@ def test_mixture_of_maxouts_routes_each_row_to_exactly_two_experts():
 
 # --- rewards ------------------------------------------------------------------------------------
 
+
 def tiny_split() -> SquadSplit:
     """Two contexts, three questions; the third has no gold span (y = -1)."""
     contexts = ["The cat sat on the mat .", "Denver  Broncos won Super Bowl 50 ."]
@@ -360,11 +392,18 @@ def tiny_split() -> SquadSplit:
         ctx_ptr.append(len(ctx_forms))
     n_forms = len(forms) + 1
     arrays = {
-        "form_words": np.arange(n_forms), "form_chars": np.ones((n_forms, 3), np.int64),
-        "ctx_ptr": np.array(ctx_ptr), "ctx_forms": np.array(ctx_forms), "ctx_offsets": np.array(offsets),
-        "q_ptr": np.arange(len(questions) + 1), "q_forms": np.ones(len(questions), np.int64),
-        "q_offsets": np.zeros((len(questions), 2), np.int32), "q_ctx": np.array([q[0] for q in questions]), "y_start": np.array([q[1] for q in questions]),
-        "y_end": np.array([q[2] for q in questions]), "answerable": np.array([q[1] >= 0 for q in questions]),
+        "form_words": np.arange(n_forms),
+        "form_chars": np.ones((n_forms, 3), np.int64),
+        "ctx_ptr": np.array(ctx_ptr),
+        "ctx_forms": np.array(ctx_forms),
+        "ctx_offsets": np.array(offsets),
+        "q_ptr": np.arange(len(questions) + 1),
+        "q_forms": np.ones(len(questions), np.int64),
+        "q_offsets": np.zeros((len(questions), 2), np.int32),
+        "q_ctx": np.array([q[0] for q in questions]),
+        "y_start": np.array([q[1] for q in questions]),
+        "y_end": np.array([q[2] for q in questions]),
+        "answerable": np.array([q[1] >= 0 for q in questions]),
     }
     return SquadSplit.from_arrays(arrays, ["q0", "q1", "q2"], contexts)
 
@@ -392,8 +431,9 @@ def test_span_f1_reward_is_the_official_f1_of_the_span_text():
                 assert abs(float(got[b, k]) - f1_score(span_to_text(context, offsets, s, e), gold)) < 1e-6
     # Gold texts given explicitly (e.g. every dev answer) take precedence.
     multi = SpanF1Reward(split, gold_texts=[["cat"], ["Super Bowl 50", "Denver Broncos"], []])
-    torch.testing.assert_close(multi(torch.tensor([0, 1]), torch.tensor([[1], [3]]), torch.tensor([[1], [5]])),
-                               torch.tensor([[1.0], [1.0]]))
+    torch.testing.assert_close(
+        multi(torch.tensor([0, 1]), torch.tensor([[1], [3]]), torch.tensor([[1], [5]])), torch.tensor([[1.0], [1.0]])
+    )
 
 
 def test_eval_encodes_a_document_shared_by_several_questions_once():
@@ -411,8 +451,9 @@ def test_eval_encodes_a_document_shared_by_several_questions_once():
             out = model(batch)
             assert seen == [3, 5]  # the documents: 3 distinct of 5, then the 5 questions
             for i in range(5):  # each question alone: nothing to share
-                alone = model(Batch(**{k: v[i:i + 1] if isinstance(v, torch.Tensor) else v
-                                       for k, v in vars(batch).items()}))
+                alone = model(
+                    Batch(**{k: v[i : i + 1] if isinstance(v, torch.Tensor) else v for k, v in vars(batch).items()})
+                )
                 torch.testing.assert_close(alone.start_logits[0], out.start_logits[i], rtol=1e-5, atol=1e-5)
                 torch.testing.assert_close(alone.end_logits[0], out.end_logits[i], rtol=1e-5, atol=1e-5)
         model.train()  # training: every document on its own
@@ -437,7 +478,9 @@ def test_pointer_credit_scores_each_draw_beside_the_other_pointers_greedy_choice
 
     loss = self_critical_loss(out, batch, reward, "pointer")
     s_hat, e_hat, s, e = out.sample.start, out.sample.end, out.starts[-1], out.ends[-1]
-    assert torch.equal(seen["starts"], torch.stack([s, s_hat, s], 1)) and torch.equal(seen["ends"], torch.stack([e, e, e_hat], 1))
+    assert torch.equal(seen["starts"], torch.stack([s, s_hat, s], 1)) and torch.equal(
+        seen["ends"], torch.stack([e, e, e_hat], 1)
+    )
     n = valid.sum()
     torch.testing.assert_close(loss, ((1 - f_start) + (1 - f_end))[valid].sum() / n)
     g_s, g_e = torch.autograd.grad(loss, [out.sample.start_log_prob, out.sample.end_log_prob])

@@ -51,8 +51,16 @@ def cloze_batch(n: int, seed: int) -> ClozeBatch:
         query[i, 0] = doc[i, slots[k] - 1]
         query[i, 1:lq] = words[torch.randint(0, len(words), (lq - 1,), generator=g)]
         answer[i] = ents[k]
-    return ClozeBatch(c_words=doc, c_mask=doc != 0, q_words=query, q_mask=query != 0, candidates=cand,
-                      answer=answer, answer_cut=torch.zeros(n, dtype=torch.bool), index=torch.arange(n))
+    return ClozeBatch(
+        c_words=doc,
+        c_mask=doc != 0,
+        q_words=query,
+        q_mask=query != 0,
+        candidates=cand,
+        answer=answer,
+        answer_cut=torch.zeros(n, dtype=torch.bool),
+        index=torch.arange(n),
+    )
 
 
 def test_join_sequences_places_delimiter_per_row():
@@ -94,21 +102,34 @@ def test_span_head_shapes_and_gradients():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
-@pytest.mark.parametrize("config", [CLOZE, replace(CLOZE, form="cqa"), SPAN, replace(SPAN, form="cqa")],
-                         ids=["cloze-qca", "cloze-cqa", "span-qca", "span-cqa"])
+@pytest.mark.parametrize(
+    "config",
+    [CLOZE, replace(CLOZE, form="cqa"), SPAN, replace(SPAN, form="cqa")],
+    ids=["cloze-qca", "cloze-cqa", "span-qca", "span-cqa"],
+)
 def test_padding_does_not_change_outputs(config):
     model = make(config).eval()
     if config.head == "cloze":
         batch = cloze_batch(4, seed=3)
-        padded = replace(batch, c_words=F.pad(batch.c_words, (0, 5)), c_mask=F.pad(batch.c_mask, (0, 5)),
-                         q_words=F.pad(batch.q_words, (0, 3)), q_mask=F.pad(batch.q_mask, (0, 3)))
+        padded = replace(
+            batch,
+            c_words=F.pad(batch.c_words, (0, 5)),
+            c_mask=F.pad(batch.c_mask, (0, 5)),
+            q_words=F.pad(batch.q_words, (0, 3)),
+            q_mask=F.pad(batch.q_mask, (0, 3)),
+        )
         with torch.no_grad():
             a, b = model(batch).logits, model(padded).logits
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     else:
         batch = synthetic_batch(4, seed=3)
-        padded = replace(batch, c_words=F.pad(batch.c_words, (0, 5)), c_mask=F.pad(batch.c_mask, (0, 5)),
-                         q_words=F.pad(batch.q_words, (0, 3)), q_mask=F.pad(batch.q_mask, (0, 3)))
+        padded = replace(
+            batch,
+            c_words=F.pad(batch.c_words, (0, 5)),
+            c_mask=F.pad(batch.c_mask, (0, 5)),
+            q_words=F.pad(batch.q_words, (0, 3)),
+            q_mask=F.pad(batch.q_mask, (0, 3)),
+        )
         with torch.no_grad():
             a, b = model(batch), model(padded)
         m, Tc = batch.c_mask, batch.c_words.shape[1]
@@ -123,9 +144,15 @@ def test_one_example_alone_equals_it_in_a_batch():
         whole = model(batch).logits
         for i in range(4):
             ld, lq = int(batch.c_mask[i].sum()), int(batch.q_mask[i].sum())
-            one = replace(batch, c_words=batch.c_words[i:i + 1, :ld], c_mask=batch.c_mask[i:i + 1, :ld],
-                          q_words=batch.q_words[i:i + 1, :lq], q_mask=batch.q_mask[i:i + 1, :lq],
-                          candidates=batch.candidates[i:i + 1], answer=batch.answer[i:i + 1])
+            one = replace(
+                batch,
+                c_words=batch.c_words[i : i + 1, :ld],
+                c_mask=batch.c_mask[i : i + 1, :ld],
+                q_words=batch.q_words[i : i + 1, :lq],
+                q_mask=batch.q_mask[i : i + 1, :lq],
+                candidates=batch.candidates[i : i + 1],
+                answer=batch.answer[i : i + 1],
+            )
             torch.testing.assert_close(model(one).logits[0], whole[i], rtol=0, atol=1e-5)
 
 

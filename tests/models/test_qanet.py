@@ -13,8 +13,16 @@ from rckit.models.losses import span_loss
 from rckit.models.qanet import QANet, QANetConfig
 
 V, N_TRAINABLE, N_CHARS, W = 60, 6, 20, 4
-TINY = QANetConfig(d_model=32, n_heads=2, char_dim=8, char_conv_width=3, emb_enc_convs=2, emb_enc_kernel=5,
-                   model_enc_blocks=1, model_enc_kernel=3)
+TINY = QANetConfig(
+    d_model=32,
+    n_heads=2,
+    char_dim=8,
+    char_conv_width=3,
+    emb_enc_convs=2,
+    emb_enc_kernel=5,
+    model_enc_blocks=1,
+    model_enc_kernel=3,
+)
 
 
 def word_chars(ids: torch.Tensor) -> torch.Tensor:
@@ -40,11 +48,19 @@ def synthetic_batch(n: int, seed: int) -> Batch:
         lq = int(torch.randint(1, Tq + 1, (1,), generator=g))
         c_words[i, :lc] = torch.randperm(V - 1, generator=g)[:lc] + 1  # ids 1..V-1, no repeats
         s = int(torch.randint(0, lc - lq + 1, (1,), generator=g))
-        q_words[i, :lq] = c_words[i, s:s + lq]
+        q_words[i, :lq] = c_words[i, s : s + lq]
         y_start[i], y_end[i] = s, s + lq - 1
-    return Batch(c_words=c_words, c_chars=word_chars(c_words), c_mask=c_words != 0,
-                 q_words=q_words, q_chars=word_chars(q_words), q_mask=q_words != 0,
-                 y_start=y_start, y_end=y_end, index=torch.arange(n))
+    return Batch(
+        c_words=c_words,
+        c_chars=word_chars(c_words),
+        c_mask=c_words != 0,
+        q_words=q_words,
+        q_chars=word_chars(q_words),
+        q_mask=q_words != 0,
+        y_start=y_start,
+        y_end=y_end,
+        index=torch.arange(n),
+    )
 
 
 def make_model(config: QANetConfig = TINY, seed: int = 0) -> tuple[QANet, EmbeddingInfo]:
@@ -91,7 +107,7 @@ def test_span_loss_ignores_unanswerable_and_keeps_grad():
     loss = span_loss(logits, logits, y, y)
     assert loss.item() == 0.0 and loss.requires_grad
     y_s, y_e = torch.tensor([1, -1, 4]), torch.tensor([2, -1, 4])
-    expected = (F.cross_entropy(logits[[0, 2]], y_s[[0, 2]]) + F.cross_entropy(logits[[0, 2]], y_e[[0, 2]]))
+    expected = F.cross_entropy(logits[[0, 2]], y_s[[0, 2]]) + F.cross_entropy(logits[[0, 2]], y_e[[0, 2]])
     torch.testing.assert_close(span_loss(logits, logits, y_s, y_e), expected)
 
 
@@ -107,7 +123,9 @@ def test_padding_does_not_change_real_positions():
         q_words=F.pad(batch.q_words, (0, extra_q)),
         q_chars=F.pad(batch.q_chars, (0, extra_w, 0, extra_q)),
         q_mask=F.pad(batch.q_mask, (0, extra_q)),
-        y_start=batch.y_start, y_end=batch.y_end, index=batch.index,
+        y_start=batch.y_start,
+        y_end=batch.y_end,
+        index=batch.index,
     )
     with torch.no_grad():
         a, b = model(batch), model(padded)
@@ -127,11 +145,19 @@ def test_a_question_alone_equals_its_row_in_a_padded_batch():
         together = model(batch)
         for i in range(4):
             lc, lq = int(batch.c_mask[i].sum()), int(batch.q_mask[i].sum())
-            alone = model(Batch(
-                c_words=batch.c_words[i:i + 1, :lc], c_chars=batch.c_chars[i:i + 1, :lc], c_mask=batch.c_mask[i:i + 1, :lc],
-                q_words=batch.q_words[i:i + 1, :lq], q_chars=batch.q_chars[i:i + 1, :lq], q_mask=batch.q_mask[i:i + 1, :lq],
-                y_start=batch.y_start[i:i + 1], y_end=batch.y_end[i:i + 1], index=batch.index[i:i + 1],
-            ))
+            alone = model(
+                Batch(
+                    c_words=batch.c_words[i : i + 1, :lc],
+                    c_chars=batch.c_chars[i : i + 1, :lc],
+                    c_mask=batch.c_mask[i : i + 1, :lc],
+                    q_words=batch.q_words[i : i + 1, :lq],
+                    q_chars=batch.q_chars[i : i + 1, :lq],
+                    q_mask=batch.q_mask[i : i + 1, :lq],
+                    y_start=batch.y_start[i : i + 1],
+                    y_end=batch.y_end[i : i + 1],
+                    index=batch.index[i : i + 1],
+                )
+            )
             torch.testing.assert_close(alone.start_logits[0], together.start_logits[i, :lc], rtol=0, atol=1e-5)
             torch.testing.assert_close(alone.end_logits[0], together.end_logits[i, :lc], rtol=0, atol=1e-5)
 

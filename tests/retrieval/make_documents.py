@@ -27,11 +27,11 @@ def pdf_bytes(pages, title: str | None = None) -> bytes:
     """A PDF written by hand: one page per sequence of lines, in Helvetica, with an /Info /Title
     when ``title`` is given and an xref table whose offsets are right. A page without lines has a
     drawn line and no text, as a scanned page has an image and no text."""
+
     def string(s: str) -> bytes:
         return b"(" + s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)").encode("latin-1") + b")"
 
-    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>",
-               3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"}
+    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>", 3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"}
     kids = []
     for lines in pages:
         n = len(objects) + 2  # the page's object number; its content stream follows it
@@ -41,8 +41,10 @@ def pdf_bytes(pages, title: str | None = None) -> bytes:
         if lines:
             ops.append(b"ET")
         stream = b"\n".join(ops)
-        objects[n] = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-                      b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (n + 1))
+        objects[n] = (
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (n + 1)
+        )
         objects[n + 1] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream)
         kids.append(b"%d 0 R" % n)
     objects[2] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(kids))
@@ -68,8 +70,9 @@ def write_pdf(folder: Path, name: str = "report.pdf") -> Path:
     return path
 
 
-def write_encrypted_pdf(folder: Path, name: str = "locked.pdf", user_password: str = "secret",
-                        algorithm: str | None = None) -> Path:
+def write_encrypted_pdf(
+    folder: Path, name: str = "locked.pdf", user_password: str = "secret", algorithm: str | None = None
+) -> Path:
     """The two-page PDF encrypted by pypdf's writer (RC4 unless ``algorithm``, e.g. "AES-256")."""
     import pypdf
 
@@ -139,16 +142,33 @@ HTML = """<!DOCTYPE html>
 <noscript>Enable JavaScript</noscript>
 </body></html>
 """
-HTML_TEXT = ("Volcanoes\n\nPumice is a volcanic rock that floats on water.\n\n"
-             "Café owners near Etna sell <lava> cakes.\nThey open at dawn.\n\n"
-             "Eruptions\n\nMount Tambora erupted in 1815.\n\n"
-             "Volcano\tCountry\tHeight\nEtna\tItaly\t3,357 m\nFuji, Japan\t3,776 m\n\n"
-             "Shield volcanoes\n\nStratovolcanoes\n\n  lava  flows\n    slowly")
+HTML_TEXT = (
+    "Volcanoes\n\nPumice is a volcanic rock that floats on water.\n\n"
+    "Café owners near Etna sell <lava> cakes.\nThey open at dawn.\n\n"
+    "Eruptions\n\nMount Tambora erupted in 1815.\n\n"
+    "Volcano\tCountry\tHeight\nEtna\tItaly\t3,357 m\nFuji, Japan\t3,776 m\n\n"
+    "Shield volcanoes\n\nStratovolcanoes\n\n  lava  flows\n    slowly"
+)
 HTML_SECTIONS = ("Volcanoes", "Eruptions")
 # Text of the page that is not its main text; none of it may be read.
-HTML_BOILERPLATE = ("style text", "script text", "Skip to content", "Home", "About us", "Site banner", "Sidebar",
-                    "Hidden text", "Aria hidden", "Search", "input text", "Click me", "Aside advert", "Copyright",
-                    "Enable JavaScript", "¶")
+HTML_BOILERPLATE = (
+    "style text",
+    "script text",
+    "Skip to content",
+    "Home",
+    "About us",
+    "Site banner",
+    "Sidebar",
+    "Hidden text",
+    "Aria hidden",
+    "Search",
+    "input text",
+    "Click me",
+    "Aside advert",
+    "Copyright",
+    "Enable JavaScript",
+    "¶",
+)
 
 
 def write_html(folder: Path, name: str = "volcanoes.html") -> Path:
@@ -160,9 +180,11 @@ def write_html(folder: Path, name: str = "volcanoes.html") -> Path:
 # --- DOCX --------------------------------------------------------------------------------------
 
 DOCX_TITLE = "Scottish Bridges"
-DOCX_TEXT = ("Bridges of Scotland\n\nBridges\n\nThe Forth Bridge was opened in 1890.\n\n"
-             "Bridge\tOpened\tLength\nForth rail cantilever\t1890\t2.5 km\nTay, rebuilt 1887\n\n"
-             "Tunnels\n\nThe Clyde Tunnel opened in 1963.")
+DOCX_TEXT = (
+    "Bridges of Scotland\n\nBridges\n\nThe Forth Bridge was opened in 1890.\n\n"
+    "Bridge\tOpened\tLength\nForth rail cantilever\t1890\t2.5 km\nTay, rebuilt 1887\n\n"
+    "Tunnels\n\nThe Clyde Tunnel opened in 1963."
+)
 DOCX_SECTIONS = ("Bridges of Scotland", "Bridges", "Tunnels")
 
 
@@ -204,8 +226,10 @@ def write_fake_docx(folder: Path, name: str = "archive.docx") -> Path:
 # --- EPUB --------------------------------------------------------------------------------------
 
 EPUB_TITLE = "Glaciers"
-EPUB_TEXT = ("Chapter One\n\nThe glacier moved three metres a year.\n\n"
-             "Chapter Two\n\nMeltwater fed the lake.\n\nA footnote about ice.")
+EPUB_TEXT = (
+    "Chapter One\n\nThe glacier moved three metres a year.\n\n"
+    "Chapter Two\n\nMeltwater fed the lake.\n\nA footnote about ice."
+)
 EPUB_SECTIONS = ("Chapter One", "Chapter Two")
 _OPF = """<?xml version="1.0" encoding="UTF-8"?>
 <package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">
@@ -224,8 +248,10 @@ _OPF = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 def _xhtml(body: str) -> str:
-    return ('<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml" '
-            f'xmlns:epub="http://www.idpf.org/2007/ops"><head><title>x</title></head><body>{body}</body></html>')
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml" '
+        f'xmlns:epub="http://www.idpf.org/2007/ops"><head><title>x</title></head><body>{body}</body></html>'
+    )
 
 
 def write_epub(folder: Path, name: str = "glaciers.epub", encryption: str | None = None) -> Path:
@@ -235,22 +261,38 @@ def write_epub(folder: Path, name: str = "glaciers.epub", encryption: str | None
     path = Path(folder, name)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")  # stored, first
-        z.writestr("META-INF/container.xml", '<?xml version="1.0"?><container version="1.0" '
-                   'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile '
-                   'full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/></rootfiles></container>')
+        z.writestr(
+            "META-INF/container.xml",
+            '<?xml version="1.0"?><container version="1.0" '
+            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile '
+            'full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/></rootfiles></container>',
+        )
         z.writestr("OEBPS/content.opf", _OPF)
-        z.writestr("OEBPS/nav.xhtml", _xhtml('<nav epub:type="toc"><ol><li><a href="text/one.xhtml">Chapter One'
-                                              '</a></li></ol></nav><p>Navigation page</p>'))
+        z.writestr(
+            "OEBPS/nav.xhtml",
+            _xhtml(
+                '<nav epub:type="toc"><ol><li><a href="text/one.xhtml">Chapter One'
+                "</a></li></ol></nav><p>Navigation page</p>"
+            ),
+        )
         z.writestr("OEBPS/text/one.xhtml", _xhtml("<h1>Chapter One</h1><p>The glacier moved three metres a year.</p>"))
-        z.writestr("OEBPS/text/chapter 2.xhtml", _xhtml("<section><h1>Chapter Two</h1><p>Meltwater fed the lake.</p>"
-                                                       '<aside epub:type="footnote">A footnote about ice.</aside>'
-                                                       "</section>"))
+        z.writestr(
+            "OEBPS/text/chapter 2.xhtml",
+            _xhtml(
+                "<section><h1>Chapter Two</h1><p>Meltwater fed the lake.</p>"
+                '<aside epub:type="footnote">A footnote about ice.</aside>'
+                "</section>"
+            ),
+        )
         z.writestr("OEBPS/style.css", "p { margin: 0 }")
         if encryption:
-            z.writestr("META-INF/encryption.xml", '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
-                       'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:EncryptionMethod '
-                       f'Algorithm="{encryption}"/><enc:CipherData><enc:CipherReference URI="OEBPS/text/one.xhtml"/>'
-                       "</enc:CipherData></enc:EncryptedData></encryption>")
+            z.writestr(
+                "META-INF/encryption.xml",
+                '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+                'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:EncryptionMethod '
+                f'Algorithm="{encryption}"/><enc:CipherData><enc:CipherReference URI="OEBPS/text/one.xhtml"/>'
+                "</enc:CipherData></enc:EncryptedData></encryption>",
+            )
     return path
 
 
@@ -329,6 +371,7 @@ def write_gzip(folder: Path, name: str, data: bytes) -> Path:
 
 
 # --- all of them -------------------------------------------------------------------------------
+
 
 def write_documents(folder: Path) -> dict[str, Path]:
     """One good file of every format (and a PDF encrypted with an empty password), by kind."""

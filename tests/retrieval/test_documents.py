@@ -34,23 +34,32 @@ def at(hit, word: str) -> Region:
 
 
 def test_pdf_pages(tmp_path):
-    for path in (make.write_pdf(tmp_path), make.write_encrypted_pdf(tmp_path, "open-rc4.pdf", user_password=""),
-                 make.write_encrypted_pdf(tmp_path, "open-aes.pdf", user_password="", algorithm="AES-256")):
+    for path in (
+        make.write_pdf(tmp_path),
+        make.write_encrypted_pdf(tmp_path, "open-rc4.pdf", user_password=""),
+        make.write_encrypted_pdf(tmp_path, "open-aes.pdf", user_password="", algorithm="AES-256"),
+    ):
         kind, doc = read(path)
         assert (kind, doc.title, doc.text) == ("pdf", make.PDF_TITLE, make.PDF_TEXT)
         page_two = make.PDF_TEXT.index(make.PDF_PAGES[1][0])
         assert doc.regions == (Region(0, 1), Region(page_two, 2))
     data = make.pdf_bytes(make.PDF_PAGES)
-    for why, damaged in [("damaged (object 99 0 not defined)", data.replace(b"/Contents 5 0 R", b"/Contents 99 0 R")),
-                         ("damaged (its page tree lists 3 pages, 2 are there)", data.replace(b"/Count 2", b"/Count 3")),
-                         ("not a PDF (no %PDF- header)", b"%!PS-Adobe-3.0\n%%EOF\n")]:
+    for why, damaged in [
+        ("damaged (object 99 0 not defined)", data.replace(b"/Contents 5 0 R", b"/Contents 99 0 R")),
+        ("damaged (its page tree lists 3 pages, 2 are there)", data.replace(b"/Count 2", b"/Count 3")),
+        ("not a PDF (no %PDF- header)", b"%!PS-Adobe-3.0\n%%EOF\n"),
+    ]:
         with pytest.raises(IndexInputError) as e:
             read_documents(tmp_path / "bad.pdf", damaged)
         assert str(e.value) == f"{tmp_path / 'bad.pdf'}: {why}"
     untitled = tmp_path / "untitled.pdf"
     untitled.write_bytes(make.pdf_bytes([("Only page",), (), ("Third page",)]))  # an empty page: no region
     kind, doc = read(untitled)
-    assert (doc.title, doc.text, doc.regions) == ("untitled.pdf", "Only page\n\nThird page", (Region(0, 1), Region(11, 3)))
+    assert (doc.title, doc.text, doc.regions) == (
+        "untitled.pdf",
+        "Only page\n\nThird page",
+        (Region(0, 1), Region(11, 3)),
+    )
 
 
 def test_html_main_text_blocks_table_and_sections(tmp_path):
@@ -58,16 +67,18 @@ def test_html_main_text_blocks_table_and_sections(tmp_path):
     assert (kind, doc.title, doc.text) == ("html", make.HTML_TITLE, make.HTML_TEXT)
     assert sections(doc) == list(make.HTML_SECTIONS)
     for r in doc.regions:
-        assert doc.text[r.start:].startswith(r.section) and r.page is None
+        assert doc.text[r.start :].startswith(r.section) and r.page is None
     assert not any(words in doc.text for words in make.HTML_BOILERPLATE)
 
 
 def test_html_without_main_reads_its_body_or_its_one_article(tmp_path):
-    page = ('<html><body><div id="breadcrumbs">Home &gt; Docs</div><header><h1>Site</h1></header>'
-            '<div class="header">Next: Up:</div><div class="toc"><a href="#a">1. Intro</a></div>'
-            '<div role="navigation">Links</div><h2>Intro<a href="#a">#</a></h2><p>Body text.</p>'
-            '<section><header><h3>Part</h3></header><p>Part text.</p></section>'
-            '<div style="display: none">Invisible</div><footer>Footer text</footer></body></html>')
+    page = (
+        '<html><body><div id="breadcrumbs">Home &gt; Docs</div><header><h1>Site</h1></header>'
+        '<div class="header">Next: Up:</div><div class="toc"><a href="#a">1. Intro</a></div>'
+        '<div role="navigation">Links</div><h2>Intro<a href="#a">#</a></h2><p>Body text.</p>'
+        "<section><header><h3>Part</h3></header><p>Part text.</p></section>"
+        '<div style="display: none">Invisible</div><footer>Footer text</footer></body></html>'
+    )
     kind, doc = read_documents(tmp_path / "page.htm", page.encode())
     assert doc[0].text == "Intro\n\nBody text.\n\nPart\n\nPart text." and sections(doc[0]) == ["Intro", "Part"]
     assert doc[0].title == "page.htm"
@@ -75,8 +86,10 @@ def test_html_without_main_reads_its_body_or_its_one_article(tmp_path):
     assert read_documents(tmp_path / "a.html", one_article.encode())[1][0].text == "Story\n\nStory text."
     two_articles = "<body><article><p>One</p></article><article><p>Two</p></article></body>"
     assert read_documents(tmp_path / "b.html", two_articles.encode())[1][0].text == "One\n\nTwo"
-    layout = ("<body><table><tr><td><h1>Title</h1><p>Cell one.</p></td><td><table><tr><td>x</td><td>y</td></tr>"
-              "</table></td></tr></table><pre>a\n\n  b<br>c</pre><p>Line<br>break</p></body>")
+    layout = (
+        "<body><table><tr><td><h1>Title</h1><p>Cell one.</p></td><td><table><tr><td>x</td><td>y</td></tr>"
+        "</table></td></tr></table><pre>a\n\n  b<br>c</pre><p>Line<br>break</p></body>"
+    )
     doc = read_documents(tmp_path / "c.html", layout.encode())[1][0]
     assert doc.text == "Title\n\nCell one.\n\nx\ty\n\na\n\n  b\nc\n\nLine\nbreak"
     with pytest.raises(IndexInputError, match="deep.html: not readable HTML .Excessive depth"):
@@ -92,12 +105,20 @@ def test_html_encodings(tmp_path):
         (page.format("").encode("utf-8"), "\u201cCaf\u00e9\u201d"),  # UTF-8, undeclared
         (page.format("").encode("cp1252"), "\u201cCaf\u00e9\u201d"),  # not UTF-8: Windows-1252
         (page.format('<meta charset="iso-8859-1">').encode("cp1252"), "\u201cCaf\u00e9\u201d"),  # Latin-1 is 1252
-        (page.format('<meta http-equiv="Content-Type" content="text/html; charset=koi8-r">').replace(
-            "\u201cCaf\u00e9\u201d", "\u041c\u0438\u0440").replace("Caf\u00e9", "T").encode("koi8-r"),
-         "\u041c\u0438\u0440"),
+        (
+            page.format('<meta http-equiv="Content-Type" content="text/html; charset=koi8-r">')
+            .replace("\u201cCaf\u00e9\u201d", "\u041c\u0438\u0440")
+            .replace("Caf\u00e9", "T")
+            .encode("koi8-r"),
+            "\u041c\u0438\u0440",
+        ),
         (b"\xff\xfe" + page.format("").encode("utf-16-le"), "\u201cCaf\u00e9\u201d"),  # byte-order mark
-        ('<?xml version="1.0" encoding="iso-8859-15"?><html><body><p>Caf\u00e9 \u20ac</p></body></html>'.encode(
-            "iso-8859-15"), "Caf\u00e9 \u20ac"),  # an XML declaration
+        (
+            '<?xml version="1.0" encoding="iso-8859-15"?><html><body><p>Caf\u00e9 \u20ac</p></body></html>'.encode(
+                "iso-8859-15"
+            ),
+            "Caf\u00e9 \u20ac",
+        ),  # an XML declaration
     ]
     for data, text in cases:
         assert read_documents(tmp_path / "p.xhtml", data)[1][0].text == text
@@ -110,7 +131,7 @@ def read_with_headings(path, kind: str, title: str, text: str, headings) -> Docu
     assert (got_kind, doc.title, doc.text) == (kind, title, text)
     assert sections(doc) == list(headings)
     for r in doc.regions:
-        assert doc.text[r.start:].startswith(r.section)
+        assert doc.text[r.start :].startswith(r.section)
     return doc
 
 
@@ -132,26 +153,36 @@ def test_epub_chapters_in_reading_order(tmp_path):
     read_with_headings(make.write_epub(tmp_path), "epub", make.EPUB_TITLE, make.EPUB_TEXT, make.EPUB_SECTIONS)
     fonts = make.write_epub(tmp_path, "fonts.epub", encryption="http://www.idpf.org/2008/embedding")
     assert read(fonts)[1].text == make.EPUB_TEXT  # obfuscated fonts are not DRM
-    for name, data, why in [("zip.epub", b"PK\x05\x06" + bytes(18), "not an EPUB (no META-INF/container.xml)"),
-                            ("text.epub", b"plain text", "not an EPUB (not a zip file)")]:
+    for name, data, why in [
+        ("zip.epub", b"PK\x05\x06" + bytes(18), "not an EPUB (no META-INF/container.xml)"),
+        ("text.epub", b"plain text", "not an EPUB (not a zip file)"),
+    ]:
         with pytest.raises(IndexInputError) as e:
             read_documents(tmp_path / name, data)
         assert str(e.value) == f"{tmp_path / name}: {why}"
 
 
 def test_markdown_and_rst_text_exact_with_sections(tmp_path):
-    for path, text, expected, kind in [(make.write_markdown(tmp_path), make.MARKDOWN, make.MARKDOWN_SECTIONS, "markdown"),
-                                       (make.write_rst(tmp_path), make.RST, make.RST_SECTIONS, "rst")]:
+    for path, text, expected, kind in [
+        (make.write_markdown(tmp_path), make.MARKDOWN, make.MARKDOWN_SECTIONS, "markdown"),
+        (make.write_rst(tmp_path), make.RST, make.RST_SECTIONS, "rst"),
+    ]:
         got_kind, doc = read(path)
         assert (got_kind, doc.title, doc.text) == (kind, path.name, text)
-        assert [(doc.text[r.start:r.start + len(line)], r.section) for r, (line, _) in zip(doc.regions, expected)] \
-            == list(expected)
+        assert [
+            (doc.text[r.start : r.start + len(line)], r.section) for r, (line, _) in zip(doc.regions, expected)
+        ] == list(expected)
         assert len(doc.regions) == len(expected)
-    md = ("Intro\n\n~~~\n# in a tilde fence\n~~~\n\n    # indented code\n\nTwo\nlines\n===\n\n- item\n---\n\n"
-          "> quote\n---\n\n#nospace\n\n# Closed #####\n\n###### Six\n\n####### Seven\n")
+    md = (
+        "Intro\n\n~~~\n# in a tilde fence\n~~~\n\n    # indented code\n\nTwo\nlines\n===\n\n- item\n---\n\n"
+        "> quote\n---\n\n#nospace\n\n# Closed #####\n\n###### Six\n\n####### Seven\n"
+    )
     doc = read_documents(tmp_path / "x.markdown", md.encode())[1][0]
-    assert [(doc.text[r.start:r.start + 3], r.section) for r in doc.regions] == [
-        ("Two", "Two lines"), ("# C", "Closed"), ("###", "Six")]
+    assert [(doc.text[r.start : r.start + 3], r.section) for r in doc.regions] == [
+        ("Two", "Two lines"),
+        ("# C", "Closed"),
+        ("###", "Six"),
+    ]
     rst = "Title\n===\n\ntoo long a title\n---\n\ntext\nnot a title\n-----------\n\n----\n\n  indented\n  --------\n"
     doc = read_documents(tmp_path / "x.rst", rst.encode())[1][0]
     assert [r.section for r in doc.regions] == []  # every underline too short, not after a blank line, or a transition
@@ -217,12 +248,15 @@ def test_a_refused_file_given_alone_is_one_line_naming_it(tmp_path):
         assert store.stats()["sources"] == 0
 
 
-@pytest.mark.parametrize("module,writer,what,package", [
-    ("pypdf", make.write_pdf, "PDF", "pypdf"),
-    ("docx", make.write_docx, "Word .docx", "python-docx"),
-    ("lxml", make.write_html, "HTML", "lxml"),
-    ("lxml", make.write_epub, "EPUB", "lxml"),
-])
+@pytest.mark.parametrize(
+    "module,writer,what,package",
+    [
+        ("pypdf", make.write_pdf, "PDF", "pypdf"),
+        ("docx", make.write_docx, "Word .docx", "python-docx"),
+        ("lxml", make.write_html, "HTML", "lxml"),
+        ("lxml", make.write_epub, "EPUB", "lxml"),
+    ],
+)
 def test_a_missing_extra_names_its_package(tmp_path, monkeypatch, module, writer, what, package):
     path = writer(tmp_path)
     monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
@@ -232,8 +266,10 @@ def test_a_missing_extra_names_its_package(tmp_path, monkeypatch, module, writer
 
 
 def test_importing_documents_imports_no_format_library():
-    code = ("import sys, rckit.retrieval.documents, rckit.retrieval.store; "
-            "print(sorted(m for m in ('pypdf', 'docx', 'lxml', 'cryptography') if m in sys.modules))")
+    code = (
+        "import sys, rckit.retrieval.documents, rckit.retrieval.store; "
+        "print(sorted(m for m in ('pypdf', 'docx', 'lxml', 'cryptography') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -242,15 +278,49 @@ def test_index_input_error_survives_pickling():
     for error in (IndexInputError("/a/b.pdf", "encrypted (needs a password)", hint=""), IndexInputError("x", "why")):
         back = pickle.loads(pickle.dumps(error))
         assert (type(back), str(back), back.path, back.why, back.hint) == (
-            IndexInputError, str(error), error.path, error.why, error.hint)
+            IndexInputError,
+            str(error),
+            error.path,
+            error.why,
+            error.hint,
+        )
 
 
 def test_each_file_name_says_its_format(tmp_path):
-    kinds = {name: format_of(tmp_path / name).kind for name in (
-        "a.PDF", "b.htm", "c.xhtml", "d.html.gz", "e.epub", "f.docx", "g.doc", "h.md", "i.markdown", "j.rst",
-        "k.json.gz", "changelog.Debian.gz", "l.pdf.txt")}
-    assert kinds == {"a.PDF": "pdf", "b.htm": "html", "c.xhtml": "html", "d.html.gz": "gzip", "e.epub": "epub",
-                     "f.docx": "docx", "g.doc": "doc", "h.md": "markdown", "i.markdown": "markdown", "j.rst": "rst",
-                     "k.json.gz": "squad", "changelog.Debian.gz": "gzip", "l.pdf.txt": "text"}
-    assert documents.READS == ("reads: plain UTF-8 text, Markdown, reStructuredText, JSON Lines {id, title, text}, "
-                               "SQuAD JSON, HTML, EPUB, Word .docx, PDF, any of these gzip-compressed (.gz)")
+    kinds = {
+        name: format_of(tmp_path / name).kind
+        for name in (
+            "a.PDF",
+            "b.htm",
+            "c.xhtml",
+            "d.html.gz",
+            "e.epub",
+            "f.docx",
+            "g.doc",
+            "h.md",
+            "i.markdown",
+            "j.rst",
+            "k.json.gz",
+            "changelog.Debian.gz",
+            "l.pdf.txt",
+        )
+    }
+    assert kinds == {
+        "a.PDF": "pdf",
+        "b.htm": "html",
+        "c.xhtml": "html",
+        "d.html.gz": "gzip",
+        "e.epub": "epub",
+        "f.docx": "docx",
+        "g.doc": "doc",
+        "h.md": "markdown",
+        "i.markdown": "markdown",
+        "j.rst": "rst",
+        "k.json.gz": "squad",
+        "changelog.Debian.gz": "gzip",
+        "l.pdf.txt": "text",
+    }
+    assert documents.READS == (
+        "reads: plain UTF-8 text, Markdown, reStructuredText, JSON Lines {id, title, text}, "
+        "SQuAD JSON, HTML, EPUB, Word .docx, PDF, any of these gzip-compressed (.gz)"
+    )

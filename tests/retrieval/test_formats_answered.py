@@ -19,8 +19,10 @@ from tests.retrieval.make_documents import pdf_bytes, write_gzip
 
 PDF_FACTS = (  # two pages: (lines of page 1, lines of page 2)
     ("Observatory Log", "The observatory on the summit of Ben Nevis was opened in 1883."),
-    ("The weather station on the summit recorded 261 gales in 1890.",
-     "Its observers climbed the mountain path every week."),
+    (
+        "The weather station on the summit recorded 261 gales in 1890.",
+        "Its observers climbed the mountain path every week.",
+    ),
 )
 HTML_FACTS = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Kent Orchards</title></head>
@@ -33,10 +35,17 @@ HTML_FACTS = """<!DOCTYPE html>
 </main>
 <footer>Copyright 2025</footer></body></html>
 """
-DOCX_FACTS = (("Waterways", 0), ("Railways", 1), ("The first railway in Wales carried iron ore to the coast.", None),
-              ("Canals", 1), ("The Caledonian Canal was completed in 1822 by the engineer Thomas Telford.", None))
-EPUB_FACTS = (("The Voyage", "The sailors left the harbour of Oban in a fishing boat."),
-              ("The Island", "The sailors reached the island of St Kilda after nine days at sea."))
+DOCX_FACTS = (
+    ("Waterways", 0),
+    ("Railways", 1),
+    ("The first railway in Wales carried iron ore to the coast.", None),
+    ("Canals", 1),
+    ("The Caledonian Canal was completed in 1822 by the engineer Thomas Telford.", None),
+)
+EPUB_FACTS = (
+    ("The Voyage", "The sailors left the harbour of Oban in a fishing boat."),
+    ("The Island", "The sailors reached the island of St Kilda after nine days at sea."),
+)
 MARKDOWN_FACTS = """# Beekeeping
 
 Bees are kept in wooden hives in many gardens.
@@ -89,24 +98,33 @@ def write_docx(folder: Path, blocks, name: str) -> Path:
 
 def write_epub(folder: Path, chapters, name: str, title: str = "A Book") -> Path:
     """An EPUB 3 of (heading, paragraphs...) chapters, one XHTML file each."""
-    items = "".join(f'<item id="c{i}" href="c{i}.xhtml" media-type="application/xhtml+xml"/>'
-                    for i in range(len(chapters)))
+    items = "".join(
+        f'<item id="c{i}" href="c{i}.xhtml" media-type="application/xhtml+xml"/>' for i in range(len(chapters))
+    )
     spine = "".join(f'<itemref idref="c{i}"/>' for i in range(len(chapters)))
-    opf = ('<?xml version="1.0" encoding="UTF-8"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0" '
-           'unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="id">'
-           f'urn:uuid:1234</dc:identifier><dc:title>{title}</dc:title><dc:language>en</dc:language></metadata>'
-           f"<manifest>{items}</manifest><spine>{spine}</spine></package>")
+    opf = (
+        '<?xml version="1.0" encoding="UTF-8"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0" '
+        'unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="id">'
+        f"urn:uuid:1234</dc:identifier><dc:title>{title}</dc:title><dc:language>en</dc:language></metadata>"
+        f"<manifest>{items}</manifest><spine>{spine}</spine></package>"
+    )
     path = Path(folder, name)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
-        z.writestr("META-INF/container.xml", '<?xml version="1.0"?><container version="1.0" '
-                   'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile '
-                   'full-path="content.opf" media-type="application/oebps-package+xml"/></rootfiles></container>')
+        z.writestr(
+            "META-INF/container.xml",
+            '<?xml version="1.0"?><container version="1.0" '
+            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile '
+            'full-path="content.opf" media-type="application/oebps-package+xml"/></rootfiles></container>',
+        )
         z.writestr("content.opf", opf)
         for i, (heading, *paragraphs) in enumerate(chapters):
             body = (f"<h1>{heading}</h1>" if heading else "") + "".join(f"<p>{p}</p>" for p in paragraphs)
-            z.writestr(f"c{i}.xhtml", '<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/'
-                       f'xhtml"><head><title>{heading or title}</title></head><body>{body}</body></html>')
+            z.writestr(
+                f"c{i}.xhtml",
+                '<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/'
+                f'xhtml"><head><title>{heading or title}</title></head><body>{body}</body></html>',
+            )
     return path
 
 
@@ -114,12 +132,14 @@ def write_facts(folder: Path) -> dict[str, Path]:
     """One file of each format, each holding its own fact (FACT_QUESTIONS ask them), by name."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [write_pdf(folder, PDF_FACTS, "observatory.pdf", title="Observatory Log"),
-             write_text(folder, HTML_FACTS, "orchards.html"),
-             write_docx(folder, DOCX_FACTS, "waterways.docx"),
-             write_epub(folder, EPUB_FACTS, "voyage.epub", title="The Voyage to St Kilda"),
-             write_text(folder, MARKDOWN_FACTS, "bees.md"),
-             write_gzip(folder, "town.txt.gz", TEXT_FACTS.encode("utf-8"))]
+    paths = [
+        write_pdf(folder, PDF_FACTS, "observatory.pdf", title="Observatory Log"),
+        write_text(folder, HTML_FACTS, "orchards.html"),
+        write_docx(folder, DOCX_FACTS, "waterways.docx"),
+        write_epub(folder, EPUB_FACTS, "voyage.epub", title="The Voyage to St Kilda"),
+        write_text(folder, MARKDOWN_FACTS, "bees.md"),
+        write_gzip(folder, "town.txt.gz", TEXT_FACTS.encode("utf-8")),
+    ]
     return {p.name: p for p in paths}
 
 
@@ -144,19 +164,23 @@ def test_each_format_answers_its_own_question_on_its_page_or_under_its_heading(t
             assert got["source"] == str(files[name]), (question, got)
             assert (got["page"], got["section"]) == (page, section), (question, got)
             text = index.store.document_text(got["source"], got["key"])
-            assert text[got["start"]:got["end"]] == got["answer"]
+            assert text[got["start"] : got["end"]] == got["answer"]
             p = got["passage"]
-            assert p["text"] == text[p["start"]:p["end"]] and p["start"] <= got["start"] <= got["end"] <= p["end"]
+            assert p["text"] == text[p["start"] : p["end"]] and p["start"] <= got["start"] <= got["end"] <= p["end"]
 
 
 # --- the same paragraphs in every format ---------------------------------------------------------
 
-SAME = ("The Bell Rock Lighthouse stands on a reef eleven miles off the coast of Angus in Scotland.",
-        "It was built between 1807 and 1810 by the engineer Robert Stevenson, whose sons built many more.",
-        "Its light was first lit on the first of February 1811 and has warned ships ever since.")
-SAME_QUESTIONS = [("Who built the Bell Rock Lighthouse?", ("Robert Stevenson",)),
-                  ("How far off the coast is the Bell Rock Lighthouse?", ("eleven miles", "eleven")),
-                  ("When was the light of the Bell Rock Lighthouse first lit?", ("February 1811",))]
+SAME = (
+    "The Bell Rock Lighthouse stands on a reef eleven miles off the coast of Angus in Scotland.",
+    "It was built between 1807 and 1810 by the engineer Robert Stevenson, whose sons built many more.",
+    "Its light was first lit on the first of February 1811 and has warned ships ever since.",
+)
+SAME_QUESTIONS = [
+    ("Who built the Bell Rock Lighthouse?", ("Robert Stevenson",)),
+    ("How far off the coast is the Bell Rock Lighthouse?", ("eleven miles", "eleven")),
+    ("When was the light of the Bell Rock Lighthouse first lit?", ("February 1811",)),
+]
 
 
 def write_same(folder: Path) -> dict[str, Path]:
@@ -165,9 +189,13 @@ def write_same(folder: Path) -> dict[str, Path]:
     folder = Path(folder)
     writers = {
         "pdf": lambda f: write_pdf(f, [SAME], "lighthouse.pdf"),
-        "html": lambda f: write_text(f, "<!DOCTYPE html><html><head><title>Lighthouse</title></head><body><main>"
-                                        + "".join(f"<p>{p}</p>" for p in SAME) + "</main></body></html>",
-                                     "lighthouse.html"),
+        "html": lambda f: write_text(
+            f,
+            "<!DOCTYPE html><html><head><title>Lighthouse</title></head><body><main>"
+            + "".join(f"<p>{p}</p>" for p in SAME)
+            + "</main></body></html>",
+            "lighthouse.html",
+        ),
         "docx": lambda f: write_docx(f, [(p, None) for p in SAME], "lighthouse.docx"),
         "epub": lambda f: write_epub(f, [(None, *SAME)], "lighthouse.epub"),
         "markdown": lambda f: write_text(f, "\n\n".join(SAME) + "\n", "lighthouse.md"),

@@ -10,12 +10,19 @@ from rckit.retrieval.documents import IndexInputError
 from rckit.retrieval.passages import cut_passages
 from rckit.retrieval.store import Hit, PassageStore
 
-SQUAD = {"version": "1.1", "data": [
-    {"title": "Volcanoes", "paragraphs": [
-        {"context": "Magma erupts from a volcano as lava.", "qas": []},
-        {"context": "Pumice is a light volcanic rock that floats.", "qas": []}]},
-    {"title": "Rivers", "paragraphs": [{"context": "The Danube flows through Vienna and Budapest.", "qas": []}]},
-]}
+SQUAD = {
+    "version": "1.1",
+    "data": [
+        {
+            "title": "Volcanoes",
+            "paragraphs": [
+                {"context": "Magma erupts from a volcano as lava.", "qas": []},
+                {"context": "Pumice is a light volcanic rock that floats.", "qas": []},
+            ],
+        },
+        {"title": "Rivers", "paragraphs": [{"context": "The Danube flows through Vienna and Budapest.", "qas": []}]},
+    ],
+}
 
 
 def make_corpus(root):
@@ -23,12 +30,17 @@ def make_corpus(root):
     (docs / "sub").mkdir(parents=True)
     (docs / ".hidden").mkdir()
     (docs / "notes.txt").write_text("Penguins live in Antarctica.\n\nThey eat krill and fish.\n", encoding="utf-8")
-    (docs / "sub" / "guide.md").write_text("# Guide\r\n\r\nThe lighthouse keeper polished the brass lamp.\r\n",
-                                           encoding="utf-8")
+    (docs / "sub" / "guide.md").write_text(
+        "# Guide\r\n\r\nThe lighthouse keeper polished the brass lamp.\r\n", encoding="utf-8"
+    )
     (docs / "README").write_bytes("\ufeffCafé owners brew espresso déjà vu.\n".encode("utf-8"))  # BOM dropped
     (docs / "facts.jsonl").write_text(
-        json.dumps({"id": "q7", "title": "Space", "text": "Saturn has prominent rings of ice."}) + "\n\n"
-        + json.dumps({"text": "Octopuses have three hearts."}) + "\n", encoding="utf-8")
+        json.dumps({"id": "q7", "title": "Space", "text": "Saturn has prominent rings of ice."})
+        + "\n\n"
+        + json.dumps({"text": "Octopuses have three hearts."})
+        + "\n",
+        encoding="utf-8",
+    )
     (docs / "squad.json").write_text(json.dumps(SQUAD), encoding="utf-8")
     (docs / "blob.bin").write_bytes(b"\x89PNG\x00\x00\xff\xfe penguins")
     (docs / ".secret.txt").write_text("zebras everywhere", encoding="utf-8")
@@ -39,7 +51,7 @@ def make_corpus(root):
 def check_hits(ix, hits):
     for h in hits:
         assert isinstance(h, Hit)
-        assert ix.document_text(h.source, h.key)[h.start:h.end] == h.text
+        assert ix.document_text(h.source, h.key)[h.start : h.end] == h.text
 
 
 def fts_consistent(db_path):
@@ -68,16 +80,18 @@ def test_index_a_folder_and_search(tmp_path, capsys):
 
         hits = ix.search("Where do penguins live?")
         assert hits[0].source == str((docs / "notes.txt").resolve()) and hits[0].key is None
-        assert hits[0].title == "notes.txt" and hits[0].text == "Penguins live in Antarctica.\n\nThey eat krill and fish."
-        assert hits[0].text == (docs / "notes.txt").read_text(encoding="utf-8")[hits[0].start:hits[0].end]
+        assert (
+            hits[0].title == "notes.txt" and hits[0].text == "Penguins live in Antarctica.\n\nThey eat krill and fish."
+        )
+        assert hits[0].text == (docs / "notes.txt").read_text(encoding="utf-8")[hits[0].start : hits[0].end]
 
         hits = ix.search("What does the lighthouse keeper polish?")
         md = (docs / "sub" / "guide.md").read_bytes().decode("utf-8")  # \r\n kept, offsets into the file's text
-        assert hits[0].title == "guide.md" and md[hits[0].start:hits[0].end] == hits[0].text
+        assert hits[0].title == "guide.md" and md[hits[0].start : hits[0].end] == hits[0].text
 
         hits = ix.search("cafe deja")  # diacritics folded
         readme = (docs / "README").read_text(encoding="utf-8-sig")
-        assert hits[0].title == "README" and readme[hits[0].start:hits[0].end] == hits[0].text
+        assert hits[0].title == "README" and readme[hits[0].start : hits[0].end] == hits[0].text
 
         hits = ix.search("rings")  # porter stemming: rings ~ ring
         assert (hits[0].key, hits[0].title) == ("q7", "Space")
@@ -96,8 +110,18 @@ def test_fts_syntax_in_a_question_is_only_words(tmp_path):
     docs = make_corpus(tmp_path)
     with PassageStore(tmp_path / "index.db") as ix:
         ix.add([docs])
-        for q in ['"NOT" AND (near*', "penguins NOT krill", "NEAR(a b)", "title:penguins OR", "-x ^y {z}", "'\"",
-                  'col:"unterminated', "AND", "*", "a_b c-d"]:
+        for q in [
+            '"NOT" AND (near*',
+            "penguins NOT krill",
+            "NEAR(a b)",
+            "title:penguins OR",
+            "-x ^y {z}",
+            "'\"",
+            'col:"unterminated',
+            "AND",
+            "*",
+            "a_b c-d",
+        ]:
             check_hits(ix, ix.search(q))
         assert ix.search("penguins NOT krill")[0].title == "notes.txt"
 
@@ -196,7 +220,7 @@ def test_passages_respect_max_words_and_never_overlap(tmp_path):
     assert all(len(text[s:e].split()) <= 10 for s, e in spans)
     assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:]))
     assert " ".join(text[s:e] for s, e in spans).split() == text.split()  # every word in exactly one passage
-    assert text[spans[0][0]:spans[0][1]] == "Intro line."  # 2 + 9 words would exceed 10
+    assert text[spans[0][0] : spans[0][1]] == "Intro line."  # 2 + 9 words would exceed 10
     assert cut_passages(" \n\n\t ", 10) == [] and cut_passages("one two three", 10) == [(0, 13)]
     assert cut_passages("a b.\n\nc d.", 10) == [(0, 10)]  # short paragraphs merge
 
@@ -246,12 +270,23 @@ def test_squad_gz_and_a_copied_index(tmp_path):
 def test_a_file_is_read_as_the_format_its_name_says(tmp_path):
     from rckit.retrieval.documents import FORMATS, READS, format_of, read_documents
 
-    kinds = {name: format_of(tmp_path / name).kind for name in (
-        "a.txt", "README", "b.md", "c.jsonl", "d.json", "E.JSON.GZ", "f.json.txt", "g.jsonl.bak")}
-    assert kinds == {"a.txt": "text", "README": "text", "b.md": "markdown", "c.jsonl": "jsonl", "d.json": "squad",
-                     "E.JSON.GZ": "squad", "f.json.txt": "text", "g.jsonl.bak": "text"}
-    assert READS.startswith("reads: plain UTF-8 text, Markdown, reStructuredText, JSON Lines {id, title, text}, "
-                            "SQuAD JSON, ")  # and the formats of tests/retrieval/test_documents.py
+    kinds = {
+        name: format_of(tmp_path / name).kind
+        for name in ("a.txt", "README", "b.md", "c.jsonl", "d.json", "E.JSON.GZ", "f.json.txt", "g.jsonl.bak")
+    }
+    assert kinds == {
+        "a.txt": "text",
+        "README": "text",
+        "b.md": "markdown",
+        "c.jsonl": "jsonl",
+        "d.json": "squad",
+        "E.JSON.GZ": "squad",
+        "f.json.txt": "text",
+        "g.jsonl.bak": "text",
+    }
+    assert READS.startswith(
+        "reads: plain UTF-8 text, Markdown, reStructuredText, JSON Lines {id, title, text}, SQuAD JSON, "
+    )  # and the formats of tests/retrieval/test_documents.py
     assert [f.kind for f in FORMATS][:5] == ["text", "markdown", "rst", "jsonl", "squad"]
     kind, docs = read_documents(tmp_path / "r.jsonl", b'{"id": 4, "title": "T", "text": "x y"}\n')
     assert kind == "jsonl" and [(d.key, d.title, d.text) for d in docs] == [("4", "T", "x y")]

@@ -16,11 +16,13 @@ def rivers(tmp_path):
     docs = tmp_path / "rivers"
     docs.mkdir()
     for i in range(30):
-        (docs / f"r{i:02d}.txt").write_text(f"The river number {i} runs past mill {i} and the old river bridge.\n",
-                                            encoding="utf-8")
+        (docs / f"r{i:02d}.txt").write_text(
+            f"The river number {i} runs past mill {i} and the old river bridge.\n", encoding="utf-8"
+        )
     (docs / "zanzibar.txt").write_text("Zanzibar has no great river, only streams.\n", encoding="utf-8")
-    (docs / "zanzibar2.txt").write_text("The spice trade of Zanzibar river ports and the river dhows.\n",
-                                        encoding="utf-8")
+    (docs / "zanzibar2.txt").write_text(
+        "The spice trade of Zanzibar river ports and the river dhows.\n", encoding="utf-8"
+    )
     return docs
 
 
@@ -63,8 +65,10 @@ def test_files_read_by_a_worker_process_index_what_reading_here_does(rivers, tmp
             report = ix.add([rivers], jobs=jobs)
             assert report["added"] == 33 and [s["path"].rsplit("/", 1)[1] for s in report["skipped"]] == ["bad.bin"]
         con = sqlite3.connect(db)
-        tables[jobs] = [con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-                        for t in ("sources", "documents", "passages", "regions")]
+        tables[jobs] = [
+            con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+            for t in ("sources", "documents", "passages", "regions")
+        ]
         con.close()
     assert tables[0] == tables[1]
     with pytest.raises(store.IndexInputError, match="bad.bin: binary"):  # named alone: refused by a worker too

@@ -64,24 +64,35 @@ def call(client, method: str, path: str, key: str | None = None, **kw):
 
 # -- keys ------------------------------------------------------------------------------------
 
-PROTECTED = [("POST", "/v1/answer"), ("POST", "/v1/ask"), ("GET", "/v1/index"), ("GET", "/v1/model"),
-             ("GET", "/v1/no-such-route"), ("GET", "/no-such-page")]
+PROTECTED = [
+    ("POST", "/v1/answer"),
+    ("POST", "/v1/ask"),
+    ("GET", "/v1/index"),
+    ("GET", "/v1/model"),
+    ("GET", "/v1/no-such-route"),
+    ("GET", "/no-such-page"),
+]
 PUBLIC = ["/health", "/", "/static/app.js", "/static/style.css", "/docs", "/openapi.json"]
 
 
 def test_every_route_but_the_page_docs_and_health_needs_the_key():
     with TestClient(create_app(FakeReader(), ServeConfig(api_key=KEY, access_log="off"))) as client:
         for method, path in PROTECTED:
-            refused = [call(client, method, path), call(client, method, path, "wrong-key"),
-                       call(client, method, path, headers={"Authorization": KEY}),  # no scheme
-                       call(client, method, path, headers={"Authorization": f"Basic {KEY}"}),
-                       call(client, method, path, headers={"Authorization": "Bearer "}),
-                       call(client, method, path, KEY[:-1]), call(client, method, path, KEY + "x")]
+            refused = [
+                call(client, method, path),
+                call(client, method, path, "wrong-key"),
+                call(client, method, path, headers={"Authorization": KEY}),  # no scheme
+                call(client, method, path, headers={"Authorization": f"Basic {KEY}"}),
+                call(client, method, path, headers={"Authorization": "Bearer "}),
+                call(client, method, path, KEY[:-1]),
+                call(client, method, path, KEY + "x"),
+            ]
             for r in refused:
                 assert r.status_code == 401, (method, path, r.status_code, r.text)
                 assert r.headers["www-authenticate"] == "Bearer"
-                assert r.json() == {"error": "this server needs a key: send it as the header "
-                                    "`Authorization: Bearer KEY`"}
+                assert r.json() == {
+                    "error": "this server needs a key: send it as the header `Authorization: Bearer KEY`"
+                }
             assert len({r.content for r in refused}) == 1  # a wrong key is told nothing a missing one is not
             r = call(client, method, path, KEY)
             assert r.status_code != 401, (method, path, r.text)
@@ -96,7 +107,10 @@ def test_the_schema_declares_the_bearer_scheme_on_every_protected_operation():
     with TestClient(create_app(FakeReader(), ServeConfig(api_key=KEY, access_log="off"))) as client:
         spec = client.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "description": spec["components"]["securitySchemes"]["bearer"]["description"]}
+        "type": "http",
+        "scheme": "bearer",
+        "description": spec["components"]["securitySchemes"]["bearer"]["description"],
+    }
     for path, operations in spec["paths"].items():
         for operation in operations.values():
             if path == "/health":
@@ -104,7 +118,8 @@ def test_the_schema_declares_the_bearer_scheme_on_every_protected_operation():
             else:
                 assert operation["security"] == [{"bearer": []}], path
                 assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
-                    "$ref": "#/components/schemas/ErrorResponse"}
+                    "$ref": "#/components/schemas/ErrorResponse"
+                }
                 assert "429" not in operation["responses"]  # no limits set
     with TestClient(create_app(FakeReader(), ServeConfig(access_log="off"))) as client:  # an open server
         spec = client.get("/openapi.json").json()
@@ -129,8 +144,10 @@ def test_a_key_file_gives_each_client_a_name_and_takes_keys_withdrawn_without_a_
         assert call(client, "GET", "/v1/model", OTHER).status_code == 401
         assert call(client, "GET", "/v1/model", OTHER).status_code == 401
         warned = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("{")]
-        assert warned == [f"rckit serve: api_key_file {keys}, line 2: 3 words; a line is `NAME KEY` or `KEY`; "
-                          "no key of it is accepted until it is mended"]  # said once, not on every request
+        assert warned == [
+            f"rckit serve: api_key_file {keys}, line 2: 3 words; a line is `NAME KEY` or `KEY`; "
+            "no key of it is accepted until it is mended"
+        ]  # said once, not on every request
         rewrite(keys, f"alice {KEY}", OTHER)
         assert call(client, "GET", "/v1/model", KEY).status_code == 200
         keys.unlink()
@@ -148,19 +165,29 @@ def test_a_key_sent_is_compared_with_every_key_and_only_by_digest(tmp_path, monk
     keys = Keys(KEY, str(key_file(tmp_path / "keys", *(f"client{i} key-number-{i}" for i in range(4)))))
     compared, real = [], hmac.compare_digest
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: compared.append((len(a), len(b))) or real(a, b))
-    for sent, name in ((KEY.encode(), key_name(KEY)), (b"key-number-0", "client0"), (b"key-number-3", "client3"),
-                       (b"key-number-", None), (b"x" * 1000, None), (b"", None), (None, None)):
+    for sent, name in (
+        (KEY.encode(), key_name(KEY)),
+        (b"key-number-0", "client0"),
+        (b"key-number-3", "client3"),
+        (b"key-number-", None),
+        (b"x" * 1000, None),
+        (b"", None),
+        (None, None),
+    ):
         compared.clear()
         assert keys.match(sent) == name
         assert compared == [(32, 32)] * 5
 
 
-@pytest.mark.parametrize("lines,problem", [
-    (["alice k1 k2"], "line 1: 3 words; a line is `NAME KEY` or `KEY`"),
-    (["# only a comment", "", "alice kéy"], "line 3: a key must be printable ASCII without spaces"),
-    ([KEY, f"bob {KEY}"], "line 2: the same key as line 1"),
-    (["# no key at all"], "holds no key"),
-])
+@pytest.mark.parametrize(
+    "lines,problem",
+    [
+        (["alice k1 k2"], "line 1: 3 words; a line is `NAME KEY` or `KEY`"),
+        (["# only a comment", "", "alice kéy"], "line 3: a key must be printable ASCII without spaces"),
+        ([KEY, f"bob {KEY}"], "line 2: the same key as line 1"),
+        (["# no key at all"], "holds no key"),
+    ],
+)
 def test_a_bad_key_file_is_refused_in_one_line_naming_its_line(tmp_path, lines, problem):
     path = key_file(tmp_path / "keys", *lines)
     with pytest.raises(ValueError, match=re.escape(f"api_key_file {path}")) as e:
@@ -193,6 +220,7 @@ def test_a_network_address_without_a_key_is_refused_unless_anonymous_is_allowed(
 
 # -- per-client limits -------------------------------------------------------------------------
 
+
 def test_a_client_over_its_rate_gets_429_with_retry_after_and_the_others_are_served(tmp_path):
     keys = key_file(tmp_path / "keys", f"alice {KEY}", f"bob {OTHER}")
     config = ServeConfig(api_key_file=str(keys), rate_limit=0.5, burst=2, access_log="off")
@@ -210,7 +238,9 @@ def test_a_client_over_its_rate_gets_429_with_retry_after_and_the_others_are_ser
         assert call(client, "POST", "/v1/answer", "wrong").status_code == 401  # the key before the limit
         spec = client.get("/openapi.json").json()
         assert spec["paths"]["/v1/answer"]["post"]["responses"]["429"]["headers"]["Retry-After"]["schema"] == {
-            "type": "integer", "minimum": 1}
+            "type": "integer",
+            "minimum": 1,
+        }
 
 
 def test_a_client_at_its_in_flight_limit_gets_429_and_the_others_are_served():
@@ -220,8 +250,9 @@ def test_a_client_at_its_in_flight_limit_gets_429_and_the_others_are_served():
 
     async def run():
         def client(address):
-            return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 40000)),
-                                     base_url="http://test")
+            return httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app, client=(address, 40000)), base_url="http://test"
+            )
 
         async with client("10.0.0.1") as a, client("10.0.0.2") as b:
             first = asyncio.create_task(a.post("/v1/answer", json=GOOD))
@@ -243,15 +274,25 @@ def test_a_client_at_its_in_flight_limit_gets_429_and_the_others_are_served():
 
 # -- CORS --------------------------------------------------------------------------------------
 
+
 def preflight(client, origin: str):
-    return client.options("/v1/answer", headers={"Origin": origin, "Access-Control-Request-Method": "POST",
-                                                 "Access-Control-Request-Headers": "authorization,content-type"})
+    return client.options(
+        "/v1/answer",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+    )
 
 
 def test_cors_is_off_by_default_and_lets_only_the_origins_given():
     with TestClient(create_app(FakeReader(), ServeConfig(api_key=KEY, access_log="off"))) as client:
-        for r in (preflight(client, "https://app.example"), call(client, "GET", "/v1/model", KEY,
-                  headers={"Origin": "https://app.example"}), client.get("/health", headers={"Origin": "https://x.org"})):
+        for r in (
+            preflight(client, "https://app.example"),
+            call(client, "GET", "/v1/model", KEY, headers={"Origin": "https://app.example"}),
+            client.get("/health", headers={"Origin": "https://x.org"}),
+        ):
             assert not any(h.startswith("access-control-") for h in r.headers), r.headers
     config = ServeConfig(api_key=KEY, cors_origin=("https://app.example", "http://localhost:3000"), access_log="off")
     with TestClient(create_app(FakeReader(), config)) as client:
@@ -275,6 +316,7 @@ def test_cors_is_off_by_default_and_lets_only_the_origins_given():
 
 # -- the access log --------------------------------------------------------------------------
 
+
 def log_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -291,7 +333,7 @@ def test_the_access_log_has_a_line_a_request_and_never_a_key_or_text(tmp_path):
         ok = call(client, "POST", "/v1/answer", KEY, headers={"X-Request-ID": "req-42.a:b"})
         refused = call(client, "POST", "/v1/answer", "not-the-key")
         odd = call(client, "GET", "/v1/model", KEY, headers={"X-Request-ID": "x" * 129})
-        bad = call(client, "GET", "/v1/model", KEY, headers={"X-Request-ID": "a b\"{}"})
+        bad = call(client, "GET", "/v1/model", KEY, headers={"X-Request-ID": 'a b"{}'})
         health = client.get("/health")
         broken = call(client, "GET", "/v1/bug", KEY, headers={"X-Request-ID": "bug-1"})
     assert ok.headers["x-request-id"] == "req-42.a:b" and broken.headers["x-request-id"] == "bug-1"
@@ -300,9 +342,13 @@ def test_the_access_log_has_a_line_a_request_and_never_a_key_or_text(tmp_path):
         assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"]), r.headers
     lines = log_lines(log)
     assert [(x["method"], x["path"], x["status"], x["key"]) for x in lines] == [
-        ("POST", "/v1/answer", 200, key_name(KEY)), ("POST", "/v1/answer", 401, None),
-        ("GET", "/v1/model", 200, key_name(KEY)), ("GET", "/v1/model", 200, key_name(KEY)),
-        ("GET", "/health", 200, None), ("GET", "/v1/bug", 500, key_name(KEY))]
+        ("POST", "/v1/answer", 200, key_name(KEY)),
+        ("POST", "/v1/answer", 401, None),
+        ("GET", "/v1/model", 200, key_name(KEY)),
+        ("GET", "/v1/model", 200, key_name(KEY)),
+        ("GET", "/health", 200, None),
+        ("GET", "/v1/bug", 500, key_name(KEY)),
+    ]
     for line, r in zip(lines, (ok, refused, odd, bad, health, broken)):
         assert line.keys() == {"time", "client", "key", "method", "path", "status", "ms", "request_id"}
         assert line["request_id"] == r.headers["x-request-id"] and line["client"] == "testclient"
@@ -328,13 +374,19 @@ def test_the_access_log_holds_the_text_only_with_log_text_and_goes_to_stderr_by_
 
 # -- real servers: a key file changed under one, every interface, HTTPS ----------------------------
 
+
 def launch(args: list[str], log: Path, lines: int = 1, timeout: float = 120):
     """``python -m rckit serve ARGS`` (host and port as ARGS say); the process and the first
     ``lines`` lines it prints (the URL, then what it says after it)."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     env.pop("RCKIT_API_KEY", None)  # the keys are the test's
-    proc = subprocess.Popen([sys.executable, "-m", "rckit", "serve", *args], stdout=subprocess.PIPE,
-                            stderr=log.open("w"), bufsize=0, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rckit", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        bufsize=0,
+        env=env,
+    )
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     deadline, out = time.monotonic() + timeout, b""
@@ -354,8 +406,9 @@ def fetch(url: str, key: str | None = None, body: dict | None = None, context: s
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json", **(bearer(key) if key else {})}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=60,
-                                    context=context) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, data=data, headers=headers), timeout=60, context=context
+        ) as r:
             return r.status, r.headers, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, e.headers, json.load(e)
@@ -364,8 +417,20 @@ def fetch(url: str, key: str | None = None, body: dict | None = None, context: s
 def test_a_real_server_takes_keys_from_its_file_and_logs_them_by_name(tiny_export, tmp_path):
     keys = key_file(tmp_path / "keys", f"alice {KEY}", f"bob {OTHER}")
     access = tmp_path / "access.jsonl"
-    proc, lines = launch([str(tiny_export), "--api-key-file", str(keys), "--access-log", str(access),
-                          "--host", "127.0.0.1", "--port", "0"], tmp_path / "serve.log")
+    proc, lines = launch(
+        [
+            str(tiny_export),
+            "--api-key-file",
+            str(keys),
+            "--access-log",
+            str(access),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
+        tmp_path / "serve.log",
+    )
     url = re.search(r"http://127\.0\.0\.1:\d+/", lines[0]).group(0)
     try:
         assert fetch(url + "health")[0] == 200
@@ -380,20 +445,29 @@ def test_a_real_server_takes_keys_from_its_file_and_logs_them_by_name(tiny_expor
         assert stop_server(proc) == 130
     logged = log_lines(access)
     assert [(x["path"], x["status"], x["key"]) for x in logged] == [
-        ("/health", 200, None), ("/v1/answer", 401, None), ("/v1/answer", 401, None), ("/v1/answer", 200, "alice"),
-        ("/v1/answer", 401, None), ("/v1/answer", 200, "bob")]
+        ("/health", 200, None),
+        ("/v1/answer", 401, None),
+        ("/v1/answer", 401, None),
+        ("/v1/answer", 200, "alice"),
+        ("/v1/answer", 401, None),
+        ("/v1/answer", 200, "bob"),
+    ]
     assert all(x["client"] == "127.0.0.1" for x in logged)
     assert KEY not in access.read_text() and OTHER not in access.read_text()
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
 
 
 def test_listening_on_every_interface_without_a_key_needs_allow_anonymous_and_says_so(tiny_export, tmp_path):
-    proc, lines = launch([str(tiny_export), "--host", "0.0.0.0", "--port", "0", "--allow-anonymous",
-                          "--access-log", "off"], tmp_path / "serve.log", lines=2)
+    proc, lines = launch(
+        [str(tiny_export), "--host", "0.0.0.0", "--port", "0", "--allow-anonymous", "--access-log", "off"],
+        tmp_path / "serve.log",
+        lines=2,
+    )
     try:
         port = re.search(r"http://0\.0\.0\.0:(\d+)/", lines[0]).group(1)
-        assert lines[1] == (f"rckit serve: no key (--allow-anonymous): anyone who can "
-                                                        f"reach 0.0.0.0:{port} can use this server")
+        assert lines[1] == (
+            f"rckit serve: no key (--allow-anonymous): anyone who can reach 0.0.0.0:{port} can use this server"
+        )
         assert fetch(f"http://127.0.0.1:{port}/v1/answer", None, GOOD)[0] == 200
     finally:
         stop_server(proc)
@@ -408,9 +482,30 @@ def openssl() -> str:
 def make_certificate(folder: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (an EC key, valid a day) and its key."""
     cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run([openssl(), "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            openssl(),
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -422,9 +517,24 @@ def test_https_with_a_certificate_made_here(tiny_export, tmp_path):
         ServeConfig(ssl_certfile=str(cert), ssl_keyfile=str(tmp_path / "none.pem")).check()
     with pytest.raises(ValueError, match="not a PEM certificate"):
         ServeConfig(ssl_certfile=str(cert), ssl_keyfile=str(cert)).check()
-    proc, lines = launch([str(tiny_export), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key),
-                          "--api-key", KEY, "--host", "127.0.0.1", "--port", "0", "--access-log", "off"],
-                         tmp_path / "serve.log")
+    proc, lines = launch(
+        [
+            str(tiny_export),
+            "--ssl-certfile",
+            str(cert),
+            "--ssl-keyfile",
+            str(key),
+            "--api-key",
+            KEY,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--access-log",
+            "off",
+        ],
+        tmp_path / "serve.log",
+    )
     try:
         url = re.search(r"https://127\.0\.0\.1:\d+/", lines[0]).group(0)
         trusting = ssl.create_default_context(cafile=str(cert))  # the certificate checked, host name included

@@ -45,7 +45,7 @@ def check_explanation(e: dict, context: str, question: str) -> None:
     if e["null_prob"] is None:  # a softmax over the window's tokens
         assert sum(e["start_probs"]) == pytest.approx(1, abs=1e-3) and sum(e["end_probs"]) == pytest.approx(1, abs=1e-3)
     a = e["answer"]
-    assert context[a["start"]:a["end"]] == a["answer"]
+    assert context[a["start"] : a["end"]] == a["answer"]
     first, last = e["answer_tokens"]
     assert e["context_offsets"][first][0] == a["start"] and e["context_offsets"][last][1] == a["end"]
     att = e["attention"]
@@ -58,8 +58,9 @@ def check_explanation(e: dict, context: str, question: str) -> None:
 
 @pytest.fixture(scope="module")
 def client(tiny_reader):  # noqa: F811 (the fixture)
-    with TestClient(create_app(tiny_reader, ServeConfig(max_body_bytes=3_000, max_context_chars=600,
-                                                        access_log="off"))) as c:
+    with TestClient(
+        create_app(tiny_reader, ServeConfig(max_body_bytes=3_000, max_context_chars=600, access_log="off"))
+    ) as c:
         yield c
 
 
@@ -79,9 +80,15 @@ def test_an_explanation_as_json_and_as_a_page(client, tiny_reader):  # noqa: F81
     assert e["answer"] == alone["answer"] == tiny_reader.answer(CONTEXT, QUESTION)[0]
     assert e["start_probs"] == pytest.approx(alone["start_probs"], rel=1e-5, abs=1e-7)
     # the same answer as POST /v1/answer gives
-    assert client.post("/v1/answer", json={"context": CONTEXT, "question": QUESTION}).json()["answers"][0] == e["answer"]
-    assert explain(client, {"context": CONTEXT, "question": QUESTION}).json()["explanation"]["saliency"][
-        "integrated_gradients"]["steps"] == DEFAULT_STEPS
+    assert (
+        client.post("/v1/answer", json={"context": CONTEXT, "question": QUESTION}).json()["answers"][0] == e["answer"]
+    )
+    assert (
+        explain(client, {"context": CONTEXT, "question": QUESTION}).json()["explanation"]["saliency"][
+            "integrated_gradients"
+        ]["steps"]
+        == DEFAULT_STEPS
+    )
 
     page = explain(client, {"context": CONTEXT, "question": QUESTION, "steps": 4}, "?format=html")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -117,28 +124,50 @@ SAME_AS_ANSWER = [  # refused by POST /v1/explain exactly as by POST /v1/answer
 
 @pytest.mark.parametrize("body", [c[1] for c in SAME_AS_ANSWER], ids=[c[0] for c in SAME_AS_ANSWER])
 def test_a_bad_request_is_refused_as_post_v1_answer_refuses_it(client, body):
-    sent = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {
-        "json": body}
+    sent = (
+        {"content": body, "headers": {"content-type": "application/json"}}
+        if isinstance(body, bytes)
+        else {"json": body}
+    )
     got, answer = client.post("/v1/explain", **sent), client.post("/v1/answer", **sent)
     assert 400 <= got.status_code < 500 and got.json().keys() == {"error"}
     assert (got.status_code, got.json()) == (answer.status_code, answer.json())
 
 
-@pytest.mark.parametrize("body,message", [
-    ({"context": CONTEXT, "questions": ["Who?", "When?"]},
-     "'questions': POST /v1/explain explains one question; send it as 'question'"),
-    ({"context": CONTEXT, "question": "Who?", "questions": ["When?"]},
-     "'questions': POST /v1/explain explains one question; send it as 'question'"),
-    ({"context": CONTEXT}, "'question' is required"),
-    ({"context": CONTEXT, "question": None}, "'question' is required"),
-    ({"context": CONTEXT, "question": "Who?", "top_k": 3},
-     "unknown field 'top_k' (the fields are context, question, max_answer_len, steps, model)"),
-    ({"context": CONTEXT, "question": "Who?", "steps": 0}, "'steps' must be between 1 and 128, not 0"),
-    ({"context": CONTEXT, "question": "Who?", "steps": 129}, "'steps' must be between 1 and 128, not 129"),
-    ({"context": CONTEXT, "question": "Who?", "steps": 2.5}, "'steps' must be an integer, not a number (2.5)"),
-    ({"context": CONTEXT, "question": "Who?", "steps": "8"}, "'steps' must be an integer, not a string"),
-], ids=["two questions", "question and questions", "no question", "question null", "top_k", "steps 0", "steps 129",
-        "steps a fraction", "steps a string"])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (
+            {"context": CONTEXT, "questions": ["Who?", "When?"]},
+            "'questions': POST /v1/explain explains one question; send it as 'question'",
+        ),
+        (
+            {"context": CONTEXT, "question": "Who?", "questions": ["When?"]},
+            "'questions': POST /v1/explain explains one question; send it as 'question'",
+        ),
+        ({"context": CONTEXT}, "'question' is required"),
+        ({"context": CONTEXT, "question": None}, "'question' is required"),
+        (
+            {"context": CONTEXT, "question": "Who?", "top_k": 3},
+            "unknown field 'top_k' (the fields are context, question, max_answer_len, steps, model)",
+        ),
+        ({"context": CONTEXT, "question": "Who?", "steps": 0}, "'steps' must be between 1 and 128, not 0"),
+        ({"context": CONTEXT, "question": "Who?", "steps": 129}, "'steps' must be between 1 and 128, not 129"),
+        ({"context": CONTEXT, "question": "Who?", "steps": 2.5}, "'steps' must be an integer, not a number (2.5)"),
+        ({"context": CONTEXT, "question": "Who?", "steps": "8"}, "'steps' must be an integer, not a string"),
+    ],
+    ids=[
+        "two questions",
+        "question and questions",
+        "no question",
+        "question null",
+        "top_k",
+        "steps 0",
+        "steps 129",
+        "steps a fraction",
+        "steps a string",
+    ],
+)
 def test_explain_takes_one_question_and_steps_in_range(client, body, message):
     r = explain(client, body)
     assert (r.status_code, r.json()) == (422, {"error": message})
@@ -162,6 +191,7 @@ def test_the_schema_states_the_body_its_limits_and_the_formats(client):
 
 # -- the installed model: an ONNX file, explained with PyTorch ------------------------------------
 
+
 @pytest.fixture(scope="module")
 def onnx_reader():
     pytest.importorskip("onnxruntime", reason="the ONNX path needs onnxruntime (pip install 'rckit[onnx]')")
@@ -171,8 +201,10 @@ def onnx_reader():
     return Reader.load(BUNDLED_ONNX)
 
 
-EIFFEL = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named after "
-          "the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889.")
+EIFFEL = (
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named after "
+    "the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889."
+)
 
 
 def test_a_server_of_an_onnx_file_explains_with_the_safetensors_beside_it(onnx_reader):
@@ -210,6 +242,7 @@ def test_without_pytorch_an_onnx_server_answers_501_in_one_line_and_goes_on(onnx
 
 
 # -- one at a time, and answers meanwhile ---------------------------------------------------------
+
 
 def test_explanations_run_one_at_a_time_off_the_event_loop(tiny_reader):  # noqa: F811
     """Two explanations asked at once both succeed, one after the other, in a thread of their own;
@@ -286,10 +319,14 @@ def test_a_real_server_with_a_key_explains_two_at_once_and_answers_meanwhile(tin
         def ask(name: str, path: str, sent: dict) -> None:
             results[name] = _call(url, path, sent)
 
-        threads = [threading.Thread(target=ask, args=(f"explain{i}", "v1/explain", {**body, "question": q}))
-                   for i, q in enumerate((QUESTION, "When was the stone found?"))]
-        threads += [threading.Thread(target=ask, args=(f"answer{i}", "v1/answer", {"context": CONTEXT, "question": q}))
-                    for i, q in enumerate(("Who read the hieroglyphs?", "Where was it found?"))]
+        threads = [
+            threading.Thread(target=ask, args=(f"explain{i}", "v1/explain", {**body, "question": q}))
+            for i, q in enumerate((QUESTION, "When was the stone found?"))
+        ]
+        threads += [
+            threading.Thread(target=ask, args=(f"answer{i}", "v1/answer", {"context": CONTEXT, "question": q}))
+            for i, q in enumerate(("Who read the hieroglyphs?", "Where was it found?"))
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -324,8 +361,9 @@ def test_an_explanation_waiting_past_the_time_limit_is_dropped_with_503(tiny_rea
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
             body = {"context": CONTEXT, "question": QUESTION, "steps": 2}
-            late = await asyncio.gather(c.post("/v1/explain", json=body),
-                                        c.post("/v1/explain", json={**body, "question": "When was it found?"}))
+            late = await asyncio.gather(
+                c.post("/v1/explain", json=body), c.post("/v1/explain", json={**body, "question": "When was it found?"})
+            )
             release.set()
             return late, await c.post("/v1/explain", json={**body, "question": "Where was it found?"})
 

@@ -13,8 +13,11 @@ from tests.serve.test_serve import start_server, stop_server
 
 
 def ask(url: str, question: str, passages: int = 3) -> tuple[int, dict]:
-    req = urllib.request.Request(url + "v1/ask", data=json.dumps({"question": question, "passages": passages}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "v1/ask",
+        data=json.dumps({"question": question, "passages": passages}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.load(r)
@@ -26,8 +29,11 @@ def test_updating_the_index_under_a_serving_server_loses_no_request(tiny_export,
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(30):
-        (docs / f"d{i:02d}.txt").write_text(f"Harbour log {i}. The ferry number {i} sails at dawn to the island "
-                                            f"of Skerry {i}, carrying mail and bread.\n", encoding="utf-8")
+        (docs / f"d{i:02d}.txt").write_text(
+            f"Harbour log {i}. The ferry number {i} sails at dawn to the island "
+            f"of Skerry {i}, carrying mail and bread.\n",
+            encoding="utf-8",
+        )
     db = tmp_path / "index.sqlite"
     with PassageStore(db) as store:
         store.add([docs])
@@ -46,8 +52,9 @@ def test_updating_the_index_under_a_serving_server_loses_no_request(tiny_export,
         while len(statuses) < 20:  # the clients are asking before the index changes
             stop.wait(0.05)
         for i in range(20):  # 20 new documents, one changed, one removed
-            (docs / f"new{i:02d}.txt").write_text(f"Lighthouse note {i}: the keeper trims the wick at dusk.\n",
-                                                  encoding="utf-8")
+            (docs / f"new{i:02d}.txt").write_text(
+                f"Lighthouse note {i}: the keeper trims the wick at dusk.\n", encoding="utf-8"
+            )
         (docs / "new07.txt").write_text("The zephyrine lamp of the north light was lit in 1794.\n", encoding="utf-8")
         (docs / "d03.txt").write_text("The ferry to Skerry 3 was withdrawn.\n", encoding="utf-8")
         (docs / "d04.txt").unlink()

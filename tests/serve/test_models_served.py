@@ -26,8 +26,9 @@ QUESTION = "When did Ada Lovelace write the first published program?"
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     """``rckit serve --model qanet,dcn``; its URL."""
-    proc, url = start_server(["--model", "qanet,dcn", "--access-log", "off"],
-                             tmp_path_factory.mktemp("two-models") / "serve.log")
+    proc, url = start_server(
+        ["--model", "qanet,dcn", "--access-log", "off"], tmp_path_factory.mktemp("two-models") / "serve.log"
+    )
     yield url
     stop_server(proc)
 
@@ -39,13 +40,14 @@ def test_each_model_answers_by_name_and_the_reply_names_it(two):
         assert status == 200, body
         assert body["model"] == name and len(body["answers"]) == 2
         best = body["answers"][0]
-        assert CONTEXT[best["start"]:best["end"]] == best["answer"]
+        assert CONTEXT[best["start"] : best["end"]] == best["answer"]
         replies[name] = body["answers"]
     # Two models, not one asked twice: their probabilities differ.
     assert replies["qanet"][0]["score"] != replies["dcn"][0]["score"]
     # A list of questions goes to the model named too.
-    status, body = call(two, "v1/answer", {"context": CONTEXT, "questions": [QUESTION, "Whose engine was it?"],
-                                           "model": "dcn"})
+    status, body = call(
+        two, "v1/answer", {"context": CONTEXT, "questions": [QUESTION, "Whose engine was it?"], "model": "dcn"}
+    )
     assert status == 200 and body["model"] == "dcn" and len(body["answers"][0]) == 1
     first, want = body["answers"][0][0], replies["dcn"][0]  # the same answer; the score within batching's rounding
     assert (first["answer"], first["start"], first["end"]) == (want["answer"], want["start"], want["end"])
@@ -60,9 +62,11 @@ def test_no_model_or_null_is_the_default_one(two):
 
 
 def test_a_model_not_served_is_refused_with_the_served_list(two):
-    for path, body in (("v1/answer", {"context": CONTEXT, "question": QUESTION, "model": "x"}),
-                       ("v1/explain", {"context": CONTEXT, "question": QUESTION, "model": "x"}),
-                       ("v1/answer", {"context": CONTEXT, "question": QUESTION, "model": "dcn_plus"})):
+    for path, body in (
+        ("v1/answer", {"context": CONTEXT, "question": QUESTION, "model": "x"}),
+        ("v1/explain", {"context": CONTEXT, "question": QUESTION, "model": "x"}),
+        ("v1/answer", {"context": CONTEXT, "question": QUESTION, "model": "dcn_plus"}),
+    ):
         status, got = call(two, path, body)
         name = body["model"]
         assert (status, got) == (422, {"error": f"'model': '{name}' is not served here (served: qanet, dcn)"})
@@ -100,8 +104,10 @@ def test_the_schema_states_the_served_models(two):
     spec = call(two, "openapi.json")[1]
     paths = spec["paths"]
     assert "/v1/models" in paths and "422" in paths["/v1/explain"]["post"]["responses"]
-    bodies = [*paths["/v1/answer"]["post"]["requestBody"]["content"]["application/json"]["schema"]["oneOf"],
-              paths["/v1/explain"]["post"]["requestBody"]["content"]["application/json"]["schema"]]
+    bodies = [
+        *paths["/v1/answer"]["post"]["requestBody"]["content"]["application/json"]["schema"]["oneOf"],
+        paths["/v1/explain"]["post"]["requestBody"]["content"]["application/json"]["schema"],
+    ]
     for body in bodies:
         assert body["properties"]["model"]["anyOf"][0] == {"type": "string", "enum": ["qanet", "dcn"]}
         assert "model" not in body["required"]
@@ -110,16 +116,28 @@ def test_the_schema_states_the_served_models(two):
 
 
 def test_an_unknown_model_name_is_one_line_naming_the_installed_ones():
-    run = subprocess.run([sys.executable, "-m", "rckit", "serve", "--model", "nosuch", "--port", "0"],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "rckit", "serve", "--model", "nosuch", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2 and run.stdout == ""
     [line] = run.stderr.strip().splitlines()
     assert line.startswith("rckit serve: nosuch: ") and f"(installed: {', '.join(installed_models())})" in line
-    run = subprocess.run([sys.executable, "-m", "rckit", "serve", "--model", "qanet,nosuch", "--port", "0"],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "rckit", "serve", "--model", "qanet,nosuch", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2 and "nosuch" in run.stderr and "installed: qanet" in run.stderr
-    run = subprocess.run([sys.executable, "-m", "rckit", "serve", "some-run", "--model", "dcn", "--port", "0"],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "rckit", "serve", "some-run", "--model", "dcn", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2
     assert run.stderr.strip() == "rckit serve: give the model once: RUN|FILE (some-run) or --model (dcn), not both"
 
@@ -137,8 +155,9 @@ def test_sources_of_a_model_spec():
 def test_each_model_has_its_own_batcher_and_settings():
     a, b = FakeReader(), FakeReader()
     b.concurrent = True  # b's batcher may run two calls at once
-    app = create_app({"a": a, "b": b}, ServeConfig(access_log="off"),
-                     {"b": ServeConfig(access_log="off", model_workers=2)})
+    app = create_app(
+        {"a": a, "b": b}, ServeConfig(access_log="off"), {"b": ServeConfig(access_log="off", model_workers=2)}
+    )
     assert [m.batcher.model_workers for m in app.state.models.values()] == [1, 2]
     assert app.state.batcher is app.state.models["a"].batcher
     with TestClient(app) as client:
@@ -151,7 +170,9 @@ def test_each_model_has_its_own_batcher_and_settings():
         assert client.get("/health").json()["calls"] == 3
         models = client.get("/v1/models").json()["models"]
         assert [(m["name"], m["default"], m["model"], m["file"]) for m in models] == [
-            ("a", True, "fake-reader", None), ("b", False, "fake-reader", None)]
+            ("a", True, "fake-reader", None),
+            ("b", False, "fake-reader", None),
+        ]
 
 
 def test_one_reader_is_served_under_its_own_name_as_before():
@@ -171,7 +192,8 @@ def test_the_context_limit_is_the_smallest_windows():
     config = ServeConfig(max_work=64, max_questions=8, access_log="off")
     with TestClient(create_app({"large": large, "small": small}, config)) as client:
         one = client.get("/openapi.json").json()["paths"]["/v1/answer"]["post"]["requestBody"]["content"][
-            "application/json"]["schema"]["oneOf"][0]
+            "application/json"
+        ]["schema"]["oneOf"][0]
         assert one["properties"]["context"]["maxLength"] == 400 + 63 * 200
 
 
@@ -181,8 +203,13 @@ def test_serve_names_installed_models_and_gives_each_its_backends_settings(monke
     made = []
     monkeypatch.setattr(app, "available_cores", lambda: 16)
     monkeypatch.setattr(app.Reader, "load", lambda source, **kw: f"reader of {Path(source).name}")
-    monkeypatch.setattr(app, "create_app", lambda models, config, settings=None: made.append(
-        (models, config, settings)) or (_ for _ in ()).throw(SystemExit(3)))
+    monkeypatch.setattr(
+        app,
+        "create_app",
+        lambda models, config, settings=None: (
+            made.append((models, config, settings)) or (_ for _ in ()).throw(SystemExit(3))
+        ),
+    )
     with pytest.raises(SystemExit):
         app.serve("qanet_paper")  # one model, named as installed, not by its architecture (qanet)
     assert made[-1] == ({"qanet_paper": f"reader of {installed_path('qanet_paper').name}"}, made[-1][1], None)
@@ -199,7 +226,9 @@ def test_ask_reads_the_documents_with_the_model_named(tmp_path):
     from rckit.cli import main
 
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.txt").write_text("Ada Lovelace wrote the first program in 1843.\n\nBabbage built engines.\n")
+    (tmp_path / "docs" / "a.txt").write_text(
+        "Ada Lovelace wrote the first program in 1843.\n\nBabbage built engines.\n"
+    )
     assert main(["index", str(tmp_path / "docs"), "--out", str(tmp_path / "docs.sqlite"), "--no-progress"]) == 0
     a, b = FakeReader(), FakeReader()
     config = ServeConfig(index=str(tmp_path / "docs.sqlite"), access_log="off")

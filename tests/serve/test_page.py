@@ -21,12 +21,23 @@ from tests.serve.test_access import KEY, key_file, rewrite
 from tests.serve.test_serve import post, start_server, stop_server
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1000"]
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,1000",
+]
 # An emoji before the answer: the server's offsets count code points, JavaScript's UTF-16 units.
-CONTEXT = ("Grace Hopper 🙂 joined the Navy reserve in 1943. She made the first compiler, A-0, in 1952, "
-           "and later helped design COBOL, a language for business programs.")
+CONTEXT = (
+    "Grace Hopper 🙂 joined the Navy reserve in 1943. She made the first compiler, A-0, in 1952, "
+    "and later helped design COBOL, a language for business programs."
+)
 QUESTION = "What did Grace Hopper make in 1952?"
 
 
@@ -92,8 +103,14 @@ def test_the_page_marks_the_answer_the_api_gives(server, browser):
     # The example the page opens with, asked with the Ask button.
     by_id("ask").click()
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#answer mark"))
-    status, api = post(server, {"context": by_id("context").get_property("value"),
-                                "question": by_id("question").get_property("value"), "top_k": 5})
+    status, api = post(
+        server,
+        {
+            "context": by_id("context").get_property("value"),
+            "question": by_id("question").get_property("value"),
+            "top_k": 5,
+        },
+    )
     assert status == 200
     assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][0]["answer"]
 
@@ -108,7 +125,8 @@ def test_the_page_marks_the_answer_the_api_gives(server, browser):
     items = by_id("topk").find_elements(By.TAG_NAME, "li")
     assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items] == [a["answer"] for a in api["answers"]]
     assert [_text(li.find_element(By.CLASS_NAME, "score")) for li in items] == [
-        f"{a['score'] * 100:.1f}%" for a in api["answers"]]
+        f"{a['score'] * 100:.1f}%" for a in api["answers"]
+    ]
     assert "ms" in _text(by_id("took")) and "qanet" in _text(by_id("took"))
 
     # Another of the top answers, clicked, is marked instead.
@@ -140,8 +158,9 @@ def test_the_page_fits_a_phone(server, browser):
     from selenium.webdriver.common.by import By
 
     # A phone's viewport: 390 CSS pixels wide, mobile (so the page's viewport meta decides the width).
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+    )
     browser.get(server)
     long_word = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch " * 2
     _ask(browser, f"{long_word}is a village in Wales, on the island of Anglesey.", "Where is the village?")
@@ -149,7 +168,8 @@ def test_the_page_fits_a_phone(server, browser):
     sizes = browser.execute_script(
         "const r = document.getElementById('ask').getBoundingClientRect();"
         "return {inner: window.innerWidth, scroll: document.documentElement.scrollWidth,"
-        "        body: document.body.scrollWidth, askRight: r.right};")
+        "        body: document.body.scrollWidth, askRight: r.right};"
+    )
     assert sizes["inner"] == 390, sizes  # the viewport meta took effect
     assert sizes["scroll"] <= sizes["inner"] and sizes["body"] <= sizes["inner"], f"horizontal scroll: {sizes}"
     assert sizes["askRight"] <= sizes["inner"], f"the Ask button is off screen: {sizes}"
@@ -206,7 +226,9 @@ def test_the_page_says_when_the_passage_holds_no_answer(abstaining_server, brows
     assert _text(items[0].find_element(By.CLASS_NAME, "text")) == "No answer in this passage"
     assert "no-answer" in items[0].get_attribute("class")
     # The best spans stay after it, and one clicked is marked in the passage.
-    assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items[1:]] == [a["answer"] for a in api["answers"][1:]]
+    assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items[1:]] == [
+        a["answer"] for a in api["answers"][1:]
+    ]
     items[1].click()
     assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == api["answers"][1]["answer"]
 
@@ -222,8 +244,10 @@ def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, bro
 
     url, _ = index_server
     browser.get(url)
-    tab = _wait(browser, lambda d: d.find_element(By.ID, "tab-collection").is_displayed()
-                and d.find_element(By.ID, "tab-collection"))
+    tab = _wait(
+        browser,
+        lambda d: d.find_element(By.ID, "tab-collection").is_displayed() and d.find_element(By.ID, "tab-collection"),
+    )
     tab.click()
     assert browser.find_element(By.ID, "collection-view").is_displayed()
     assert not browser.find_element(By.ID, "passage-view").is_displayed()
@@ -248,15 +272,19 @@ def test_the_page_asks_the_servers_documents_in_its_second_tab(index_server, bro
 def keyed_server(tiny_export, tmp_path):
     """``rckit serve`` of the tiny exported QANet with a key file of one key; its URL and the file."""
     keys = key_file(tmp_path / "keys", f"page {KEY}")
-    proc, url = start_server([str(tiny_export), "--api-key-file", str(keys), "--access-log", "off"],
-                             tmp_path / "serve.log")
+    proc, url = start_server(
+        [str(tiny_export), "--api-key-file", str(keys), "--access-log", "off"], tmp_path / "serve.log"
+    )
     yield url, keys
     stop_server(proc)
 
 
 def _post_with_key(url: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(url + "v1/answer", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    req = urllib.request.Request(
+        url + "v1/answer",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, json.load(r)
 
@@ -329,8 +357,10 @@ def test_the_page_says_the_page_or_section_beside_the_file(facts_server, browser
     from tests.serve.test_serve import call
 
     browser.get(facts_server)
-    tab = _wait(browser, lambda d: d.find_element(By.ID, "tab-collection").is_displayed()
-                and d.find_element(By.ID, "tab-collection"))
+    tab = _wait(
+        browser,
+        lambda d: d.find_element(By.ID, "tab-collection").is_displayed() and d.find_element(By.ID, "tab-collection"),
+    )
     tab.click()
 
     def ask(question):
@@ -368,7 +398,7 @@ def installed_server(tmp_path_factory):
 
 @pytest.mark.browser
 def test_the_page_looks_inside_an_answer(installed_server, browser):
-    """"Inside" under an answer shows POST /v1/explain's page in a frame as tall as it: the answer
+    """ "Inside" under an answer shows POST /v1/explain's page in a frame as tall as it: the answer
     boxed in the shaded passage, attention cells whose hover text names the two words and the weight."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -390,7 +420,8 @@ def test_the_page_looks_inside_an_answer(installed_server, browser):
     sizes = browser.execute_script(
         "const f = document.getElementById('inside-frame'); return {frame: f.clientHeight,"
         " page: f.contentDocument.documentElement.scrollHeight, inner: window.innerWidth,"
-        " scroll: document.documentElement.scrollWidth, right: f.getBoundingClientRect().right};")
+        " scroll: document.documentElement.scrollWidth, right: f.getBoundingClientRect().right};"
+    )
     assert abs(sizes["frame"] - sizes["page"]) <= 2, sizes  # as tall as its page: nothing to scroll in it
     assert sizes["scroll"] <= sizes["inner"] and sizes["right"] <= sizes["inner"], sizes
 
@@ -413,9 +444,14 @@ def test_the_page_looks_inside_an_answer(installed_server, browser):
     # A new question closes the panel: it explained the answer before.
     height = browser.execute_script("return document.documentElement.scrollHeight")
     browser.set_window_size(1280, min(4000, height + 140))  # the whole page in the screenshot
-    _wait(browser, lambda d: d.execute_script(  # refitted to the window: no scrollbar in the frame
-        "const f = document.getElementById('inside-frame'); const p = f.contentDocument.documentElement;"
-        "return p.scrollHeight <= f.clientHeight && p.scrollWidth <= f.clientWidth"), timeout=10)
+    _wait(
+        browser,
+        lambda d: d.execute_script(  # refitted to the window: no scrollbar in the frame
+            "const f = document.getElementById('inside-frame'); const p = f.contentDocument.documentElement;"
+            "return p.scrollHeight <= f.clientHeight && p.scrollWidth <= f.clientWidth"
+        ),
+        timeout=10,
+    )
     by_id("inside").location_once_scrolled_into_view
     browser.save_screenshot("/tmp/rckit-page-inside.png")
     ARTIFACTS.mkdir(exist_ok=True)
@@ -477,7 +513,8 @@ def test_the_page_chooses_a_model_and_compares_every_served_model(two_models_ser
         "const rows = [...document.querySelectorAll('#compare-rows .compare-row')];"
         "return {rows: rows.map((r) => r.getBoundingClientRect().height), inner: window.innerWidth,"
         "        scroll: document.documentElement.scrollWidth, page: document.documentElement.scrollHeight,"
-        "        line: parseFloat(getComputedStyle(rows[0]).lineHeight)};")
+        "        line: parseFloat(getComputedStyle(rows[0]).lineHeight)};"
+    )
     browser.set_window_size(1280, sizes["page"] + 150)  # the whole page in the screenshot
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "page-compare.png"))

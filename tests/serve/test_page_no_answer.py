@@ -38,15 +38,18 @@ def test_the_page_shows_the_verifiers_abstention_then_the_guesses(verifier_serve
     assert not browser.find_element(By.ID, "error").is_displayed()
     assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")  # nothing marked
     note = browser.find_element(By.CSS_SELECTOR, "#answer .no-answer-note")  # said in words above the passage
-    assert _text(note) == (f"No answer in this passage ({REJECTING_P * 100:.1f}% sure). "
-                           "The reader's best guesses are listed below.")
+    assert _text(note) == (
+        f"No answer in this passage ({REJECTING_P * 100:.1f}% sure). The reader's best guesses are listed below."
+    )
     assert _text(browser.find_element(By.ID, "answer")).endswith(context)
     items = browser.find_element(By.ID, "topk").find_elements(By.TAG_NAME, "li")
     assert len(items) == len(api["answers"]) >= 2
     assert _text(items[0].find_element(By.CLASS_NAME, "text")) == "No answer in this passage"
     assert "no-answer" in items[0].get_attribute("class") and "current" in items[0].get_attribute("class")
     assert _text(items[0].find_element(By.CLASS_NAME, "score")) == f"{REJECTING_P * 100:.1f}%"
-    assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items[1:]] == [a["answer"] for a in api["answers"][1:]]
+    assert [_text(li.find_element(By.CLASS_NAME, "text")) for li in items[1:]] == [
+        a["answer"] for a in api["answers"][1:]
+    ]
     assert not any("no-answer" in li.get_attribute("class") for li in items[1:])
     browser.save_screenshot(SCREENSHOT)
     # The best guess, clicked, is marked in the passage; the abstention, clicked again, unmarks it.

@@ -1,8 +1,9 @@
 """rckit serve: the JSON API, its errors, batching of concurrent requests, a real server.
 
 Most tests use a fake reader (``plan_many``, ``read``, ``window`` and ``info`` as
-:class:`rckit.answering.reader.Reader`'s) that records the size of every call; the end-to-end ones use the real Reader on conftest's tiny
-QANet run in process, and on its exported file behind a real uvicorn server on 127.0.0.1.
+:class:`rckit.answering.reader.Reader`'s) that records the size of every call; the end-to-end ones use
+the real Reader on conftest's tiny QANet run in process, and on its exported file behind a real uvicorn
+server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ class FakeReader:
         out = []
         for k in range(min(top_k, len(words))):
             s, e = words[(len(question) + k) % len(words)]
-            out.append({"answer": context[s:e], "score": 1 / (k + 2), "start": s, "end": e, "no_answer_probability": None})
+            out.append(
+                {"answer": context[s:e], "score": 1 / (k + 2), "start": s, "end": e, "no_answer_probability": None}
+            )
         return out
 
 
@@ -195,15 +198,21 @@ BAD_FIELDS = [
     ("question null", {"context": CONTEXT, "question": None}, "'question' (one question) or 'questions'"),
     ("question a list", {"context": CONTEXT, "question": ["Who?"]}, "'question' must be a string, not a list"),
     ("questions a string", {"context": CONTEXT, "questions": "Who?"}, "'questions' must be a list of strings"),
-    ("questions holding a number", {"context": CONTEXT, "questions": ["Who?", 3]},
-     "'questions[1]' must be a string, not a number (3)"),
+    (
+        "questions holding a number",
+        {"context": CONTEXT, "questions": ["Who?", 3]},
+        "'questions[1]' must be a string, not a number (3)",
+    ),
     ("top_k a string", {"context": CONTEXT, "question": "Who?", "top_k": "3"}, "'top_k' must be an integer"),
     ("top_k a boolean", {"context": CONTEXT, "question": "Who?", "top_k": True}, "'top_k' must be an integer"),
     ("top_k a fraction", {"context": CONTEXT, "question": "Who?", "top_k": 2.5}, "'top_k' must be an integer"),
     ("top_k 0", {"context": CONTEXT, "question": "Who?", "top_k": 0}, "'top_k' must be between 1 and 20, not 0"),
     ("top_k 21", {"context": CONTEXT, "question": "Who?", "top_k": 21}, "'top_k' must be between 1 and 20, not 21"),
-    ("max_answer_len 0", {"context": CONTEXT, "question": "Who?", "max_answer_len": 0},
-     "'max_answer_len' must be between 1 and 200"),
+    (
+        "max_answer_len 0",
+        {"context": CONTEXT, "question": "Who?", "max_answer_len": 0},
+        "'max_answer_len' must be between 1 and 200",
+    ),
     ("a misspelt field", {"context": CONTEXT, "qestion": "Who?"}, "unknown field 'qestion'"),
     ("empty context", {"context": "", "question": "Who?"}, "'context' is empty"),
     ("blank context", {"context": " \n\t ", "question": "Who?"}, "'context' is empty"),
@@ -211,10 +220,16 @@ BAD_FIELDS = [
     ("punctuation for a question", {"context": CONTEXT, "question": "?!"}, "'question' has no letter or digit"),
     ("an empty question among several", {"context": CONTEXT, "questions": ["Who?", " "]}, "'questions[1]' is empty"),
     ("no questions", {"context": CONTEXT, "questions": []}, "'questions' is an empty list"),
-    ("too many questions", {"context": CONTEXT, "questions": ["Who?"] * 9},
-     "'questions' has 9 questions; this server takes at most 8"),
-    ("a question too long", {"context": CONTEXT, "question": "why " * 300},
-     "'question' has 1,200 characters; this server reads at most 1,000"),
+    (
+        "too many questions",
+        {"context": CONTEXT, "questions": ["Who?"] * 9},
+        "'questions' has 9 questions; this server takes at most 8",
+    ),
+    (
+        "a question too long",
+        {"context": CONTEXT, "question": "why " * 300},
+        "'question' has 1,200 characters; this server reads at most 1,000",
+    ),
 ]
 
 
@@ -297,8 +312,14 @@ def test_the_schema_states_every_rule_the_server_enforces(fake):
         one, many = body["content"]["application/json"]["schema"]["oneOf"]
         assert one["required"] == ["context", "question"] and many["required"] == ["context", "questions"]
         assert not one["additionalProperties"] and not many["additionalProperties"]
-        for text in (one["properties"]["context"], one["properties"]["question"], many["properties"]["questions"]["items"]):
-            assert text["minLength"] == 1 and re.search(text["pattern"], "Who?") and not re.search(text["pattern"], "?!_")
+        for text in (
+            one["properties"]["context"],
+            one["properties"]["question"],
+            many["properties"]["questions"]["items"],
+        ):
+            assert (
+                text["minLength"] == 1 and re.search(text["pattern"], "Who?") and not re.search(text["pattern"], "?!_")
+            )
         assert one["properties"]["question"]["maxLength"] == 100
         assert many["properties"]["questions"]["minItems"] == 1 and many["properties"]["questions"]["maxItems"] == 8
         assert one["properties"]["top_k"]["minimum"] == 1 and one["properties"]["top_k"]["maximum"] == 20
@@ -310,14 +331,22 @@ def test_the_schema_states_every_rule_the_server_enforces(fake):
         ok = ask(client, context="w " * 898 + "end.", questions=["Who?"] * 8)  # 1,800 characters
         assert ok.status_code == 200, ok.text
         r = ask(client, context="w " * 1_000 + "end.", questions=["Who?"] * 8)
-        assert r.status_code == 422 and "'context' has 2,004 characters; this server reads at most 1,800 (with " \
-            "'questions'; one 'question' may ask about 13,000)" == r.json()["error"]
+        assert (
+            r.status_code == 422
+            and "'context' has 2,004 characters; this server reads at most 1,800 (with "
+            "'questions'; one 'question' may ask about 13,000)"
+            == r.json()["error"]
+        )
         assert ask(client, context="w " * 1_000 + "end.", question="Who?").status_code == 200
 
 
 def test_a_setting_out_of_range_is_refused_naming_it(fake):
-    for config, name in ((ServeConfig(max_batch=0), "max_batch"), (ServeConfig(request_timeout=0), "request_timeout"),
-                         (ServeConfig(max_questions=8, max_work=4), "max_work"), (ServeConfig(policy="lifo"), "policy")):
+    for config, name in (
+        (ServeConfig(max_batch=0), "max_batch"),
+        (ServeConfig(request_timeout=0), "request_timeout"),
+        (ServeConfig(max_questions=8, max_work=4), "max_work"),
+        (ServeConfig(policy="lifo"), "policy"),
+    ):
         with pytest.raises(ValueError, match=name):
             create_app(fake, config)
 
@@ -349,7 +378,9 @@ def test_a_request_over_the_work_limit_is_413_naming_it():
     fake = FakeReader(windows=5)  # every question read in 5 windows
     with TestClient(create_app(fake, ServeConfig(max_questions=4, max_work=8))) as client:
         r = ask(client, context=CONTEXT, questions=["Who?", "When?"])
-        assert r.status_code == 413 and "asks for 10 readings" in r.json()["error"] and "--max-work" in r.json()["error"]
+        assert (
+            r.status_code == 413 and "asks for 10 readings" in r.json()["error"] and "--max-work" in r.json()["error"]
+        )
         assert fake.calls == []  # refused after planning, before the model
         assert ask(client, context=CONTEXT, question="Who?").status_code == 200
 
@@ -358,7 +389,9 @@ def test_a_request_over_its_time_limit_is_503_and_dropped():
     fake = FakeReader(delay=0.1, windows=6)  # 6 calls of 0.1 s: more than the limit
     with TestClient(create_app(fake, ServeConfig(max_batch=1, request_timeout=0.25))) as client:
         r = ask(client, context=CONTEXT, question="Who?")
-        assert r.status_code == 503 and "within 0.25 s" in r.json()["error"] and "--request-timeout" in r.json()["error"]
+        assert (
+            r.status_code == 503 and "within 0.25 s" in r.json()["error"] and "--request-timeout" in r.json()["error"]
+        )
         time.sleep(0.15)
         assert client.get("/health").json()["queued"] == 0
         assert len(fake.calls) < 6  # its last windows were never read
@@ -454,9 +487,11 @@ def test_a_request_larger_than_a_batch_is_answered_in_several_calls():
 def test_requests_with_other_settings_share_a_call_and_each_keeps_its_own():
     fake = FakeReader(delay=0.05)
     app = create_app(fake, ServeConfig(max_batch=32, batch_window_ms=50))
-    bodies = [{"context": CONTEXT, "question": "Who?", "top_k": 1},
-              {"context": CONTEXT, "question": "When?", "top_k": 4},
-              {"context": CONTEXT, "question": "Where?", "top_k": 2, "max_answer_len": 3}]
+    bodies = [
+        {"context": CONTEXT, "question": "Who?", "top_k": 1},
+        {"context": CONTEXT, "question": "When?", "top_k": 4},
+        {"context": CONTEXT, "question": "Where?", "top_k": 2, "max_answer_len": 3},
+    ]
     responses = asyncio.run(_post_all(app, bodies))
     assert [len(r.json()["answers"]) for r in responses] == [1, 4, 2]
     assert [r.json()["answers"] for r in responses] == [_expected(fake, b) for b in bodies]
@@ -527,8 +562,9 @@ def test_two_workers_read_at_once_and_answer_a_request_after_its_last_window():
 
     # A document's two windows in two calls at once, the first window's call the slower: its
     # answers wait for that call too.
-    fake = FakeReader(delay=lambda parts: 0.3 if any(w == 0 for _, items in parts for _, w in items) else 0.01,
-                      windows=2)
+    fake = FakeReader(
+        delay=lambda parts: 0.3 if any(w == 0 for _, items in parts for _, w in items) else 0.01, windows=2
+    )
     fake.concurrent = True
 
     async def document():
@@ -567,6 +603,7 @@ def test_the_policies_choose_windows_as_documented():
 
 # -- the real Reader, in process and behind a real server ----------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_reader(tiny_run):
     from rckit.answering.reader import Reader
@@ -575,10 +612,14 @@ def tiny_reader(tiny_run):
 
 
 QUESTIONS = [
-    ("The Rosetta Stone was found in 1799 near Rashid. Champollion read the hieroglyphs in 1822.",
-     "When was the stone found?"),
-    ("The Rosetta Stone was found in 1799 near Rashid. Champollion read the hieroglyphs in 1822.",
-     "Who read the hieroglyphs?"),
+    (
+        "The Rosetta Stone was found in 1799 near Rashid. Champollion read the hieroglyphs in 1822.",
+        "When was the stone found?",
+    ),
+    (
+        "The Rosetta Stone was found in 1799 near Rashid. Champollion read the hieroglyphs in 1822.",
+        "Who read the hieroglyphs?",
+    ),
     ("Ada Lovelace wrote a program in 1843 for the Analytical Engine.", "Who wrote a program?"),
     ("Paris is the capital of France, and the Eiffel Tower was built there in 1889.", "When was the tower built?"),
     ("Grace Hopper 🙂 made the first compiler, A-0, in 1952.", "What did Grace Hopper make?"),
@@ -667,8 +708,13 @@ def start_server(args: list[str], log: Path, timeout: float = 120) -> tuple[subp
     """``python -m rckit serve ARGS --port 0`` on 127.0.0.1; the process and the URL it printed."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     env.pop("RCKIT_API_KEY", None)  # a developer's own key would make these servers ask for one
-    proc = subprocess.Popen([sys.executable, "-m", "rckit", "serve", *args, "--host", "127.0.0.1", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rckit", "serve", *args, "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+        env=env,
+    )
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
@@ -764,7 +810,9 @@ def test_a_real_server_answers_over_http_and_stops_on_ctrl_c(tiny_export, tmp_pa
 def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_runs_two_calls_sleeping(monkeypatch, tmp_path):
     import rckit.serve.app as app
 
-    monkeypatch.chdir(tmp_path)  # the model files are told apart by rckit.model_files.open_model, which needs them there
+    monkeypatch.chdir(
+        tmp_path
+    )  # the model files are told apart by rckit.model_files.open_model, which needs them there
     for name in ("model.onnx", "model.safetensors"):
         (tmp_path / name).touch()
 
@@ -775,7 +823,9 @@ def test_pytorch_leaves_one_core_to_the_http_side_and_onnxruntime_runs_two_calls
         assert app.model_settings(onnx=True, model_workers=4) == (4, max(1, cores // 4))
     loaded, made = {}, {}
     monkeypatch.setattr(app.Reader, "load", lambda source, **kw: loaded.update(kw) or "reader")
-    monkeypatch.setattr(app, "create_app", lambda reader, config: made.update(vars(config)) or (_ for _ in ()).throw(SystemExit(3)))
+    monkeypatch.setattr(
+        app, "create_app", lambda reader, config: made.update(vars(config)) or (_ for _ in ()).throw(SystemExit(3))
+    )
     with pytest.raises(SystemExit):
         app.serve("model.onnx")
     assert (loaded["threads"], loaded["spin"], made["model_workers"]) == (8, False, 2)

@@ -49,7 +49,9 @@ def test_a_served_verifier_abstains_over_http(rejecting_export, index, spans, tm
         answers = body["answers"]
         first = answers[0]
         assert first["answer"] == "" and first["start"] is None and first["end"] is None
-        assert first["no_answer_probability"] == pytest.approx(REJECTING_P) and first["score"] == pytest.approx(REJECTING_P)
+        assert first["no_answer_probability"] == pytest.approx(REJECTING_P) and first["score"] == pytest.approx(
+            REJECTING_P
+        )
         assert _spans(answers[1:]) == _spans(spans)  # the best spans after it, as guesses
         # Several questions: each list starts with the abstention.
         status, body = post(url, {"context": CONTEXT, "questions": [QUESTION, "what follows eta ?"]})
@@ -82,8 +84,12 @@ def test_served_with_always_answer_the_span_comes_first(rejecting_export, index,
         status, body = call(url, "v1/ask", {"question": "When was the Eiffel Tower completed?"})
         found = body["answers"][0]
         assert status == 200 and found["answer"] and found["source"] is not None
-        assert found["passage"]["text"][found["start"] - found["passage"]["start"]:
-                                         found["end"] - found["passage"]["start"]] == found["answer"]
+        assert (
+            found["passage"]["text"][
+                found["start"] - found["passage"]["start"] : found["end"] - found["passage"]["start"]
+            ]
+            == found["answer"]
+        )
     finally:
         code = stop_server(proc)
     assert code == 130 and "Traceback" not in log.read_text()
@@ -92,8 +98,25 @@ def test_served_with_always_answer_the_span_comes_first(rejecting_export, index,
 def test_serve_refuses_a_threshold_for_a_model_without_a_verifier(tiny_export):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("RCKIT_API_KEY", None)
-    got = subprocess.run([sys.executable, "-m", "rckit", "serve", str(tiny_export), "--no-answer-threshold", "0.5",
-                          "--host", "127.0.0.1", "--port", "0"], capture_output=True, text=True, timeout=120, env=env)
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rckit",
+            "serve",
+            str(tiny_export),
+            "--no-answer-threshold",
+            "0.5",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert got.returncode == 2 and got.stdout == "", (got.stdout, got.stderr)
     lines = got.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rckit serve: ") and "has none" in lines[0], got.stderr

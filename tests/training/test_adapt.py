@@ -92,7 +92,7 @@ def test_prepare_extends_the_model_vocabulary(tiny_squad, tiny_glove, tmp_path):
     cfg = PrepareConfig(embeddings=str(tiny_glove), base_vocab=str(base))
     second = prepare_squad(new, {"dev": new}, tmp_path / "b", cfg)
     old, grown = first.vocabs.words, second.vocabs.words
-    assert grown.itos[:old.n_trainable] == old.itos[:old.n_trainable]
+    assert grown.itos[: old.n_trainable] == old.itos[: old.n_trainable]
     assert set(old.itos) <= set(grown.itos) and "denver" in grown.stoi  # not in the new text, kept
     assert set(second.vocabs.chars.itos) >= set(first.vocabs.chars.itos)
     assert Vocabularies.from_json(second.vocabs.to_json()).words.itos == grown.itos
@@ -101,8 +101,19 @@ def test_prepare_extends_the_model_vocabulary(tiny_squad, tiny_glove, tmp_path):
 
 
 def test_adapt_train_config_is_a_short_low_rate_run():
-    cfg, steps = adapt_train_config({"batch_size": 32, "lr": 0.002, "warmup_steps": 500, "ema_decay": 0.9999,
-                                     "decay_from": 7500, "decay_steps": 4000, "reward_from": 3000}, 600, epochs=4)
+    cfg, steps = adapt_train_config(
+        {
+            "batch_size": 32,
+            "lr": 0.002,
+            "warmup_steps": 500,
+            "ema_decay": 0.9999,
+            "decay_from": 7500,
+            "decay_steps": 4000,
+            "reward_from": 3000,
+        },
+        600,
+        epochs=4,
+    )
     assert steps == 4 * 19 and cfg.eval_every == 19 and cfg.checkpoint_every == 19 and cfg.eval_questions == 0
     assert cfg.lr == pytest.approx(0.0002) and cfg.warmup_steps == 0 and cfg.ema_decay == 0.0
     assert cfg.decay_steps == 0 and cfg.decay_share == 1.0 and cfg.reward_from == 0 and cfg.batch_size == 32
@@ -119,9 +130,25 @@ def test_rckit_adapt_from_a_run_to_a_file_that_answers(tiny_run, tmp_path, capsy
     labels_f = write_json(tmp_path / "labels.json", {"version": "1.1", "data": labels})
     squad = write_json(tmp_path / "squad.json", {"version": "1.1", "data": articles(3)})
     out = tmp_path / "adapted"
-    args = ["adapt", str(tiny_run), "--labels", str(labels_f), "--out", str(out), "--squad-train", str(squad),
-            "--embeddings", str(tiny_run.parent / "glove.txt"), "--epochs", "2", "--cache-dir", str(tmp_path / "c"),
-            "--no-progress", "--device", "cpu"]
+    args = [
+        "adapt",
+        str(tiny_run),
+        "--labels",
+        str(labels_f),
+        "--out",
+        str(out),
+        "--squad-train",
+        str(squad),
+        "--embeddings",
+        str(tiny_run.parent / "glove.txt"),
+        "--epochs",
+        "2",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["train_questions"] == 18 and report["dev_questions"] == 6 and report["steps"] == 2 * 9
@@ -130,8 +157,20 @@ def test_rckit_adapt_from_a_run_to_a_file_that_answers(tiny_run, tmp_path, capsy
     assert "denver" in meta["vocab"]["words"] and set(GREEK) <= set(meta["vocab"]["words"])
     assert json.loads((out / "adapt.json").read_text())["dev_after"] == report["dev_after"]
     context = labels[1]["paragraphs"][0]["context"]
-    assert main(["predict", "--model", str(out / "model.safetensors"), "--context", context, "--question",
-                 "what follows alpha ?"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(out / "model.safetensors"),
+                "--context",
+                context,
+                "--question",
+                "what follows alpha ?",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip()
     assert main(args) == 2  # the run is there: go on with --resume, or another --out
     assert "--resume" in capsys.readouterr().err

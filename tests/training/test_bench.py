@@ -17,9 +17,20 @@ from rckit.training.bench import bench
 from rckit.training.config import TrainConfig
 from rckit.training.tasks import ClozeTask, make_task
 
-KEYS = ("train_examples_per_s", "train_first_pass_examples_per_s", "inference_examples_per_s", "latency_ms_median",
-        "latency_ms_p90", "peak_rss_mb", "train_questions", "dtype", "device", "threads", "trainable_parameters",
-        "heap_limit_mb")
+KEYS = (
+    "train_examples_per_s",
+    "train_first_pass_examples_per_s",
+    "inference_examples_per_s",
+    "latency_ms_median",
+    "latency_ms_p90",
+    "peak_rss_mb",
+    "train_questions",
+    "dtype",
+    "device",
+    "threads",
+    "trainable_parameters",
+    "heap_limit_mb",
+)
 TINY = {
     "deep_lstm_reader": {"hidden": 8, "depth": 2, "skip_dim": 4, "dropout": 0.0},
     "attentive_reader": {"hidden": 8, "attention": 8, "dropout": 0.0},
@@ -44,13 +55,42 @@ def tiny_model(name, data):
 
 
 def test_bench_a_cloze_model_via_cli(synthetic_dir, tiny_glove, capsys):
-    assert main(["bench", "attentive_reader", "--preset", "cloze-cpu", "--set", "model.hidden=8",
-                 "--set", "model.attention=8", "--cloze-data", str(synthetic_dir), "--embeddings", str(tiny_glove),
-                 "--steps", "2", "--questions", "64", "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "attentive_reader",
+                "--preset",
+                "cloze-cpu",
+                "--set",
+                "model.hidden=8",
+                "--set",
+                "model.attention=8",
+                "--cloze-data",
+                str(synthetic_dir),
+                "--embeddings",
+                str(tiny_glove),
+                "--steps",
+                "2",
+                "--questions",
+                "64",
+                "--json",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert set(KEYS) <= set(res) and res["model"] == "attentive_reader" and res["preset"] == "cloze-cpu"
-    for k in ("train_examples_per_s", "train_first_pass_examples_per_s", "inference_examples_per_s",
-              "latency_ms_median", "latency_ms_p90", "peak_rss_mb", "threads", "trainable_parameters"):
+    for k in (
+        "train_examples_per_s",
+        "train_first_pass_examples_per_s",
+        "inference_examples_per_s",
+        "latency_ms_median",
+        "latency_ms_p90",
+        "peak_rss_mb",
+        "threads",
+        "trainable_parameters",
+    ):
         assert res[k] > 0, k
     assert res["latency_ms_median"] <= res["latency_ms_p90"]
     assert res["train_questions"] == 64 and res["dtype"] == "fp32" and res["device"] == "cpu"
@@ -67,8 +107,9 @@ def test_bench_cloze_needs_its_data_and_span_models_refuse_it(synthetic_dir, cap
 def test_bench_every_cloze_model_in_bf16(synthetic_data, name):
     model = tiny_model(name, synthetic_data)
     task = ClozeTask(synthetic_data, TrainConfig(max_c_len=12), train_split="dev")
-    res = bench(model, task, "cpu", torch.bfloat16, batch_size=8, train_steps=2, n_questions=24,
-                latency_questions=3, warmup=1)
+    res = bench(
+        model, task, "cpu", torch.bfloat16, batch_size=8, train_steps=2, n_questions=24, latency_questions=3, warmup=1
+    )
     assert res["train_examples_per_s"] > 0 and res["train_first_pass_examples_per_s"] > 0
     assert res["inference_examples_per_s"] > 0 and 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
     assert res["train_questions"] == 24 and res["dtype"] == "bf16"
@@ -78,8 +119,9 @@ def test_bench_cloze_with_no_training_steps_leaves_the_weights_untouched(synthet
     model = tiny_model("attentive_reader", synthetic_data)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     task = ClozeTask(synthetic_data, TrainConfig(), train_split="dev")
-    res = bench(model, task, "cpu", None, batch_size=16, train_steps=0, n_questions=8,
-                latency_questions=3, warmup=1)  # 8 questions, batch 16: nothing could train
+    res = bench(
+        model, task, "cpu", None, batch_size=16, train_steps=0, n_questions=8, latency_questions=3, warmup=1
+    )  # 8 questions, batch 16: nothing could train
     assert res["train_examples_per_s"] is None and res["train_first_pass_examples_per_s"] is None
     assert res["inference_examples_per_s"] > 0 and 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
     assert not model.training

@@ -19,8 +19,17 @@ from rckit.training.tasks import ClozeTask
 
 WORDS = "red green blue cyan pink gold grey teal lime navy plum rust sand snow".split()
 TINY_READER = {"hidden": 8, "depth": 2, "skip_dim": 4, "dropout": 0.0}
-TINY_TRAIN = {"optimizer": "rmsprop", "lr": 0.003, "batch_size": 4, "warmup_steps": 0, "log_every": 1,
-              "eval_every": 3, "eval_questions": 0, "checkpoint_every": 2, "ema_decay": 0.9}
+TINY_TRAIN = {
+    "optimizer": "rmsprop",
+    "lr": 0.003,
+    "batch_size": 4,
+    "warmup_steps": 0,
+    "log_every": 1,
+    "eval_every": 3,
+    "eval_questions": 0,
+    "checkpoint_every": 2,
+    "ema_decay": 0.9,
+}
 
 
 def cloze_examples(n: int, seed: int, prefix: str) -> list[ClozeExample]:
@@ -33,8 +42,15 @@ def cloze_examples(n: int, seed: int, prefix: str) -> list[ClozeExample]:
             doc[slot] = f"@entity{e}"
         k = rng.randrange(3)
         cue = doc[(1, 4, 7)[k] - 1]
-        out.append(ClozeExample(f"{prefix}{i}", doc, ["@placeholder", "follows", cue],
-                                f"@entity{ents[k]}", [f"@entity{e}" for e in ents]))
+        out.append(
+            ClozeExample(
+                f"{prefix}{i}",
+                doc,
+                ["@placeholder", "follows", cue],
+                f"@entity{ents[k]}",
+                [f"@entity{e}" for e in ents],
+            )
+        )
     return out
 
 
@@ -46,8 +62,7 @@ def cloze_dir(tmp_path, tiny_glove):
     write_cloze_jsonl(root / "dev.jsonl", cloze_examples(10, 1, "d"))
     preset = tmp_path / "reader.json"
     preset.write_text(json.dumps({"model": {"head": "cloze", **TINY_READER}, "train": TINY_TRAIN}))
-    return root, ["--cloze-data", str(root), "--embeddings", str(tiny_glove), "--preset", str(preset),
-                  "--no-progress"]
+    return root, ["--cloze-data", str(root), "--embeddings", str(tiny_glove), "--preset", str(preset), "--no-progress"]
 
 
 def test_cloze_data_layout_and_vectors(cloze_dir, tiny_glove):
@@ -67,7 +82,7 @@ def test_cloze_train_evaluate_via_cli(cloze_dir, tmp_path, capsys):
     assert main(["train", "deep_lstm_reader", "--out", str(run), "--max-steps", "6", *common]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 6 and 0.0 <= summary["best_dev_acc"] <= 100.0
-    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if "dev_acc" in r] == [3, 6]
     assert (run / "learning_curve.png").stat().st_size > 0
     ckpt = load_checkpoint(run / "best.pt")
@@ -93,8 +108,17 @@ def test_cloze_resume_equals_straight_run(cloze_dir, tmp_path, tiny_glove):
     mcfg = DeepLSTMReaderConfig(head="cloze", **TINY_READER)
 
     def run(path, steps, resume=False):
-        return train("deep_lstm_reader", DeepLSTMReader, mcfg, cfg, ClozeTask(data, cfg), path, max_steps=steps,
-                     resume=resume, progress=False)
+        return train(
+            "deep_lstm_reader",
+            DeepLSTMReader,
+            mcfg,
+            cfg,
+            ClozeTask(data, cfg),
+            path,
+            max_steps=steps,
+            resume=resume,
+            progress=False,
+        )
 
     run(tmp_path / "a", 7)
     run(tmp_path / "b", 4)
@@ -110,9 +134,30 @@ def test_span_reader_trains_on_squad(tmp_path, tiny_squad, tiny_glove, capsys):
     preset = tmp_path / "span.json"
     preset.write_text(json.dumps({"model": {"head": "span", **TINY_READER}, "train": TINY_TRAIN}))
     run = tmp_path / "span-run"
-    assert main(["train", "deep_lstm_reader", "--train", str(train_f), "--dev", str(dev_f), "--embeddings",
-                 str(tiny_glove), "--cache-dir", str(tmp_path / "cache"), "--preset", str(preset),
-                 "--out", str(run), "--max-steps", "3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "deep_lstm_reader",
+                "--train",
+                str(train_f),
+                "--dev",
+                str(dev_f),
+                "--embeddings",
+                str(tiny_glove),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--preset",
+                str(preset),
+                "--out",
+                str(run),
+                "--max-steps",
+                "3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", str(run)]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -129,8 +174,24 @@ def test_sweep_plans_subsets_deterministically():
 def test_sweep_runs_resumes_and_reports(cloze_dir, tmp_path, capsys):
     _, common = cloze_dir
     out = tmp_path / "sweep"
-    args = ["sweep", "deep_lstm_reader", "--out", str(out), "--only-grid", "--grid", "model.hidden=4,8",
-            "--grid", "model.form=qca,cqa", "--trials", "3", "--max-steps", "2", "--budget", "10m", *common]
+    args = [
+        "sweep",
+        "deep_lstm_reader",
+        "--out",
+        str(out),
+        "--only-grid",
+        "--grid",
+        "model.hidden=4,8",
+        "--grid",
+        "model.form=qca,cqa",
+        "--trials",
+        "3",
+        "--max-steps",
+        "2",
+        "--budget",
+        "10m",
+        *common,
+    ]
     assert main(args) == 0
     capsys.readouterr()
     rows = json.loads((out / "results.json").read_text())
@@ -153,16 +214,43 @@ def test_sweep_runs_resumes_and_reports(cloze_dir, tmp_path, capsys):
 def test_dcn_models_train_with_their_own_loss(model, extra, tmp_path, tiny_squad, tiny_glove, capsys):
     train_f, dev_f = tiny_squad
     preset = tmp_path / f"{model}.json"
-    preset.write_text(json.dumps({"model": {"hidden": 8, "pool": 2, "iterations": 2, "dropout": 0.0, **extra},
-                                  "train": {**TINY_TRAIN, "optimizer": "adam"}}))
+    preset.write_text(
+        json.dumps(
+            {
+                "model": {"hidden": 8, "pool": 2, "iterations": 2, "dropout": 0.0, **extra},
+                "train": {**TINY_TRAIN, "optimizer": "adam"},
+            }
+        )
+    )
     run = tmp_path / model
-    assert main(["train", model, "--train", str(train_f), "--dev", str(dev_f), "--embeddings", str(tiny_glove),
-                 "--cache-dir", str(tmp_path / "cache"), "--preset", str(preset), "--out", str(run),
-                 "--max-steps", "3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                model,
+                "--train",
+                str(train_f),
+                "--dev",
+                str(dev_f),
+                "--embeddings",
+                str(tiny_glove),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--preset",
+                str(preset),
+                "--out",
+                str(run),
+                "--max-steps",
+                "3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 3
-    losses = [json.loads(l)["loss"] for l in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in l]
-    assert len(losses) == 3 and all(l == l for l in losses)  # finite, logged every step
+    losses = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert len(losses) == 3 and all(loss == loss for loss in losses)  # finite, logged every step
     assert main(["evaluate", str(run)]) == 0
     assert json.loads(capsys.readouterr().out)["missing"] == 0
 
@@ -170,8 +258,9 @@ def test_dcn_models_train_with_their_own_loss(model, extra, tmp_path, tiny_squad
 def test_copy_positions_are_entity_mentions_drawn_uniformly():
     from rckit.data.cloze import ENTITY_OFFSET, ClozeSplit, ClozeVocab, copy_targets, with_copy_positions
 
-    exs = cloze_examples(3, 5, "c") + [ClozeExample("none", ["red", "@entity1", "blue"], ["@placeholder"], "@entity1",
-                                                    ["@entity1"])]
+    exs = cloze_examples(3, 5, "c") + [
+        ClozeExample("none", ["red", "@entity1", "blue"], ["@placeholder"], "@entity1", ["@entity1"])
+    ]
     split = ClozeSplit.from_examples(exs, ClozeVocab.build(exs, n_entities=5))
     batch = split.collate(range(4))
     batch.c_words[3, 1] = 0  # a row whose only entity is gone: no position to copy from
@@ -195,13 +284,29 @@ def test_copy_steps_add_the_copy_task_then_stop(cloze_dir, tmp_path, tiny_glove)
     root, _ = cloze_dir
     data = load_cloze_data(root, embeddings=str(tiny_glove))
     cfg = TrainConfig(**{**TINY_TRAIN, "copy_steps": 3})
-    train("attentive_reader", AttentiveReader, AttentiveReaderConfig(hidden=8, attention=8, dropout=0.0), cfg,
-          ClozeTask(data, cfg), tmp_path / "ar", max_steps=5, progress=False)
+    train(
+        "attentive_reader",
+        AttentiveReader,
+        AttentiveReaderConfig(hidden=8, attention=8, dropout=0.0),
+        cfg,
+        ClozeTask(data, cfg),
+        tmp_path / "ar",
+        max_steps=5,
+        progress=False,
+    )
     logged = [json.loads(ln) for ln in (tmp_path / "ar" / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in logged if "loss" in r]
     assert [("loss_copy" in r) for r in logged] == [True, True, True, False, False]
     for r in logged[:3]:
         assert r["loss"] == pytest.approx(r["loss_answer"] + r["loss_copy"], rel=1e-4)
     with pytest.raises(ValueError, match="DeepLSTMReader has no copy task"):
-        train("deep_lstm_reader", DeepLSTMReader, DeepLSTMReaderConfig(head="cloze", **TINY_READER), cfg,
-              ClozeTask(data, cfg), tmp_path / "dlr", max_steps=2, progress=False)
+        train(
+            "deep_lstm_reader",
+            DeepLSTMReader,
+            DeepLSTMReaderConfig(head="cloze", **TINY_READER),
+            cfg,
+            ClozeTask(data, cfg),
+            tmp_path / "dlr",
+            max_steps=2,
+            progress=False,
+        )

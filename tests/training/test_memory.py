@@ -38,8 +38,13 @@ print(rss() - base, mapped)
 
 def after_free(mode: str) -> tuple[float, float]:
     """(MiB still resident after the frees, MiB in mmapped blocks while the last round was allocated)."""
-    out = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True,
-                         env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")},
+        check=True,
+    )
     resident, mapped = out.stdout.strip().splitlines()[-1].split()
     return float(resident), float(mapped)
 
@@ -75,8 +80,9 @@ def test_use_huge_pages_backs_large_tensors_with_huge_pages():
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
 
     def run(extra):
-        out = subprocess.run([sys.executable, "-c", THP_CHILD], capture_output=True, text=True, env={**env, **extra},
-                             check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", THP_CHILD], capture_output=True, text=True, env={**env, **extra}, check=True
+        ).stdout.split()
         return out[0] == "True", float(out[1])
 
     on, huge = run({})
@@ -87,21 +93,27 @@ def test_use_huge_pages_backs_large_tensors_with_huge_pages():
         assert huge < 8
 
 
-@pytest.mark.parametrize("argv, trains", [
-    (["score", "no-such.json", "no-such.json"], False),
-    (["evaluate", "no-such-run"], False),
-    (["predict", "no-such-run", "--context", "a b", "--question", "c ?"], False),
-    (["train", "nosuchmodel", "--out", "x"], True),
-    (["bench", "nosuchmodel"], True),
-    (["sweep", "nosuchmodel", "--out", "x"], True),
-])
+@pytest.mark.parametrize(
+    "argv, trains",
+    [
+        (["score", "no-such.json", "no-such.json"], False),
+        (["evaluate", "no-such-run"], False),
+        (["predict", "no-such-run", "--context", "a b", "--question", "c ?"], False),
+        (["train", "nosuchmodel", "--out", "x"], True),
+        (["bench", "nosuchmodel"], True),
+        (["sweep", "nosuchmodel", "--out", "x"], True),
+    ],
+)
 def test_only_the_commands_that_train_turn_huge_pages_on_before_torch_is_imported(argv, trains, tmp_path):
     # Each command fails at once on its missing input (exit 2), after its allocator set-up.
-    code = (f"import os, sys; from rckit.cli import main; code = main({argv!r}); "
-            "print(code, os.environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules)")
+    code = (
+        f"import os, sys; from rckit.cli import main; code = main({argv!r}); "
+        "print(code, os.environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    ).stdout.split()
     available = sys.platform.startswith("linux") and huge_page_mode() in ("always", "madvise")
     assert out[0] == "2" and out[1] == ("1" if trains and available else "None")
     if argv[0] == "score":
@@ -111,5 +123,7 @@ def test_only_the_commands_that_train_turn_huge_pages_on_before_torch_is_importe
 def test_huge_pages_cannot_be_turned_on_once_torch_is_imported():
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
     code = "import torch; from rckit.training.memory import use_huge_pages; print(use_huge_pages())"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          check=True).stdout.strip() == "False"  # too late once torch is in
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.strip()
+        == "False"
+    )  # too late once torch is in

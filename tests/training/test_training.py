@@ -17,8 +17,16 @@ from rckit.models.qanet import QANet, QANetConfig
 from rckit.training.loop import TrainConfig, lr_factor, train, warmup_factor
 from tests.conftest import squad_json, write_json
 
-TINY_MODEL = dict(d_model=16, n_heads=2, char_dim=8, emb_enc_convs=1, model_enc_blocks=1, model_enc_convs=1,
-                  model_enc_kernel=3, emb_enc_kernel=3)
+TINY_MODEL = dict(
+    d_model=16,
+    n_heads=2,
+    char_dim=8,
+    emb_enc_convs=1,
+    model_enc_blocks=1,
+    model_enc_convs=1,
+    model_enc_kernel=3,
+    emb_enc_kernel=3,
+)
 TINY_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=3, eval_questions=0, checkpoint_every=2)
 
 
@@ -47,8 +55,9 @@ def prepared(tmp_path, tiny_glove):
 
 def _train(prepared, run, steps, resume=False, **over):
     cfg = TrainConfig(**{**TINY_TRAIN, **over})
-    return train("qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, run, max_steps=steps, resume=resume,
-                 progress=False)
+    return train(
+        "qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, run, max_steps=steps, resume=resume, progress=False
+    )
 
 
 def test_warmup_is_a_log_curve_to_one():
@@ -111,8 +120,9 @@ def test_a_resumed_budgeted_run_continues_the_same_schedule(prepared, tmp_path):
     # a new process: its clock reads something else entirely; the saved training time carries on
     again = train(*model, cfg, prepared, tmp_path / "b", resume=True, progress=False, clock=_ticking(1e6))
     assert again["stopped_by"] == "max_steps" and again["steps"] == 5  # --resume alone: the limits it had
-    resumed = train(*model, cfg, prepared, tmp_path / "b", resume=True, time_budget=10.0, progress=False,
-                    clock=_ticking(5e6))
+    resumed = train(
+        *model, cfg, prepared, tmp_path / "b", resume=True, time_budget=10.0, progress=False, clock=_ticking(5e6)
+    )
     assert resumed["stopped_by"] == "time_budget" and resumed["steps"] == 10
     straight, split = _logged_lrs(tmp_path / "a"), _logged_lrs(tmp_path / "b")
     assert sorted(straight) == sorted(split) == list(range(1, 11))
@@ -133,8 +143,11 @@ def test_resume_keeps_the_decay_schedule(prepared, tmp_path):
     _train(prepared, tmp_path / "b", 5, **over)
     resumed = _train(prepared, tmp_path / "b", 8, resume=True, **over)
     cfg = TrainConfig(**{**TINY_TRAIN, **over})
-    lrs = {r["step"]: r["lr"] for r in map(json.loads, (tmp_path / "b" / "metrics.jsonl").read_text().splitlines())
-           if "lr" in r}
+    lrs = {
+        r["step"]: r["lr"]
+        for r in map(json.loads, (tmp_path / "b" / "metrics.jsonl").read_text().splitlines())
+        if "lr" in r
+    }
     assert sorted(lrs) == list(range(1, 9))
     for step, lr in lrs.items():  # the rate after ``step`` optimiser steps, across the resume at 5
         assert lr == pytest.approx(cfg.lr * lr_factor(step, cfg))
@@ -158,8 +171,10 @@ def test_n_steps_equal_k_steps_resume_n_minus_k(prepared, tmp_path):
     for k in a["ema"]["shadow"]:
         assert torch.equal(a["ema"]["shadow"][k], b["ema"]["shadow"][k]), k
     # The resumed run's log has no duplicated steps.
-    steps = [json.loads(l)["step"] for l in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
-    train_steps = [s for s, l in zip(steps, (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) if "loss" in l]
+    steps = [json.loads(line)["step"] for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [
+        s for s, line in zip(steps, (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) if "loss" in line
+    ]
     assert train_steps == list(range(1, 10))
 
 
@@ -168,7 +183,7 @@ def test_run_directory_contents(prepared, tmp_path):
     run = tmp_path / "r"
     for name in ("config.json", "metrics.jsonl", "learning_curve.png", "last.pt", "best.pt", "summary.json"):
         assert (run / name).exists(), name
-    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert all(r["loss"] == r["loss"] and r["examples_per_s"] > 0 for r in recs if "loss" in r)
     dev = [r for r in recs if "dev_f1" in r]
     assert [r["step"] for r in dev] == [3, 6] and s["best_dev_f1"] == max(r["dev_f1"] for r in dev)
@@ -179,8 +194,17 @@ def test_run_directory_contents(prepared, tmp_path):
 def test_resume_refuses_other_config(prepared, tmp_path):
     _train(prepared, tmp_path / "r", 2)
     with pytest.raises(CheckpointError, match="different model or config"):
-        train("qanet", QANet, QANetConfig(**{**TINY_MODEL, "d_model": 32}), TrainConfig(**TINY_TRAIN), prepared,
-              tmp_path / "r", max_steps=4, resume=True, progress=False)
+        train(
+            "qanet",
+            QANet,
+            QANetConfig(**{**TINY_MODEL, "d_model": 32}),
+            TrainConfig(**TINY_TRAIN),
+            prepared,
+            tmp_path / "r",
+            max_steps=4,
+            resume=True,
+            progress=False,
+        )
 
 
 def test_corrupt_and_foreign_checkpoints_are_refused(prepared, tmp_path):
@@ -238,14 +262,26 @@ def cli_data(tmp_path, tiny_glove):
     dev_f = write_json(tmp_path / "dev.json", squad_json(paras[:3]))
     preset = tmp_path / "tiny.json"
     preset.write_text(json.dumps({"model": TINY_MODEL, "train": TINY_TRAIN}))
-    common = ["--train", str(train_f), "--dev", str(dev_f), "--embeddings", str(tiny_glove),
-              "--cache-dir", str(tmp_path / "cache"), "--preset", str(preset), "--no-progress"]
+    common = [
+        "--train",
+        str(train_f),
+        "--dev",
+        str(dev_f),
+        "--embeddings",
+        str(tiny_glove),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--preset",
+        str(preset),
+        "--no-progress",
+    ]
     return common, dev_f
 
 
 def _cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "rckit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rckit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
+    )
 
 
 def test_train_evaluate_predict_via_cli(cli_data, tmp_path, capsys):
@@ -321,9 +357,28 @@ def test_torchrun_two_processes(cli_data, tmp_path):
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "rckit", "train", "qanet", "--out", str(run), "--max-steps", "6", *common],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "rckit",
+            "train",
+            "qanet",
+            "--out",
+            str(run),
+            "--max-steps",
+            "6",
+            *common,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
     )
     try:
         out, err = p.communicate(timeout=300)
@@ -332,11 +387,11 @@ def test_torchrun_two_processes(cli_data, tmp_path):
         out, err = p.communicate()
         pytest.fail(f"torchrun hung; stderr tail: {err[-3000:]}")
     assert p.returncode == 0, err[-3000:]
-    summaries = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    summaries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert len(summaries) == 1 and summaries[0]["steps"] == 6  # rank 0 alone reports and writes
     ckpt = load_checkpoint(run / "last.pt")
     assert ckpt["step"] == 6
-    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if "loss" in r] == list(range(1, 7))  # one writer, no duplicates
 
 
@@ -348,8 +403,18 @@ def test_bench_reports_every_figure_with_and_without_the_heap_limit(prepared, he
     torch.manual_seed(0)
     model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
     task = SpanTask(prepared, TrainConfig(**SPAN_LENGTHS), train_split="dev")
-    res = bench(model, task, "cpu", torch.bfloat16, batch_size=2, train_steps=2, n_questions=8,
-                latency_questions=3, warmup=1, heap_limit_mb=heap_limit_mb)
+    res = bench(
+        model,
+        task,
+        "cpu",
+        torch.bfloat16,
+        batch_size=2,
+        train_steps=2,
+        n_questions=8,
+        latency_questions=3,
+        warmup=1,
+        heap_limit_mb=heap_limit_mb,
+    )
     assert res["train_examples_per_s"] > 0 and res["inference_examples_per_s"] > 0
     assert res["train_first_pass_examples_per_s"] > 0
     assert 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
@@ -365,8 +430,17 @@ def test_bench_with_no_training_steps_times_inference_on_untouched_weights(prepa
     torch.manual_seed(0)
     model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    res = bench(model, SpanTask(prepared, TrainConfig(), train_split="dev"), "cpu", None, batch_size=16, train_steps=0, n_questions=8,
-                latency_questions=3, warmup=1)  # 8 questions: too few to train at batch 16, so nothing trains
+    res = bench(
+        model,
+        SpanTask(prepared, TrainConfig(), train_split="dev"),
+        "cpu",
+        None,
+        batch_size=16,
+        train_steps=0,
+        n_questions=8,
+        latency_questions=3,
+        warmup=1,
+    )  # 8 questions: too few to train at batch 16, so nothing trains
     assert res["train_examples_per_s"] is None and res["train_first_pass_examples_per_s"] is None
     assert res["inference_examples_per_s"] > 0 and 0 < res["latency_ms_median"] <= res["latency_ms_p90"]
     assert not model.training
@@ -404,8 +478,16 @@ def test_reward_from_trains_on_cross_entropy_alone_until_that_step(prepared, tmp
     torch.manual_seed(0)
     cfg = TrainConfig(**{**TINY_TRAIN, "warmup_steps": 0, "reward_from": 100})
     train("dcn_plus", DCNPlus, DCNPlusConfig(**small), cfg, prepared, tmp_path / "warm", max_steps=3, progress=False)
-    train("dcn_plus", DCNPlus, DCNPlusConfig(**small, mixed_objective=False), cfg, prepared, tmp_path / "ce",
-          max_steps=3, progress=False)
+    train(
+        "dcn_plus",
+        DCNPlus,
+        DCNPlusConfig(**small, mixed_objective=False),
+        cfg,
+        prepared,
+        tmp_path / "ce",
+        max_steps=3,
+        progress=False,
+    )
     warm = load_checkpoint(tmp_path / "warm" / "last.pt")["model"]
     ce = load_checkpoint(tmp_path / "ce" / "last.pt")["model"]
     assert set(warm) - set(ce) == {"log_sigma2_raw"}
@@ -418,11 +500,23 @@ def test_reward_from_trains_on_cross_entropy_alone_until_that_step(prepared, tmp
 def test_train_saves_its_decode_settings_beside_the_train_config(prepared, tmp_path):
     from rckit.answering.decoding import DecodeConfig
 
-    train("qanet", QANet, QANetConfig(**TINY_MODEL), TrainConfig(**TINY_TRAIN), prepared, tmp_path / "r", max_steps=3,
-          progress=False, decode=DecodeConfig(max_answer_len=3))
+    train(
+        "qanet",
+        QANet,
+        QANetConfig(**TINY_MODEL),
+        TrainConfig(**TINY_TRAIN),
+        prepared,
+        tmp_path / "r",
+        max_steps=3,
+        progress=False,
+        decode=DecodeConfig(max_answer_len=3),
+    )
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     for ckpt in (load_checkpoint(tmp_path / "r" / "last.pt"), load_checkpoint(tmp_path / "r" / "best.pt"), config):
-        assert ckpt["decode"] == {"max_answer_len": 3, "no_answer_threshold": 0.0} and "max_answer_len" not in ckpt["train_config"]
+        assert (
+            ckpt["decode"] == {"max_answer_len": 3, "no_answer_threshold": 0.0}
+            and "max_answer_len" not in ckpt["train_config"]
+        )
 
 
 def test_bench_decodes_spans_with_the_decode_settings(prepared):
@@ -457,8 +551,17 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(prepared, tmp_path
     _train(prepared, tmp_path / "a", 3)
     src = load_checkpoint(tmp_path / "a" / "last.pt")
     cfg = TrainConfig(**{**TINY_TRAIN, "lr": 0.0})  # no step moves the weights: what is saved is what was loaded
-    s = train("qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, tmp_path / "b", max_steps=2, progress=False,
-              init_from=tmp_path / "a" / "last.pt")
+    s = train(
+        "qanet",
+        QANet,
+        QANetConfig(**TINY_MODEL),
+        cfg,
+        prepared,
+        tmp_path / "b",
+        max_steps=2,
+        progress=False,
+        init_from=tmp_path / "a" / "last.pt",
+    )
     assert s["steps"] == 2  # the step count starts afresh
     b = load_checkpoint(tmp_path / "b" / "last.pt")
     for k in src["model"]:
@@ -466,19 +569,47 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(prepared, tmp_path
     for k in b["ema"]["shadow"]:  # the average starts from the loaded weights, not the random ones
         assert torch.equal(b["ema"]["shadow"][k], src["model"][k]), k
     assert json.loads((tmp_path / "b" / "config.json").read_text())["init_from"]["step"] == 3
-    train("qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, tmp_path / "b", max_steps=3, progress=False,
-          resume=True)
+    train(
+        "qanet",
+        QANet,
+        QANetConfig(**TINY_MODEL),
+        cfg,
+        prepared,
+        tmp_path / "b",
+        max_steps=3,
+        progress=False,
+        resume=True,
+    )
     assert json.loads((tmp_path / "b" / "config.json").read_text())["init_from"]["step"] == 3  # kept across a resume
 
 
 def test_init_from_refuses_a_checkpoint_of_another_shape(prepared, tmp_path):
     _train(prepared, tmp_path / "a", 2)
     with pytest.raises(CheckpointError, match="--init-from: .* in this model .*d_model"):
-        train("qanet", QANet, QANetConfig(**{**TINY_MODEL, "d_model": 32}), TrainConfig(**TINY_TRAIN), prepared,
-              tmp_path / "b", max_steps=2, progress=False, init_from=tmp_path / "a" / "last.pt")
+        train(
+            "qanet",
+            QANet,
+            QANetConfig(**{**TINY_MODEL, "d_model": 32}),
+            TrainConfig(**TINY_TRAIN),
+            prepared,
+            tmp_path / "b",
+            max_steps=2,
+            progress=False,
+            init_from=tmp_path / "a" / "last.pt",
+        )
     with pytest.raises(ValueError, match="give one of them"):
-        train("qanet", QANet, QANetConfig(**TINY_MODEL), TrainConfig(**TINY_TRAIN), prepared, tmp_path / "a",
-              max_steps=4, resume=True, progress=False, init_from=tmp_path / "a" / "last.pt")
+        train(
+            "qanet",
+            QANet,
+            QANetConfig(**TINY_MODEL),
+            TrainConfig(**TINY_TRAIN),
+            prepared,
+            tmp_path / "a",
+            max_steps=4,
+            resume=True,
+            progress=False,
+            init_from=tmp_path / "a" / "last.pt",
+        )
 
 
 def test_init_from_starts_dcn_plus_mixed_objective_from_a_cross_entropy_run(prepared, tmp_path, capsys):
@@ -487,10 +618,27 @@ def test_init_from_starts_dcn_plus_mixed_objective_from_a_cross_entropy_run(prep
 
     small = dict(hidden=8, pool=2, iterations=2, dropout=0.0, word_dropout=0.0, n_experts=2)
     cfg = TrainConfig(**{**TINY_TRAIN, "warmup_steps": 0})
-    train("dcn_plus", DCNPlus, DCNPlusConfig(**small, mixed_objective=False), cfg, prepared, tmp_path / "ce",
-          max_steps=2, progress=False)
-    s = train("dcn_plus", DCNPlus, DCNPlusConfig(**small), cfg, prepared, tmp_path / "mixed", max_steps=2,
-              progress=False, init_from=tmp_path / "ce" / "last.pt")
+    train(
+        "dcn_plus",
+        DCNPlus,
+        DCNPlusConfig(**small, mixed_objective=False),
+        cfg,
+        prepared,
+        tmp_path / "ce",
+        max_steps=2,
+        progress=False,
+    )
+    s = train(
+        "dcn_plus",
+        DCNPlus,
+        DCNPlusConfig(**small),
+        cfg,
+        prepared,
+        tmp_path / "mixed",
+        max_steps=2,
+        progress=False,
+        init_from=tmp_path / "ce" / "last.pt",
+    )
     assert "kept at their initialisation: log_sigma2_raw" in capsys.readouterr().err
     logged = [json.loads(ln) for ln in (tmp_path / "mixed" / "metrics.jsonl").read_text().splitlines()]
     assert s["steps"] == 2 and any("loss_rl" in r for r in logged)
@@ -506,9 +654,12 @@ def test_init_from_an_exported_file_takes_word_and_char_rows_by_word(tmp_path, t
     from rckit.model_files.load import load_model
 
     def prepare(name, paras):  # every training word gets a trained row: word rows to take by word
-        return prepare_squad(write_json(tmp_path / f"{name}-train.json", squad_json(paras)),
-                             {"dev": write_json(tmp_path / f"{name}-dev.json", squad_json(paras[:1]))},
-                             tmp_path / f"prep-{name}", PrepareConfig(embeddings=str(tiny_glove), trainable_min_count=1))
+        return prepare_squad(
+            write_json(tmp_path / f"{name}-train.json", squad_json(paras)),
+            {"dev": write_json(tmp_path / f"{name}-dev.json", squad_json(paras[:1]))},
+            tmp_path / f"prep-{name}",
+            PrepareConfig(embeddings=str(tiny_glove), trainable_min_count=1),
+        )
 
     _train(prepare("a", _paragraphs()), tmp_path / "a", 3)
     export_run(tmp_path / "a", tmp_path / "a.safetensors", dtype="fp32")
@@ -518,15 +669,26 @@ def test_init_from_an_exported_file_takes_word_and_char_rows_by_word(tmp_path, t
     words, chars = other.vocabs.words.itos, other.vocabs.chars.itos
     assert words != src_vocabs.words.itos and chars != src_vocabs.chars.itos
     cfg = TrainConfig(**{**TINY_TRAIN, "lr": 0.0})
-    train("qanet", QANet, QANetConfig(**TINY_MODEL, no_answer=True), cfg, other, tmp_path / "b", max_steps=1,
-          progress=False, init_from=tmp_path / "a.safetensors")
+    train(
+        "qanet",
+        QANet,
+        QANetConfig(**TINY_MODEL, no_answer=True),
+        cfg,
+        other,
+        tmp_path / "b",
+        max_steps=1,
+        progress=False,
+        init_from=tmp_path / "a.safetensors",
+    )
     b = load_checkpoint(tmp_path / "b" / "last.pt")["model"]
     torch.manual_seed(cfg.seed)  # as the run does before it builds the model
     fresh = QANet(QANetConfig(**TINY_MODEL, no_answer=True), other.embedding_info()).state_dict()
     theirs = src.state_dict()
     table = lambda st, key: torch.cat([st[f"{key}.trainable"], st[f"{key}.frozen"]])  # noqa: E731
-    for vocab, src_itos, key, rows in ((words, src_vocabs.words.itos, "embed.word", table),
-                                       (chars, src_vocabs.chars.itos, "embed.char.embed", lambda st, k: st[f"{k}.weight"])):
+    for vocab, src_itos, key, rows in (
+        (words, src_vocabs.words.itos, "embed.word", table),
+        (chars, src_vocabs.chars.itos, "embed.char.embed", lambda st, k: st[f"{k}.weight"]),
+    ):
         row = {w: i for i, w in enumerate(src_itos)}
         mine, there, start = rows(b, key), rows(theirs, key), rows(fresh, key)
         assert any(w not in row for w in vocab)
@@ -554,5 +716,14 @@ def test_resume_reads_a_setting_added_since_the_checkpoint_as_its_default(prepar
     del ckpt["model_config"]["layer_dropout"]
     save_checkpoint(ckpt, path)
     with pytest.raises(CheckpointError, match='layer_dropout: "example" -> "batch"'):
-        train("qanet", QANet, QANetConfig(**TINY_MODEL, layer_dropout="batch"), TrainConfig(**TINY_TRAIN), prepared,
-              tmp_path / "r", max_steps=4, resume=True, progress=False)
+        train(
+            "qanet",
+            QANet,
+            QANetConfig(**TINY_MODEL, layer_dropout="batch"),
+            TrainConfig(**TINY_TRAIN),
+            prepared,
+            tmp_path / "r",
+            max_steps=4,
+            resume=True,
+            progress=False,
+        )

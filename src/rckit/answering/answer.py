@@ -17,14 +17,18 @@ from typing import Annotated, TypedDict
 class Answer(TypedDict):
     """One answer to a question about a text."""
 
-    answer: Annotated[str, "the answer text, equal to context[start:end]; \"\" where the model says the "
-                           "context holds no answer"]
-    score: Annotated[float | None, "the model's probability of this span (of no answer, for \"\")"]
+    answer: Annotated[
+        str, 'the answer text, equal to context[start:end]; "" where the model says the context holds no answer'
+    ]
+    score: Annotated[float | None, 'the model\'s probability of this span (of no answer, for "")']
     start: Annotated[int | None, "character offset of the answer in the context; null for no answer"]
     end: Annotated[int | None, "character offset just past the answer; null for no answer"]
-    no_answer_probability: Annotated[float | None, "the model's probability that the context holds no answer; "
-                                                   "null for a model that cannot abstain (trained on SQuAD v1.1 "
-                                                   "alone)"]
+    no_answer_probability: Annotated[
+        float | None,
+        "the model's probability that the context holds no answer; "
+        "null for a model that cannot abstain (trained on SQuAD v1.1 "
+        "alone)",
+    ]
 
 
 class Passage(TypedDict):
@@ -41,12 +45,17 @@ class FoundAnswer(Answer):
     and ``end`` are offsets into its document, ``score`` the ranking score."""
 
     source: Annotated[str | None, "the file the answer is in; null for no answer"]
-    key: Annotated[str | None, "the record (JSON lines) or paragraph (SQuAD JSON, article/paragraph) of that "
-                               "file; null for a text file"]
+    key: Annotated[
+        str | None,
+        "the record (JSON lines) or paragraph (SQuAD JSON, article/paragraph) of that file; null for a text file",
+    ]
     title: Annotated[str | None, "the document's title"]
     page: Annotated[int | None, "the page the answer is on (PDF, counted from 1); null for a document without pages"]
-    section: Annotated[str | None, "the heading of the section the answer is in (HTML, Markdown, reStructuredText, "
-                                   "Word, EPUB); null where there is none"]
+    section: Annotated[
+        str | None,
+        "the heading of the section the answer is in (HTML, Markdown, reStructuredText, "
+        "Word, EPUB); null where there is none",
+    ]
     passage: Annotated[Passage | None, "the passage the answer was read in"]
     reader_score: Annotated[float | None, "the reader's probability of the span in its passage"]
     retriever_score: Annotated[float | None, "the passage's BM25 score"]
@@ -54,8 +63,7 @@ class FoundAnswer(Answer):
 
 def span(context: str, start: int, end: int, score: float, p_null: float | None) -> Answer:
     """The answer ``context[start:end]`` (character offsets), with the model's probability of it."""
-    return {"answer": context[start:end], "score": score, "start": start, "end": end,
-            "no_answer_probability": p_null}
+    return {"answer": context[start:end], "score": score, "start": start, "end": end, "no_answer_probability": p_null}
 
 
 def no_answer(p_null: float | None) -> Answer:

@@ -105,8 +105,9 @@ def _masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))  # (B, T)
 
 
-def _band_scores(log_p_start: np.ndarray, log_p_end: np.ndarray, span_mask: np.ndarray,
-                 max_answer_len: int) -> np.ndarray:
+def _band_scores(
+    log_p_start: np.ndarray, log_p_end: np.ndarray, span_mask: np.ndarray, max_answer_len: int
+) -> np.ndarray:
     """Scores of all spans on the band, ``-inf`` where the span is not valid.
 
     Entry ``[b, s, d]`` is the span ``(s, s + d)``, so ``d = end - start`` in ``[0, L)`` with
@@ -118,8 +119,9 @@ def _band_scores(log_p_start: np.ndarray, log_p_end: np.ndarray, span_mask: np.n
     # rather than np.pad and sliding_window_view, whose checks cost more than the arithmetic here).
     padded = np.full((B, T + L - 1), _MIN, np.float32)
     padded[:, :T] = log_p_end
-    end_band = np.lib.stride_tricks.as_strided(padded, (B, T, L), (padded.strides[0],) + padded.strides[1:] * 2,
-                                               writeable=False)  # (B, T, L)
+    end_band = np.lib.stride_tricks.as_strided(
+        padded, (B, T, L), (padded.strides[0],) + padded.strides[1:] * 2, writeable=False
+    )  # (B, T, L)
     with np.errstate(over="ignore"):  # padding + padding overflows to -inf: invalid spans either way
         scores = log_p_start[:, :, None] + end_band  # (B, T, L)
 
@@ -134,12 +136,14 @@ def _band_scores(log_p_start: np.ndarray, log_p_end: np.ndarray, span_mask: np.n
 
 
 def _empty(shape: tuple[int, ...]) -> SpanPrediction:
-    return SpanPrediction(start=np.full(shape, -1, np.int64), end=np.full(shape, -1, np.int64),
-                          score=np.full(shape, -np.inf, np.float32))
+    return SpanPrediction(
+        start=np.full(shape, -1, np.int64), end=np.full(shape, -1, np.int64), score=np.full(shape, -np.inf, np.float32)
+    )
 
 
-def topk_spans(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, k: int,
-               max_answer_len: int = 30) -> SpanPrediction:
+def topk_spans(
+    start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, k: int, max_answer_len: int = 30
+) -> SpanPrediction:
     """The ``k`` most likely answer spans of every example, best first.
 
     Args:
@@ -201,16 +205,18 @@ def _top_indices(scores: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray,
-               max_answer_len: int = 30) -> SpanPrediction:
+def best_spans(
+    start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, max_answer_len: int = 30
+) -> SpanPrediction:
     """The most likely answer span of every example: :func:`topk_spans` with ``k = 1``, as (B,)
     arrays. A row with no real token gives ``(-1, -1)`` and score ``-inf``."""
     top = topk_spans(start_logits, end_logits, mask, 1, max_answer_len)
     return SpanPrediction(start=top.start[:, 0], end=top.end[:, 0], score=top.score[:, 0])
 
 
-def null_scores(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray,
-                start_null: np.ndarray, end_null: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def null_scores(
+    start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, start_null: np.ndarray, end_null: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """``(null, shift)`` (B,) of a model that can abstain, for spans decoded over the tokens alone.
 
     ``null = log p_start[null] + log p_end[null]`` with the softmaxes over ``[null, tokens]``,
@@ -232,8 +238,14 @@ def null_scores(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarr
     return log_p_start + log_p_end, shift
 
 
-def spans_and_null(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray, start_null: np.ndarray,
-                   end_null: np.ndarray, max_answer_len: int = 30) -> tuple[SpanPrediction, np.ndarray]:
+def spans_and_null(
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    mask: np.ndarray,
+    start_null: np.ndarray,
+    end_null: np.ndarray,
+    max_answer_len: int = 30,
+) -> tuple[SpanPrediction, np.ndarray]:
     """The best span and the null's score of a model that can abstain (``SpanOutput.start_null``).
 
     The span is :func:`best_spans`' (context token indices; the null is never among them), its

@@ -55,8 +55,14 @@ from rckit.models.contract import ReadingModel, SpanOutput
 from rckit.models.dcn import DCNOutput, DynamicDecoder
 
 
-def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max_answer_len: int | None = None,
-            stride: int | None = None) -> Explanation:
+def explain(
+    reader,
+    context: str,
+    question: str,
+    steps: int = DEFAULT_STEPS,
+    max_answer_len: int | None = None,
+    stride: int | None = None,
+) -> Explanation:
     """See the module docstring; ``reader`` a :class:`rckit.answering.reader.Reader` (not imported
     here: the Reader imports this module when asked to explain); ``steps``: integrated gradients'
     trapezoids (>= 1)."""
@@ -71,18 +77,22 @@ def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max
     if answer["start"] is None and reader.verifier is not None and len(answers) > 1:
         # The verifier's abstention, not the model's: what is explained is the reader's best span.
         explained = answers[1]
-        notes.append(f"the verifier says the text holds no answer (p {answer['no_answer_probability']:.2f}); "
-                     f"shown: why the reader would answer {explained['answer']!r}, its best guess")
+        notes.append(
+            f"the verifier says the text holds no answer (p {answer['no_answer_probability']:.2f}); "
+            f"shown: why the reader would answer {explained['answer']!r}, its best guess"
+        )
     job = reader.plan([(context, question)], 1, max_answer_len, stride)
     item, n_windows = answer_window(reader, job, explained)
     _, c, lo, hi = item
     a = job.arrays
-    offsets = a["ctx_offsets"][a["ctx_ptr"][c] + lo:a["ctx_ptr"][c] + hi].tolist()  # the window's tokens
+    offsets = a["ctx_offsets"][a["ctx_ptr"][c] + lo : a["ctx_ptr"][c] + hi].tolist()  # the window's tokens
     _, q_offsets = tokenize(question)
     if n_windows > 1:
-        notes.append(f"the context is {int(a['ctx_ptr'][c + 1] - a['ctx_ptr'][c])} tokens, read in {n_windows} "
-                     f"windows of at most {reader.window}; shown: tokens {lo} to {hi - 1}, the window that gave "
-                     f"the answer")
+        notes.append(
+            f"the context is {int(a['ctx_ptr'][c + 1] - a['ctx_ptr'][c])} tokens, read in {n_windows} "
+            f"windows of at most {reader.window}; shown: tokens {lo} to {hi - 1}, the window that gave "
+            f"the answer"
+        )
     span = None
     if explained["start"] is not None:
         starts, ends = [s for s, _ in offsets], [e for _, e in offsets]
@@ -98,18 +108,23 @@ def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max
         if len(seen) > 1:
             notes.append(f"the model has {len(seen)} {attention['kind']} layers; shown: the first")
         if attention["kind"] == "coattention":
-            notes.append("coattention without its sentinels: a context token's row sums to 1 less its weight on "
-                         "the question's sentinel, a question token's column to 1 less the context's")
+            notes.append(
+                "coattention without its sentinels: a context token's row sums to 1 less its weight on "
+                "the question's sentinel, a question token's column to 1 less the context's"
+            )
     else:
-        notes.append(f"{reader.info.get('model', 'this model')} has no attention layer (context-query or "
-                     f"coattention) to show")
+        notes.append(
+            f"{reader.info.get('model', 'this model')} has no attention layer (context-query or coattention) to show"
+        )
     decoder = decoder_trace(out) if isinstance(out, DCNOutput) else None
     if decoder and span is not None and (decoder[-1]["start"], decoder[-1]["end"]) != span:
         # The Reader decodes the last iteration's logits as every span model's (best_spans), within
         # the answer's length limit; the decoder's own pointers may lie outside it.
-        notes.append(f"the decoder's last pointers (start word {decoder[-1]['start'] + 1}, end word "
-                     f"{decoder[-1]['end'] + 1}) are not a span of at most {job.max_answer_len} words; the answer "
-                     f"is the best such span of the last iteration's start and end probabilities")
+        notes.append(
+            f"the decoder's last pointers (start word {decoder[-1]['start'] + 1}, end word "
+            f"{decoder[-1]['end'] + 1}) are not a span of at most {job.max_answer_len} words; the answer "
+            f"is the best such span of the last iteration's start and end probabilities"
+        )
     if span is None:
         notes.append("the model abstains: the score explained is the null's, start_null + end_null")
     path = (out.starts[:, 0], out.ends[:, 0]) if isinstance(out, DCNOutput) else None
@@ -117,8 +132,10 @@ def explain(reader, context: str, question: str, steps: int = DEFAULT_STEPS, max
     ig = saliency["integrated_gradients"]
     gap = ig["score"] - ig["baseline_score"]
     if abs(ig["sum"] - gap) > 0.05 * abs(gap) + 1e-3:
-        notes.append(f"integrated gradients sum to {ig['sum']:.4g} where score - baseline_score is {gap:.4g}: "
-                     f"more steps than {steps} may close the gap")
+        notes.append(
+            f"integrated gradients sum to {ig['sum']:.4g} where score - baseline_score is {gap:.4g}: "
+            f"more steps than {steps} may close the gap"
+        )
     return {
         "model": reader.info.get("model", ""),
         "context": context,
@@ -180,8 +197,15 @@ def decoder_trace(out: DCNOutput) -> list[DecoderStep]:
             break
         p_start = torch.softmax(out.start_iters[i, 0].float(), 0)[shift:]  # (Tc,)
         p_end = torch.softmax(out.end_iters[i, 0].float(), 0)[shift:]
-        trace.append({"iteration": i, "start_probs": p_start.tolist(), "end_probs": p_end.tolist(),
-                      "start": int(out.starts[i, 0]) - shift, "end": int(out.ends[i, 0]) - shift})
+        trace.append(
+            {
+                "iteration": i,
+                "start_probs": p_start.tolist(),
+                "end_probs": p_end.tolist(),
+                "start": int(out.starts[i, 0]) - shift,
+                "end": int(out.ends[i, 0]) - shift,
+            }
+        )
     return trace
 
 
@@ -216,8 +240,11 @@ def recorded_attention(module: ReadingModel, tokens: int):
         A_D = masked_softmax(L, q_mask0.unsqueeze(1), dim=2)  # rows over Q
         seen.append(attention("coattention", A_D[0, :m, :n], A_Q[0, :m, :n], d_mask[0], q_mask[0], tokens))
 
-    hooks = [layer.register_forward_hook(context_query) for layer in module.modules()
-             if isinstance(layer, ContextQueryAttention)]
+    hooks = [
+        layer.register_forward_hook(context_query)
+        for layer in module.modules()
+        if isinstance(layer, ContextQueryAttention)
+    ]
     hooks += [layer.register_forward_hook(coattention) for layer in module.modules() if isinstance(layer, Coattention)]
     try:
         yield seen
@@ -226,18 +253,27 @@ def recorded_attention(module: ReadingModel, tokens: int):
             hook.remove()
 
 
-def attention(kind: str, to_query: torch.Tensor, to_context: torch.Tensor, c_mask: torch.Tensor,
-              q_mask: torch.Tensor, tokens: int) -> Attention:
+def attention(
+    kind: str, to_query: torch.Tensor, to_context: torch.Tensor, c_mask: torch.Tensor, q_mask: torch.Tensor, tokens: int
+) -> Attention:
     """Weights (rows, Tq) at the window's ``tokens`` and the real question tokens. QANet's rows
     start with the null where it has one (:func:`rckit.layers.masking.with_null`): left out."""
     skip, Tq = int(c_mask.sum()) - tokens, int(q_mask.sum())  # skip: the null's row, or none
-    return {"kind": kind,
-            "context_to_query": to_query[skip:skip + tokens, :Tq].float().tolist(),
-            "query_to_context": to_context[skip:skip + tokens, :Tq].float().tolist()}
+    return {
+        "kind": kind,
+        "context_to_query": to_query[skip : skip + tokens, :Tq].float().tolist(),
+        "query_to_context": to_context[skip : skip + tokens, :Tq].float().tolist(),
+    }
 
 
-def word_saliency(module: ReadingModel, inputs: dict[str, torch.Tensor], span: tuple[int, int] | None, steps: int,
-                  chunk: int, path: tuple[torch.Tensor, torch.Tensor] | None = None) -> Saliency:
+def word_saliency(
+    module: ReadingModel,
+    inputs: dict[str, torch.Tensor],
+    span: tuple[int, int] | None,
+    steps: int,
+    chunk: int,
+    path: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Saliency:
     """Gradient x input and integrated gradients of the span's score for each word of the window
     and the question (module docstring); ``span`` None: the null's score. ``chunk``: most copies
     of the example per forward. ``path``: DCN's starts and ends (I,) on the real input, which
@@ -251,7 +287,7 @@ def word_saliency(module: ReadingModel, inputs: dict[str, torch.Tensor], span: t
     fast = ",".join(name for name in kernels.active() if name != "dedupe") or "none"
     with torch.enable_grad(), kernels.use(fast):
         for lo in range(0, steps + 1, max(1, chunk)):
-            part = alphas[lo:lo + chunk]
+            part = alphas[lo : lo + chunk]
             batch, states = copies(inputs, len(part), part)
             with scaled_words(module, batch, part) as words, followed_path(module, path):
                 out = module(batch)
@@ -269,15 +305,22 @@ def word_saliency(module: ReadingModel, inputs: dict[str, torch.Tensor], span: t
                 if side in states:  # a contextual model: its states are part of the word's input vector
                     x_s = states[side][0]  # (T, K, D)
                     g = g + (grads[2 + list(states).index(side)].float() * x_s.float()).sum((-2, -1))
-                ig[side] = ig.get(side, 0) + (weights[lo:lo + chunk, None] * g).sum(0)
+                ig[side] = ig.get(side, 0) + (weights[lo : lo + chunk, None] * g).sum(0)
                 last[side] = g[-1]
             scores.append(score.detach().float())
     score = torch.cat(scores)  # (K,)
     total = float(ig["context"].sum() + ig["question"].sum())
-    return {"gradient_x_input": {"context": last["context"].tolist(), "question": last["question"].tolist()},
-            "integrated_gradients": {"context": ig["context"].tolist(), "question": ig["question"].tolist(),
-                                     "steps": steps, "score": float(score[-1]), "baseline_score": float(score[0]),
-                                     "sum": total}}
+    return {
+        "gradient_x_input": {"context": last["context"].tolist(), "question": last["question"].tolist()},
+        "integrated_gradients": {
+            "context": ig["context"].tolist(),
+            "question": ig["question"].tolist(),
+            "steps": steps,
+            "score": float(score[-1]),
+            "baseline_score": float(score[0]),
+            "sum": total,
+        },
+    }
 
 
 def copies(inputs: dict[str, torch.Tensor], k: int, alphas: torch.Tensor | None = None) -> tuple[Batch, dict]:
@@ -294,9 +337,19 @@ def copies(inputs: dict[str, torch.Tensor], k: int, alphas: torch.Tensor | None 
         for side, x in (("context", inputs["c_states"][inputs["q_context"]][0]), ("question", inputs["q_states"][0])):
             at = (x.unsqueeze(0) * alphas.view(-1, 1, 1, 1).to(x.dtype)).requires_grad_(True)  # (k, T, K, D)
             states[side] = (x, at)
-    batch = Batch(words[c].repeat(k, 1), chars[c].repeat(k, 1, 1), inputs["c_mask"][inputs["q_context"]].repeat(k, 1),
-                  words[q].repeat(k, 1), chars[q].repeat(k, 1, 1), inputs["q_mask"].repeat(k, 1), none, none, none,
-                  c_states=states["context"][1] if states else None, q_states=states["question"][1] if states else None)
+    batch = Batch(
+        words[c].repeat(k, 1),
+        chars[c].repeat(k, 1, 1),
+        inputs["c_mask"][inputs["q_context"]].repeat(k, 1),
+        words[q].repeat(k, 1),
+        chars[q].repeat(k, 1, 1),
+        inputs["q_mask"].repeat(k, 1),
+        none,
+        none,
+        none,
+        c_states=states["context"][1] if states else None,
+        q_states=states["question"][1] if states else None,
+    )
     return batch, states
 
 

@@ -16,10 +16,11 @@ explanation has nothing for it:
   integrated gradients in the PNG, a switch between gradient x input and integrated gradients in HTML.
 
 Shades are relative: each view scales its colour to its own largest value, which its legend gives, so a
-flat distribution still shows where its mass is; probabilities of the passage and the decoder are shaded by
-the square root of that share, so that the runners-up of a peaked distribution show too. The HTML page has no script and loads nothing: its
-switches are radio buttons styled with CSS, every text is escaped, and hovering over a word or a cell
-gives its numbers. matplotlib (in the ``torch`` extra) is imported only when a PNG is written.
+flat distribution still shows where its mass is; probabilities of the passage and the decoder are shaded
+by the square root of that share, so that the runners-up of a peaked distribution show too. The HTML page
+has no script and loads nothing: its switches are radio buttons styled with CSS, every text is escaped,
+and hovering over a word or a cell gives its numbers. matplotlib (in the ``torch`` extra) is imported only
+when a PNG is written.
 """
 
 from __future__ import annotations
@@ -35,9 +36,25 @@ from typing import Any
 from rckit.model_files.errors import MissingPackage
 
 SUFFIXES = (".png", ".html", ".json")
-KEYS = ("model", "context", "question", "window", "context_tokens", "context_offsets", "question_tokens",
-        "question_offsets", "answer", "answer_tokens", "start_probs", "end_probs", "null_prob", "attention",
-        "decoder", "saliency", "notes")
+KEYS = (
+    "model",
+    "context",
+    "question",
+    "window",
+    "context_tokens",
+    "context_offsets",
+    "question_tokens",
+    "question_offsets",
+    "answer",
+    "answer_tokens",
+    "start_probs",
+    "end_probs",
+    "null_prob",
+    "attention",
+    "decoder",
+    "saliency",
+    "notes",
+)
 FOCUS = 60  # the most passage words a heat map shows at once
 
 MODEL_NAMES = {"qanet": "QANet", "dcn": "DCN", "dcn_plus": "DCN+", "deep_lstm_reader": "Deep LSTM Reader"}
@@ -58,11 +75,15 @@ def write_explanation(explanation: Mapping[str, Any], path: str | Path) -> Path:
         write_html(explanation, path)
     elif suffix == ".json":
         _checked(explanation)
-        _write_atomically(path, lambda tmp: tmp.write_text(
-            json.dumps(explanation, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"))
+        _write_atomically(
+            path,
+            lambda tmp: tmp.write_text(json.dumps(explanation, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"),
+        )
     else:
-        raise ValueError(f"{path}: an explanation is written as {', '.join(SUFFIXES[:-1])} or {SUFFIXES[-1]}, "
-                         f"by the file's suffix (got {path.suffix or 'none'})")
+        raise ValueError(
+            f"{path}: an explanation is written as {', '.join(SUFFIXES[:-1])} or {SUFFIXES[-1]}, "
+            f"by the file's suffix (got {path.suffix or 'none'})"
+        )
     return path
 
 
@@ -102,7 +123,7 @@ def words(text: str, tokens: Sequence[str], offsets: Sequence[Sequence[int]]) ->
     own string where its offsets do not fit the text."""
     out, previous = [], None
     for i, token in enumerate(tokens):
-        start, end = (offsets[i] if i < len(offsets) else (-1, -1))
+        start, end = offsets[i] if i < len(offsets) else (-1, -1)
         valid = 0 <= start < end <= len(text)
         shown = " ".join(text[start:end].split()) if valid else str(token)
         gap = text[previous:start] if valid and previous is not None and previous <= start else " "
@@ -184,24 +205,30 @@ def _answer_line(ex: Mapping[str, Any]) -> str:
 
 def _window_line(ex: Mapping[str, Any]) -> str:
     w, n = ex["window"], len(ex["context"])
-    part = "the whole context" if (w["start"], w["end"]) == (0, n) else \
-        f"the window of characters {w['start']}\u2013{w['end']} of {n}, where the answer was read"
+    part = (
+        "the whole context"
+        if (w["start"], w["end"]) == (0, n)
+        else f"the window of characters {w['start']}\u2013{w['end']} of {n}, where the answer was read"
+    )
     return f"model {_model_name(ex)} \u00b7 explained: {part}, {len(ex['context_tokens'])} words"
 
 
 def _attention_titles(ex: Mapping[str, Any]) -> tuple[str, str, str]:
     """The heat maps' name, and what each of its two matrices is."""
     if ex["attention"]["kind"] == "coattention":
-        return (f"{_model_name(ex)}'s coattention",
-                "passage \u2192 question: each passage word's weights over the question words (A^D; a column "
-                "sums to 1, less what goes to the sentinel)",
-                "question \u2192 passage: each question word's weights over the passage words (A^Q; a row sums "
-                "to 1 over the whole window, less what goes to the sentinel)")
-    return (f"{_model_name(ex)}'s context-query attention",
-            "passage \u2192 question: each passage word's weights over the question words (S_bar; a column sums "
-            "to 1)",
-            "question \u2192 passage: each question word's weights over the passage words (S_bbar; a row sums to 1 "
-            "over the whole window)")
+        return (
+            f"{_model_name(ex)}'s coattention",
+            "passage \u2192 question: each passage word's weights over the question words (A^D; a column "
+            "sums to 1, less what goes to the sentinel)",
+            "question \u2192 passage: each question word's weights over the passage words (A^Q; a row sums "
+            "to 1 over the whole window, less what goes to the sentinel)",
+        )
+    return (
+        f"{_model_name(ex)}'s context-query attention",
+        "passage \u2192 question: each passage word's weights over the question words (S_bar; a column sums to 1)",
+        "question \u2192 passage: each question word's weights over the passage words (S_bbar; a row sums to 1 "
+        "over the whole window)",
+    )
 
 
 def _focus_line(ex: Mapping[str, Any], lo: int, hi: int) -> str:
@@ -226,10 +253,17 @@ def _matplotlib() -> dict[str, Any]:
         from matplotlib.font_manager import FontProperties
         from matplotlib.patches import Rectangle
     except ImportError:
-        raise MissingPackage("drawing an explanation as PNG needs matplotlib: pip install 'rckit[torch]' "
-                             "(or pip install matplotlib), or write .html or .json instead") from None
-    return {"RendererAgg": RendererAgg, "Figure": Figure, "FontProperties": FontProperties,
-            "Rectangle": Rectangle, "colormaps": colormaps}
+        raise MissingPackage(
+            "drawing an explanation as PNG needs matplotlib: pip install 'rckit[torch]' "
+            "(or pip install matplotlib), or write .html or .json instead"
+        ) from None
+    return {
+        "RendererAgg": RendererAgg,
+        "Figure": Figure,
+        "FontProperties": FontProperties,
+        "Rectangle": Rectangle,
+        "colormaps": colormaps,
+    }
 
 
 def write_png(explanation: Mapping[str, Any], path: str | Path) -> None:
@@ -271,8 +305,15 @@ class _Place:
 
     def text(self, left: float, top: float, text: str, font, color: str = "#111111"):
         """A line whose baseline is ``top`` inches below the panel's top."""
-        self.fig.text(left / WIDTH, (self.height - self.top - top) / self.height, text, fontproperties=font,
-                      color=color, va="baseline", parse_math=False)
+        self.fig.text(
+            left / WIDTH,
+            (self.height - self.top - top) / self.height,
+            text,
+            fontproperties=font,
+            color=color,
+            va="baseline",
+            parse_math=False,
+        )
 
 
 def _rgb(color: tuple[int, int, int], alpha: float) -> tuple[float, float, float]:
@@ -297,8 +338,7 @@ class _Pen:
     def font(self, size: float, weight: str = "normal", style: str = "normal"):
         key = (size, weight, style)
         if key not in self._fonts:
-            self._fonts[key] = self.mpl["FontProperties"](family="DejaVu Sans", size=size, weight=weight,
-                                                          style=style)
+            self._fonts[key] = self.mpl["FontProperties"](family="DejaVu Sans", size=size, weight=weight, style=style)
         return self._fonts[key]
 
     def width(self, text: str, font) -> float:
@@ -307,8 +347,9 @@ class _Pen:
         key = (text, font.get_size_in_points(), font.get_weight(), font.get_style())
         if key not in self._widths:
             measure = self.renderer.get_text_width_height_descent
-            self._widths[key] = (measure(f"x{text}x", font, ismath=False)[0]
-                                 - measure("xx", font, ismath=False)[0]) * PT / DPI
+            self._widths[key] = (
+                (measure(f"x{text}x", font, ismath=False)[0] - measure("xx", font, ismath=False)[0]) * PT / DPI
+            )
         return self._widths[key]
 
 
@@ -358,8 +399,9 @@ def _flow(boxes: list[_Box], pen: _Pen, width: float, indent: float = 0.0, pad: 
     return line + 1 if boxes else 0
 
 
-def _text_boxes(text: str, pen: _Pen, size: float, color: str = "#222222", weight: str = "normal",
-                style: str = "normal") -> list[_Box]:
+def _text_boxes(
+    text: str, pen: _Pen, size: float, color: str = "#222222", weight: str = "normal", style: str = "normal"
+) -> list[_Box]:
     font = pen.font(size, weight, style)
     return [_Box(w, "" if i == 0 else " ", font, color) for i, w in enumerate(text.split())]
 
@@ -405,8 +447,15 @@ def _words_panel(pen: _Pen, lines: list[list[_Box]], blocks: list[tuple[str, lis
         for label, boxes, y0, h in rows:
             baseline = h * 0.66
             if label:
-                ax.text(0, y0 + baseline, label, fontproperties=pen.font(size, "bold"), color="#555555",
-                        va="baseline", parse_math=False)
+                ax.text(
+                    0,
+                    y0 + baseline,
+                    label,
+                    fontproperties=pen.font(size, "bold"),
+                    color="#555555",
+                    va="baseline",
+                    parse_math=False,
+                )
             for b in boxes:
                 top = y0 + b.line * h + 1.5
                 inner = h - 3  # a gap between lines keeps their shades apart
@@ -415,20 +464,33 @@ def _words_panel(pen: _Pen, lines: list[list[_Box]], blocks: list[tuple[str, lis
                     ax.add_patch(Rectangle((b.x, top + inner / 2), b.w, inner / 2, facecolor=b.bottom, lw=0))
                 elif b.top is not None:
                     ax.add_patch(Rectangle((b.x, top), b.w, inner, facecolor=b.top, lw=0))
-                ax.text(b.x + b.left, y0 + b.line * h + baseline, b.text, fontproperties=b.font, color=b.color,
-                        va="baseline", parse_math=False)
+                ax.text(
+                    b.x + b.left,
+                    y0 + b.line * h + baseline,
+                    b.text,
+                    fontproperties=b.font,
+                    color=b.color,
+                    va="baseline",
+                    parse_math=False,
+                )
             for line in sorted({b.line for b in boxes if b.boxed}):
                 span = [b for b in boxes if b.boxed and b.line == line]
                 x0, x1 = min(b.x for b in span), max(b.x + b.w for b in span)
-                ax.add_patch(Rectangle((x0 - 1, y0 + line * h + 0.5), x1 - x0 + 2, h - 1, fill=False,
-                                       edgecolor="#111111", lw=1.8))
+                ax.add_patch(
+                    Rectangle(
+                        (x0 - 1, y0 + line * h + 0.5), x1 - x0 + 2, h - 1, fill=False, edgecolor="#111111", lw=1.8
+                    )
+                )
+
     return height / PT, draw
 
 
 def _title_panel(ex: Mapping[str, Any], pen: _Pen):
-    lines = [_text_boxes(f"Q: {ex['question']}", pen, 13.5, "#111111", "bold"),
-             _text_boxes(f"A: {_answer_line(ex)}", pen, 12, "#111111"),
-             _text_boxes(_window_line(ex), pen, 9.5, "#555555")]
+    lines = [
+        _text_boxes(f"Q: {ex['question']}", pen, 13.5, "#111111", "bold"),
+        _text_boxes(f"A: {_answer_line(ex)}", pen, 12, "#111111"),
+        _text_boxes(_window_line(ex), pen, 9.5, "#555555"),
+    ]
     lines += [_text_boxes(f"Note: {note}", pen, 9.5, "#555555", style="italic") for note in ex["notes"] or ()]
     return _words_panel(pen, lines, [])
 
@@ -445,16 +507,30 @@ def _passage_panel(ex: Mapping[str, Any], pen: _Pen):
     boxes = []
     for w in words(ex["context"], ex["context_tokens"], ex["context_offsets"]):
         i = w.index
-        boxes.append(_Box(w.text, w.sep, font,
-                          top=_rgb(START, 0.85 * _shade(start[i] if i < len(start) else None, s_top)),
-                          bottom=_rgb(END, 0.85 * _shade(end[i] if i < len(end) else None, e_top)),
-                          boxed=span is not None and span[0] <= i <= span[1]))
+        boxes.append(
+            _Box(
+                w.text,
+                w.sep,
+                font,
+                top=_rgb(START, 0.85 * _shade(start[i] if i < len(start) else None, s_top)),
+                bottom=_rgb(END, 0.85 * _shade(end[i] if i < len(end) else None, e_top)),
+                boxed=span is not None and span[0] <= i <= span[1],
+            )
+        )
     null = [] if ex["null_prob"] is None else [(f"no answer: {_number(ex['null_prob'])}", None)]
-    heading = [_heading("Where the answer starts and ends", pen),
-               _legend(pen, [(f"start probability (upper half; darkest {_number(s_top)})", START),
-                             (f"end probability (lower half; darkest {_number(e_top)})", END), *null,
-                             ("the answer boxed" if span else "no answer: nothing boxed", None),
-                             ("shade ∝ √p", None)])]
+    heading = [
+        _heading("Where the answer starts and ends", pen),
+        _legend(
+            pen,
+            [
+                (f"start probability (upper half; darkest {_number(s_top)})", START),
+                (f"end probability (lower half; darkest {_number(e_top)})", END),
+                *null,
+                ("the answer boxed" if span else "no answer: nothing boxed", None),
+                ("shade ∝ √p", None),
+            ],
+        ),
+    ]
     return _words_panel(pen, heading, [("", boxes)])
 
 
@@ -469,18 +545,37 @@ def _saliency_panel(ex: Mapping[str, Any], pen: _Pen):
         for w in ws:
             v = values[w.index] if w.index < len(values) else None
             color = POSITIVE if v is not None and v >= 0 else NEGATIVE
-            out.append(_Box(w.text, w.sep, pen.font(11), top=_rgb(color, 0.8 * _fraction(v, top)),
-                            boxed=answer and span is not None and span[0] <= w.index <= span[1]))
+            out.append(
+                _Box(
+                    w.text,
+                    w.sep,
+                    pen.font(11),
+                    top=_rgb(color, 0.8 * _fraction(v, top)),
+                    boxed=answer and span is not None and span[0] <= w.index <= span[1],
+                )
+            )
         return out
 
-    heading = [_heading("Which words the answer rests on (integrated gradients)", pen),
-               _legend(pen, [("raises the answer's score", POSITIVE), ("lowers it", NEGATIVE),
-                             (f"darkest = \u00b1{_number(top)}; {ig['steps']} steps from an all-zero embedding; "
-                              f"their sum {_number(ig['sum'])}, score \u2212 baseline "
-                              f"{_number(ig['score'] - ig['baseline_score'])}", None)])]
-    blocks = [("Question", shaded(words(ex["question"], ex["question_tokens"], ex["question_offsets"]),
-                                  q_vals, False)),
-              ("Passage", shaded(words(ex["context"], ex["context_tokens"], ex["context_offsets"]), c_vals, True))]
+    heading = [
+        _heading("Which words the answer rests on (integrated gradients)", pen),
+        _legend(
+            pen,
+            [
+                ("raises the answer's score", POSITIVE),
+                ("lowers it", NEGATIVE),
+                (
+                    f"darkest = \u00b1{_number(top)}; {ig['steps']} steps from an all-zero embedding; "
+                    f"their sum {_number(ig['sum'])}, score \u2212 baseline "
+                    f"{_number(ig['score'] - ig['baseline_score'])}",
+                    None,
+                ),
+            ],
+        ),
+    ]
+    blocks = [
+        ("Question", shaded(words(ex["question"], ex["question_tokens"], ex["question_offsets"]), q_vals, False)),
+        ("Passage", shaded(words(ex["context"], ex["context_tokens"], ex["context_offsets"]), c_vals, True)),
+    ]
     return _words_panel(pen, heading, blocks)
 
 
@@ -492,8 +587,9 @@ def _grid_geometry(pen: _Pen, columns: list[str], row_labels: list[str], right: 
     return left, min(room / max(len(columns), 1), 0.34), label_h
 
 
-def _grid_axes(ax, columns: list[str], rows: list[str], lo: int, span: tuple[int, int] | None, pen: _Pen,
-               show_columns: bool):
+def _grid_axes(
+    ax, columns: list[str], rows: list[str], lo: int, span: tuple[int, int] | None, pen: _Pen, show_columns: bool
+):
     """Row and column labels of a heat map, the answer's columns in bold and outlined."""
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(rows, fontproperties=pen.font(9), parse_math=False)
@@ -512,8 +608,11 @@ def _grid_axes(ax, columns: list[str], rows: list[str], lo: int, span: tuple[int
     hi = lo + len(columns)
     if span is not None and span[1] >= lo and span[0] < hi:
         a, b = max(span[0], lo) - lo, min(span[1], hi - 1) - lo
-        ax.add_patch(pen.mpl["Rectangle"]((a - 0.5, -0.5), b - a + 1, len(rows), fill=False, edgecolor="#111111",
-                                          lw=1.5, clip_on=False))
+        ax.add_patch(
+            pen.mpl["Rectangle"](
+                (a - 0.5, -0.5), b - a + 1, len(rows), fill=False, edgecolor="#111111", lw=1.5, clip_on=False
+            )
+        )
 
 
 def _attention_panel(ex: Mapping[str, Any], pen: _Pen):
@@ -522,8 +621,10 @@ def _attention_panel(ex: Mapping[str, Any], pen: _Pen):
     columns = [w.text for w in words(ex["context"], ex["context_tokens"], ex["context_offsets"])[lo:hi]]
     questions = [w.text for w in words(ex["question"], ex["question_tokens"], ex["question_offsets"])]
     # Shown transposed, (Tq, shown Tc): question words down, passage words across.
-    matrices = [[[row[j] for row in att[key][lo:hi]] for j in range(len(questions))]
-                for key in ("context_to_query", "query_to_context")]
+    matrices = [
+        [[row[j] for row in att[key][lo:hi]] for j in range(len(questions))]
+        for key in ("context_to_query", "query_to_context")
+    ]
     name, first, second = _attention_titles(ex)
     where = _focus_line(ex, lo, hi)
     left, cell_w, label_h = _grid_geometry(pen, columns, questions, right=0.75)
@@ -547,6 +648,7 @@ def _attention_panel(ex: Mapping[str, Any], pen: _Pen):
             bar.set_yticks([0, top], labels=["0", _number(top, 2)], fontsize=7.5)
             bar.tick_params(length=2, pad=1)
             y += grid_h + 0.06
+
     return height, draw
 
 
@@ -565,11 +667,16 @@ def _decoder_panel(ex: Mapping[str, Any], pen: _Pen):
     where = _focus_line(ex, lo, hi)
 
     def draw(place: _Place):
-        place.text(MARGIN, 0.17, "The decoder's iterations" + (f": {where}" if where else ""),
-                   pen.font(11.5, "bold"))
-        place.text(MARGIN, 0.39, f"each iteration's start (blue) and end (orange) estimate over the passage, "
-                                 f"darkest = the row's most probable word, the word it picks outlined; it ran "
-                                 f"{len(steps)} iteration{'s' if len(steps) != 1 else ''}", pen.font(9), "#444444")
+        place.text(MARGIN, 0.17, "The decoder's iterations" + (f": {where}" if where else ""), pen.font(11.5, "bold"))
+        place.text(
+            MARGIN,
+            0.39,
+            f"each iteration's start (blue) and end (orange) estimate over the passage, "
+            f"darkest = the row's most probable word, the word it picks outlined; it ran "
+            f"{len(steps)} iteration{'s' if len(steps) != 1 else ''}",
+            pen.font(9),
+            "#444444",
+        )
         ax = place.axes(left, head, cell_w * len(columns), grid_h)
         image = []
         for it in steps:
@@ -582,11 +689,17 @@ def _decoder_panel(ex: Mapping[str, Any], pen: _Pen):
             for k, (key, color) in enumerate((("start", START), ("end", END))):
                 pick, row = int(it[key]), 2 * r + k
                 if lo <= pick < hi:
-                    ax.add_patch(Rectangle((pick - lo - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#111111",
-                                           lw=1.5))
-                ax.text(len(columns) - 0.5 + 0.12 / cell_w, row, f"{key}: {_pick(ws, pick)}",
-                        va="center", fontproperties=pen.font(8.5), color=_hex(color), parse_math=False,
-                        clip_on=False)
+                    ax.add_patch(Rectangle((pick - lo - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#111111", lw=1.5))
+                ax.text(
+                    len(columns) - 0.5 + 0.12 / cell_w,
+                    row,
+                    f"{key}: {_pick(ws, pick)}",
+                    va="center",
+                    fontproperties=pen.font(8.5),
+                    color=_hex(color),
+                    parse_math=False,
+                    clip_on=False,
+                )
             if r:
                 ax.axhline(2 * r - 0.5, color="white", lw=3)
         _grid_axes(ax, columns, labels, lo, None, pen, show_columns=True)
@@ -594,6 +707,7 @@ def _decoder_panel(ex: Mapping[str, Any], pen: _Pen):
             if span is not None and span[0] <= lo + j <= span[1]:
                 label.set_fontproperties(pen.font(8, "bold"))
                 label.set_color("#000000")
+
     return height, draw
 
 
@@ -654,10 +768,13 @@ def html_of(explanation: Mapping[str, Any]) -> str:
     the two words and the weight on hover, the decoder's iterations, and the saliency with a switch
     between gradient x input and integrated gradients. Every text of the explanation is escaped."""
     ex = _checked(explanation)
-    parts = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
-             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
-             f"<title>{_e('rckit explains: ' + str(ex['question']))}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n",
-             _html_header(ex), _html_passage(ex)]
+    parts = [
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
+        f"<title>{_e('rckit explains: ' + str(ex['question']))}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n",
+        _html_header(ex),
+        _html_passage(ex),
+    ]
     if ex["attention"] is not None:
         parts.append(_html_attention(ex))
     if ex["decoder"]:
@@ -682,9 +799,12 @@ def _swatch(name: str) -> str:
 
 def _html_header(ex: Mapping[str, Any]) -> str:
     notes = "".join(f"<li>{_e(n)}</li>" for n in ex["notes"] or ())
-    return (f"<header>\n<h1>Q: {_e(ex['question'])}</h1>\n<p><b>A:</b> {_e(_answer_line(ex))}</p>\n"
-            f"<p class=\"sub\">{_e(_window_line(ex))}</p>\n" + (f"<ul class=\"notes\">{notes}</ul>\n" if notes else "")
-            + "</header>\n")
+    return (
+        f"<header>\n<h1>Q: {_e(ex['question'])}</h1>\n<p><b>A:</b> {_e(_answer_line(ex))}</p>\n"
+        f'<p class="sub">{_e(_window_line(ex))}</p>\n'
+        + (f'<ul class="notes">{notes}</ul>\n' if notes else "")
+        + "</header>\n"
+    )
 
 
 def _html_words(ws: list[Word], span: tuple[int, int] | None, style: Callable[[int], tuple[str, str]]) -> str:
@@ -710,26 +830,37 @@ def _html_passage(ex: Mapping[str, Any]) -> str:
     def style(i: int) -> tuple[str, str]:
         s = start[i] if i < len(start) else None
         e = end[i] if i < len(end) else None
-        css = (f"background:linear-gradient({_css_rgb('start', 0.85 * _shade(s, s_top))} 50%,"
-               f"{_css_rgb('end', 0.85 * _shade(e, e_top))} 50%)")
+        css = (
+            f"background:linear-gradient({_css_rgb('start', 0.85 * _shade(s, s_top))} 50%,"
+            f"{_css_rgb('end', 0.85 * _shade(e, e_top))} 50%)"
+        )
         return css, f"word {i + 1}: start {_number(s)}, end {_number(e)}"
 
     ws = words(ex["context"], ex["context_tokens"], ex["context_offsets"])
     span = answer_tokens(ex)
     null = "" if ex["null_prob"] is None else f"; no answer: {_number(ex['null_prob'])}"
-    return ("<section>\n<h2>Where the answer starts and ends</h2>\n"
-            f"<p class=\"legend\">{_swatch('start')}start probability (upper half, darkest = {_number(s_top)}) "
-            f"&nbsp; {_swatch('end')}end probability (lower half, darkest = {_number(e_top)}){_e(null)} &nbsp; "
-            + ("the answer is boxed" if span else "no answer: nothing is boxed")
-            + "; hover over a word for its numbers</p>\n"
-            f"<p class=\"text\">{_html_words(ws, span, style)}</p>\n</section>\n")
+    return (
+        "<section>\n<h2>Where the answer starts and ends</h2>\n"
+        f'<p class="legend">{_swatch("start")}start probability (upper half, darkest = {_number(s_top)}) '
+        f"&nbsp; {_swatch('end')}end probability (lower half, darkest = {_number(e_top)}){_e(null)} &nbsp; "
+        + ("the answer is boxed" if span else "no answer: nothing is boxed")
+        + "; hover over a word for its numbers</p>\n"
+        f'<p class="text">{_html_words(ws, span, style)}</p>\n</section>\n'
+    )
 
 
-def _html_grid(columns: list[Word], lo: int, hi: int, span: tuple[int, int] | None,
-               rows: list[tuple[str, list[tuple[str, str, bool]]]], side: list[str] | None = None) -> str:
+def _html_grid(
+    columns: list[Word],
+    lo: int,
+    hi: int,
+    span: tuple[int, int] | None,
+    rows: list[tuple[str, list[tuple[str, str, bool]]]],
+    side: list[str] | None = None,
+) -> str:
     """A heat-map table over passage words: ``rows`` of (label, cells), a cell (CSS, hover text, outlined)
     for each passage word; the words outside ``[lo, hi)`` are hidden until shown. ``side``: HTML after
     each row."""
+
     def cls(i: int, pick: bool = False) -> str:
         names = ["pick"] if pick else []
         if span is not None and span[0] <= i <= span[1]:
@@ -741,12 +872,15 @@ def _html_grid(columns: list[Word], lo: int, hi: int, span: tuple[int, int] | No
     head = "".join(f"<th{cls(w.index)}>{_e(w.text)}</th>" for w in columns)
     body = []
     for r, (label, cells) in enumerate(rows):
-        tds = "".join(f'<td{cls(i, pick)} style="{css}" title="{_e(title)}"></td>'
-                      for i, (css, title, pick) in enumerate(cells))
+        tds = "".join(
+            f'<td{cls(i, pick)} style="{css}" title="{_e(title)}"></td>' for i, (css, title, pick) in enumerate(cells)
+        )
         extra = f'<td class="side">{side[r]}</td>' if side else ""
         body.append(f"<tr><th>{_e(label)}</th>{tds}{extra}</tr>\n")
-    return (f'<div class="scroll"><table class="grid"><thead><tr><th></th>{head}</tr></thead>\n'
-            f"<tbody>{''.join(body)}</tbody></table></div>\n")
+    return (
+        f'<div class="scroll"><table class="grid"><thead><tr><th></th>{head}</tr></thead>\n'
+        f"<tbody>{''.join(body)}</tbody></table></div>\n"
+    )
 
 
 def _html_attention(ex: Mapping[str, Any]) -> str:
@@ -763,21 +897,34 @@ def _html_attention(ex: Mapping[str, Any]) -> str:
         rows = []
         for j, q in enumerate(qs):
             values = [row[j] for row in matrix]
-            rows.append((q.text, [(f"background:{_css_rgb('att', 0.95 * _fraction(v, top))}",
-                                   f"passage \u201c{w.text}\u201d \u00b7 question \u201c{q.text}\u201d \u00b7 "
-                                   f"weight {float(v):.3f}", False) for w, v in zip(ws, values)]))
-        views.append(f'<div class="view v-{view}"><p class="legend">{_e(title)}; darkest = {_number(top)}; '
-                     f"hover over a cell for its words and weight</p>\n{_html_grid(ws, lo, hi, span, rows)}</div>\n")
+            rows.append(
+                (
+                    q.text,
+                    [
+                        (
+                            f"background:{_css_rgb('att', 0.95 * _fraction(v, top))}",
+                            f"passage \u201c{w.text}\u201d \u00b7 question \u201c{q.text}\u201d \u00b7 "
+                            f"weight {float(v):.3f}",
+                            False,
+                        )
+                        for w, v in zip(ws, values)
+                    ],
+                )
+            )
+        views.append(
+            f'<div class="view v-{view}"><p class="legend">{_e(title)}; darkest = {_number(top)}; '
+            f"hover over a cell for its words and weight</p>\n{_html_grid(ws, lo, hi, span, rows)}</div>\n"
+        )
     where = _focus_line(ex, lo, hi)
-    everything = ("" if not where else
-                  f'<label for="att-all">all {len(ws)} passage words</label>')
-    return ("<section>\n"
-            f"<h2>{_e(name)}{': ' + _e(where) if where else ''}</h2>\n"
-            '<input type="radio" name="att" id="att-c2q" checked hidden>'
-            '<input type="radio" name="att" id="att-q2c" hidden><input type="checkbox" id="att-all" hidden>\n'
-            '<div class="switch"><label for="att-c2q">passage \u2192 question</label>'
-            f'<label for="att-q2c">question \u2192 passage</label>{everything}</div>\n'
-            + "".join(views) + "</section>\n")
+    everything = "" if not where else f'<label for="att-all">all {len(ws)} passage words</label>'
+    return (
+        "<section>\n"
+        f"<h2>{_e(name)}{': ' + _e(where) if where else ''}</h2>\n"
+        '<input type="radio" name="att" id="att-c2q" checked hidden>'
+        '<input type="radio" name="att" id="att-q2c" hidden><input type="checkbox" id="att-all" hidden>\n'
+        '<div class="switch"><label for="att-c2q">passage \u2192 question</label>'
+        f'<label for="att-q2c">question \u2192 passage</label>{everything}</div>\n' + "".join(views) + "</section>\n"
+    )
 
 
 def _html_decoder(ex: Mapping[str, Any]) -> str:
@@ -790,23 +937,38 @@ def _html_decoder(ex: Mapping[str, Any]) -> str:
         for key, kind, color in (("start_probs", "start", "start"), ("end_probs", "end", "end")):
             values, pick = it[key], int(it[kind])
             top = _scale(values)
-            rows.append((f"{r + 1} {kind}",
-                         [(f"background:{_css_rgb(color, 0.9 * _shade(v, top))}",
-                           f"iteration {r + 1}, {kind} at \u201c{w.text}\u201d: {float(v):.3f}", i == pick)
-                          for i, (w, v) in enumerate(zip(ws, values))]))
+            rows.append(
+                (
+                    f"{r + 1} {kind}",
+                    [
+                        (
+                            f"background:{_css_rgb(color, 0.9 * _shade(v, top))}",
+                            f"iteration {r + 1}, {kind} at \u201c{w.text}\u201d: {float(v):.3f}",
+                            i == pick,
+                        )
+                        for i, (w, v) in enumerate(zip(ws, values))
+                    ],
+                )
+            )
             side.append(f'<span style="color:rgb(var(--{color}))">\u2192 {_e(_pick(ws, pick))}</span>')
-    spans = "".join(f"<li>iteration {r + 1}: {_e(_step_span(ex, ws, int(it['start']), int(it['end'])))}</li>"
-                    for r, it in enumerate(steps))
+    spans = "".join(
+        f"<li>iteration {r + 1}: {_e(_step_span(ex, ws, int(it['start']), int(it['end'])))}</li>"
+        for r, it in enumerate(steps)
+    )
     where = _focus_line(ex, lo, hi)
-    everything = "" if not where else f'<div class="switch"><label for="dec-all">all {len(ws)} passage words</label></div>'
-    return ("<section>\n"
-            f"<h2>The decoder's iterations{': ' + _e(where) if where else ''}</h2>\n"
-            f"<p class=\"legend\">{_swatch('start')}start and {_swatch('end')}end estimate of each iteration over "
-            f"the passage, darkest = the row's most probable word, its pick outlined; it ran {len(steps)} "
-            f"iteration{'s' if len(steps) != 1 else ''}</p>\n"
-            f'<input type="checkbox" id="dec-all" hidden>{everything}\n'
-            + _html_grid(ws, lo, hi, span, rows, side)
-            + f'<ul class="sub">{spans}</ul>\n</section>\n')
+    everything = (
+        "" if not where else f'<div class="switch"><label for="dec-all">all {len(ws)} passage words</label></div>'
+    )
+    return (
+        "<section>\n"
+        f"<h2>The decoder's iterations{': ' + _e(where) if where else ''}</h2>\n"
+        f'<p class="legend">{_swatch("start")}start and {_swatch("end")}end estimate of each iteration over '
+        f"the passage, darkest = the row's most probable word, its pick outlined; it ran {len(steps)} "
+        f"iteration{'s' if len(steps) != 1 else ''}</p>\n"
+        f'<input type="checkbox" id="dec-all" hidden>{everything}\n'
+        + _html_grid(ws, lo, hi, span, rows, side)
+        + f'<ul class="sub">{spans}</ul>\n</section>\n'
+    )
 
 
 def _step_span(ex: Mapping[str, Any], ws: list[Word], first: int, last: int) -> str:
@@ -816,9 +978,9 @@ def _step_span(ex: Mapping[str, Any], ws: list[Word], first: int, last: int) -> 
     numbers = f"word {first + 1}" if first == last else f"words {first + 1}\u2013{last + 1}"
     offsets = ex["context_offsets"]
     if first <= last < len(offsets):
-        text = ex["context"][offsets[first][0]:offsets[last][1]]
+        text = ex["context"][offsets[first][0] : offsets[last][1]]
     else:
-        text = " ".join(w.text for w in ws[first:last + 1])
+        text = " ".join(w.text for w in ws[first : last + 1])
     return f"{numbers} \u201c{text}\u201d"
 
 
@@ -828,8 +990,10 @@ def _html_saliency(ex: Mapping[str, Any]) -> str:
     ws = words(ex["context"], ex["context_tokens"], ex["context_offsets"])
     span = answer_tokens(ex)
     views = []
-    for key, view, name in (("integrated_gradients", "ig", "integrated gradients"),
-                            ("gradient_x_input", "gxi", "gradient \u00d7 input")):
+    for key, view, name in (
+        ("integrated_gradients", "ig", "integrated gradients"),
+        ("gradient_x_input", "gxi", "gradient \u00d7 input"),
+    ):
         values = sal.get(key)
         if not values:
             continue
@@ -842,18 +1006,23 @@ def _html_saliency(ex: Mapping[str, Any]) -> str:
 
         extra = ""
         if key == "integrated_gradients":
-            extra = (f"; {values['steps']} steps from an all-zero embedding; sum {_number(values['sum'])} vs score "
-                     f"\u2212 baseline {_number(values['score'] - values['baseline_score'])}")
+            extra = (
+                f"; {values['steps']} steps from an all-zero embedding; sum {_number(values['sum'])} vs score "
+                f"\u2212 baseline {_number(values['score'] - values['baseline_score'])}"
+            )
         views.append(
             f'<div class="view v-{view}"><p class="legend">darkest = \u00b1{_number(top)}{_e(extra)}</p>\n'
             f'<div class="row"><span class="label">Question</span><p class="text">'
             f"{_html_words(qs, None, lambda i, s=values['question']: style(i, s))}</p></div>\n"
             f'<div class="row"><span class="label">Passage</span><p class="text">'
-            f"{_html_words(ws, span, lambda i, s=values['context']: style(i, s))}</p></div>\n</div>\n")
-    return ("<section>\n<h2>Which words the answer rests on</h2>\n"
-            f"<p class=\"legend\">{_swatch('pos')}raises the answer's score &nbsp; {_swatch('neg')}lowers it; "
-            "hover over a word for its value</p>\n"
-            '<input type="radio" name="sal" id="sal-ig" checked hidden>'
-            '<input type="radio" name="sal" id="sal-gxi" hidden>\n'
-            '<div class="switch"><label for="sal-ig">integrated gradients</label>'
-            '<label for="sal-gxi">gradient \u00d7 input</label></div>\n' + "".join(views) + "</section>\n")
+            f"{_html_words(ws, span, lambda i, s=values['context']: style(i, s))}</p></div>\n</div>\n"
+        )
+    return (
+        "<section>\n<h2>Which words the answer rests on</h2>\n"
+        f'<p class="legend">{_swatch("pos")}raises the answer\'s score &nbsp; {_swatch("neg")}lowers it; '
+        "hover over a word for its value</p>\n"
+        '<input type="radio" name="sal" id="sal-ig" checked hidden>'
+        '<input type="radio" name="sal" id="sal-gxi" hidden>\n'
+        '<div class="switch"><label for="sal-ig">integrated gradients</label>'
+        '<label for="sal-gxi">gradient \u00d7 input</label></div>\n' + "".join(views) + "</section>\n"
+    )

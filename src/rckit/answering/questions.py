@@ -33,8 +33,9 @@ def read_records(path: str | Path, fields: tuple[str, ...]) -> list[dict]:
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start:e.start + 1].hex()} at offset "
-                             f"{e.start})") from None
+            raise ValueError(
+                f"{path}: not UTF-8 text (byte 0x{e.object[e.start : e.start + 1].hex()} at offset {e.start})"
+            ) from None
         records = []
         for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
@@ -45,8 +46,10 @@ def read_records(path: str | Path, fields: tuple[str, ...]) -> list[dict]:
     else:
         data = load_json(path)
         if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a list of {shape} records, "
-                             f"got a JSON {type(data).__name__} (or use .jsonl, one record a line)")
+            raise ValueError(
+                f"{path}: expected a list of {shape} records, "
+                f"got a JSON {type(data).__name__} (or use .jsonl, one record a line)"
+            )
         records = [(f"record [{i}]", r) for i, r in enumerate(data)]
     out = []
     for n, (where, rec) in enumerate(records):
@@ -66,15 +69,21 @@ def read_records(path: str | Path, fields: tuple[str, ...]) -> list[dict]:
     return out
 
 
-def answer_questions_file(reader: Reader, records: list[dict], out: str | Path | None, top_k: int = 1,
-                          max_answer_len: int | None = None, stride: int | None = None,
-                          chunk: int = 2048) -> int:
+def answer_questions_file(
+    reader: Reader,
+    records: list[dict],
+    out: str | Path | None,
+    top_k: int = 1,
+    max_answer_len: int | None = None,
+    stride: int | None = None,
+    chunk: int = 2048,
+) -> int:
     """Answer ``records`` (from :func:`read_questions`) in their order; write ``{"id", "answers"}``
     per record to ``out`` (``.jsonl``: one a line, else a JSON list; None: JSON lines on stdout).
     Returns how many were answered."""
     results = []
     for lo in range(0, len(records), chunk):  # bounded memory; a file's questions on one text are usually adjacent
-        part = records[lo: lo + chunk]
+        part = records[lo : lo + chunk]
         got = reader.answer_batch([(r["context"], r["question"]) for r in part], top_k, max_answer_len, stride)
         results.extend({"id": r["id"], "answers": answers} for r, answers in zip(part, got))
     write_records(results, out)
@@ -90,4 +99,3 @@ def write_records(results: list[dict], out: str | Path | None) -> None:
         Path(out).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
     else:
         Path(out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-

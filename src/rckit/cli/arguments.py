@@ -26,9 +26,16 @@ def data_arguments(p: argparse.ArgumentParser) -> None:
 
 def data_source(args: argparse.Namespace, cloze: str | None = None) -> DataSource:
     """The :class:`DataSource` of the arguments :func:`data_arguments` added (``cloze``: ``--cloze-data``)."""
-    return DataSource(train=args.train, dev=args.dev, data_dir=args.data_dir, version=args.version,
-                      cache_dir=args.cache_dir, embeddings=args.embeddings, char_embeddings=args.char_embeddings,
-                      cloze=cloze)
+    return DataSource(
+        train=args.train,
+        dev=args.dev,
+        data_dir=args.data_dir,
+        version=args.version,
+        cache_dir=args.cache_dir,
+        embeddings=args.embeddings,
+        char_embeddings=args.char_embeddings,
+        cloze=cloze,
+    )
 
 
 def models_help() -> str:
@@ -45,8 +52,9 @@ def model_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help=f"model name: {', '.join(models_and_presets())} (presets below)")
 
 
-def preset_arguments(p: argparse.ArgumentParser, preset_help: str = "preset name or file",
-                     set_help: str = "override a config field") -> None:
+def preset_arguments(
+    p: argparse.ArgumentParser, preset_help: str = "preset name or file", set_help: str = "override a config field"
+) -> None:
     """``--preset`` and ``--set KEY=VALUE`` (:func:`rckit.presets.run_configs`)."""
     p.add_argument("--preset", help=preset_help)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
@@ -60,8 +68,10 @@ def duration(text: str | None, flag: str) -> float | None:
         raise ValueError(f"{flag}: {e}") from None
 
 
-MODEL_HELP = ("an installed model by name (`rckit models` lists them: qanet, dcn, dcn_plus, deep_lstm_reader, "
-              "qanet_paper), a run directory or an exported file; the same as RUN")
+MODEL_HELP = (
+    "an installed model by name (`rckit models` lists them: qanet, dcn, dcn_plus, deep_lstm_reader, "
+    "qanet_paper), a run directory or an exported file; the same as RUN"
+)
 
 
 def model_option(p: argparse.ArgumentParser, help: str = MODEL_HELP) -> None:
@@ -79,8 +89,16 @@ def model_source(args: argparse.Namespace) -> str | None:
 def abstain_options(p: argparse.ArgumentParser) -> None:
     """``--always-answer`` and ``--no-answer-threshold``: whether and when a model that can say
     "no answer" (a verifier beside it, :mod:`rckit.answering.verifier`, or a null) does."""
-    p.add_argument("--always-answer", action="store_true", help="never say the text holds no answer: the best span "
-                   "all the same (its no_answer_probability still said); the answers of a model without a verifier")
-    p.add_argument("--no-answer-threshold", type=float, metavar="P",
-                   help="a model with a verifier says \"no answer\" where its probability of that is above P "
-                   "(0..1; default: the model's, chosen on held-out data; lower: more abstentions; docs/no-answer.md)")
+    p.add_argument(
+        "--always-answer",
+        action="store_true",
+        help="never say the text holds no answer: the best span "
+        "all the same (its no_answer_probability still said); the answers of a model without a verifier",
+    )
+    p.add_argument(
+        "--no-answer-threshold",
+        type=float,
+        metavar="P",
+        help='a model with a verifier says "no answer" where its probability of that is above P '
+        "(0..1; default: the model's, chosen on held-out data; lower: more abstentions; docs/no-answer.md)",
+    )

@@ -27,18 +27,28 @@ _SPACES = re.compile(r"\s+")  # a PDF's line breaks, runs of spaces: one space e
 
 
 def add_arguments(p) -> None:
-    p.description = ("Retrieve the best passages for a question from an index (`rckit index`), read them with a "
-                     "model in one batch, and print the best answer with its document and offsets.")
+    p.description = (
+        "Retrieve the best passages for a question from an index (`rckit index`), read them with a "
+        "model in one batch, and print the best answer with its document and offsets."
+    )
     p.add_argument("index", metavar="INDEX", help="an index file from `rckit index`")
     p.add_argument("question", nargs="?", help="the question")
-    p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"question\"}")
+    p.add_argument("--questions", metavar="FILE", help='a JSON list or JSON-lines file of {"id"?, "question"}')
     p.add_argument("--out", help="with --questions: where the answers go (.json or .jsonl; default: stdout)")
-    p.add_argument("--model", metavar="NAME|RUN|FILE", help="the reader: an installed model's name (rckit models), a "
-                   "run or an exported file (default: $RCKIT_MODEL, else the installed qanet)")
+    p.add_argument(
+        "--model",
+        metavar="NAME|RUN|FILE",
+        help="the reader: an installed model's name (rckit models), a "
+        "run or an exported file (default: $RCKIT_MODEL, else the installed qanet)",
+    )
     p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
     p.add_argument("--passages", type=int, default=20, metavar="N", help="passages retrieved and read (default 20)")
-    p.add_argument("--retriever-weight", type=float, metavar="W",
-                   help="how much the retriever's BM25 score counts beside the reader's (default: the measured best)")
+    p.add_argument(
+        "--retriever-weight",
+        type=float,
+        metavar="W",
+        help="how much the retriever's BM25 score counts beside the reader's (default: the measured best)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON: answers with their document and offsets")
     abstain_options(p)
     p.add_argument("--device", default="auto")
@@ -51,8 +61,9 @@ def run(args) -> int:
         raise FileNotFoundError(f"{args.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
     records = read_records(args.questions, ("question",)) if args.questions else None
     weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
-    reader = Reader.load(args.model, args.device, always_answer=args.always_answer,
-                         no_answer_threshold=args.no_answer_threshold)
+    reader = Reader.load(
+        args.model, args.device, always_answer=args.always_answer, no_answer_threshold=args.no_answer_threshold
+    )
     with Collection.open(args.index, reader, weight) as collection:
         if records is not None:
             got = collection.ask_many([r["question"] for r in records], args.top_k, args.passages)
@@ -68,13 +79,23 @@ def run(args) -> int:
         if a["start"] is None:
             print("(no answer in these documents)")
             continue
-        print(f"{a['answer']}\t{a['score']:.4f}\t{a['title']}\t{a['source']}" + (f" [{a['key']}]" if a["key"] else "")
-              + f" chars {a['start']}-{a['end']}")
+        print(
+            f"{a['answer']}\t{a['score']:.4f}\t{a['title']}\t{a['source']}"
+            + (f" [{a['key']}]" if a["key"] else "")
+            + f" chars {a['start']}-{a['end']}"
+        )
         print(INDENT + location(a))
         p = a["passage"]
-        print(textwrap.fill(around(p["text"], a["start"] - p["start"], a["end"] - p["start"], *bold), width,
-                            initial_indent=INDENT, subsequent_indent=INDENT, break_long_words=False,
-                            break_on_hyphens=False))
+        print(
+            textwrap.fill(
+                around(p["text"], a["start"] - p["start"], a["end"] - p["start"], *bold),
+                width,
+                initial_indent=INDENT,
+                subsequent_indent=INDENT,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
     return 0
 
 
@@ -88,16 +109,20 @@ def location(answer) -> str:
     return ", ".join(where)
 
 
-def around(text: str, start: int, end: int, before: str = "**", after: str = "**",
-           words: int = CONTEXT_WORDS) -> str:
+def around(text: str, start: int, end: int, before: str = "**", after: str = "**", words: int = CONTEXT_WORDS) -> str:
     """``text[start:end]`` between ``before`` and ``after``, with up to ``words`` words of ``text``
     on each side (cut at word boundaries, "…" where cut), each run of whitespace one space."""
     left, right = text[:start], text[end:]
     kept = list(_WORD.finditer(left))
     if len(kept) > words:
-        left = "… " + left[kept[-words].start():]
+        left = "… " + left[kept[-words].start() :]
     kept = list(_WORD.finditer(right))
     if len(kept) > words:
-        right = right[:kept[words - 1].end()] + " …"
-    return (_SPACES.sub(" ", left).lstrip() + before + _SPACES.sub(" ", text[start:end]).strip() + after
-            + _SPACES.sub(" ", right).rstrip())
+        right = right[: kept[words - 1].end()] + " …"
+    return (
+        _SPACES.sub(" ", left).lstrip()
+        + before
+        + _SPACES.sub(" ", text[start:end]).strip()
+        + after
+        + _SPACES.sub(" ", right).rstrip()
+    )

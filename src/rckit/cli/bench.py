@@ -10,20 +10,35 @@ from rckit.training import memory
 
 
 def add_arguments(p) -> None:
-    p.description = ("Training examples/s, inference examples/s (batch 32), single-question latency and peak "
-                     "memory on a fixed slice of SQuAD dev (cloze models: of the --cloze-data dev split).")
+    p.description = (
+        "Training examples/s, inference examples/s (batch 32), single-question latency and peak "
+        "memory on a fixed slice of SQuAD dev (cloze models: of the --cloze-data dev split)."
+    )
     model_argument(p)
     preset_arguments(p)
     p.add_argument("--amp", default="fp32", choices=["fp32", "bf16"], help="autocast dtype")
     p.add_argument("--device", default="auto")
-    p.add_argument("--steps", type=int, default=20,
-                   help="timed training steps (0: no training, inference and latency as in a process that only "
-                   "evaluates or serves)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        help="timed training steps (0: no training, inference and latency as in a process that only "
+        "evaluates or serves)",
+    )
     p.add_argument("--questions", type=int, default=1024, help="size of the dev slice")
-    p.add_argument("--heap-limit-mb", type=float, default=0.0, metavar="N",
-                   help="as `rckit train --heap-limit-mb`, for the training part")
-    p.add_argument("--cloze-data", metavar="DIR", help="cloze models: a cloze data directory (as `rckit train "
-                   "--cloze-data`); the slice is the first --questions examples of its dev split")
+    p.add_argument(
+        "--heap-limit-mb",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="as `rckit train --heap-limit-mb`, for the training part",
+    )
+    p.add_argument(
+        "--cloze-data",
+        metavar="DIR",
+        help="cloze models: a cloze data directory (as `rckit train "
+        "--cloze-data`); the slice is the first --questions examples of its dev split",
+    )
     p.add_argument("--json", action="store_true")
     data_arguments(p)
 
@@ -42,9 +57,18 @@ def run(args) -> int:
     if args.cloze_data and kind != "cloze":
         raise ValueError(f"--cloze-data is for cloze models; {args.model} with this preset reads SQuAD")
     data = task_data(kind, data_source(args, args.cloze_data), tcfg.seed, data_overrides(args.set))
-    res = bench_model(args.model, mcfg, tcfg, decode, data, pick_device(args.device),
-                      torch.bfloat16 if args.amp == "bf16" else None, train_steps=args.steps,
-                      n_questions=args.questions, heap_limit_mb=args.heap_limit_mb)
+    res = bench_model(
+        args.model,
+        mcfg,
+        tcfg,
+        decode,
+        data,
+        pick_device(args.device),
+        torch.bfloat16 if args.amp == "bf16" else None,
+        train_steps=args.steps,
+        n_questions=args.questions,
+        heap_limit_mb=args.heap_limit_mb,
+    )
     res = {"model": args.model, "preset": args.preset, **res}
     print(json.dumps(res) if args.json else "\n".join(f"{k:26s} {v}" for k, v in res.items()))
     return 0

@@ -21,26 +21,51 @@ def add_arguments(p) -> None:
         "PyTorch model (a run, a checkpoint or a .safetensors file); without RUN: $RCKIT_MODEL, else the model "
         "installed with rckit."
     )
-    p.add_argument("run", nargs="?", metavar="RUN|FILE",
-                   help="run directory, checkpoint or exported .safetensors file (default: the installed model)")
+    p.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN|FILE",
+        help="run directory, checkpoint or exported .safetensors file (default: the installed model)",
+    )
     model_option(p)
     p.add_argument("--context", help="context text")
     p.add_argument("--question", help="question text")
-    p.add_argument("--example", metavar="N|ID", help="a cloze run (Attentive, Impatient, Deep LSTM Reader): explain "
-                   "example N (or the example with this id) of its data: the attention over the document, as Hermann "
-                   "et al.'s Figure 3, and the candidates' probabilities")
+    p.add_argument(
+        "--example",
+        metavar="N|ID",
+        help="a cloze run (Attentive, Impatient, Deep LSTM Reader): explain "
+        "example N (or the example with this id) of its data: the attention over the document, as Hermann "
+        "et al.'s Figure 3, and the candidates' probabilities",
+    )
     p.add_argument("--data", metavar="DIR", help="with --example: the cloze data (default: the run's)")
     p.add_argument("--split", help="with --example: the split (default: the one the run evaluated on)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    p.add_argument("--out", metavar="FILE", help="write the explanation to FILE: .png (a figure: the passage shaded by "
-                   "start/end probability, the attention as a heat map, DCN's iterations, the saliency), .html (the "
-                   "same, one self-contained page with the numbers on hover) or .json")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
-                   help=f"integrated gradients' steps from the all-zero word vectors (default {DEFAULT_STEPS})")
-    p.add_argument("--max-answer-len", type=int, metavar="N", help="longest answer in tokens (default: the run's "
-                   "decode.max_answer_len)")
-    p.add_argument("--stride", type=int, metavar="N", help="tokens between the starts of two windows of a long "
-                   "context (default: half a window)")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the explanation to FILE: .png (a figure: the passage shaded by "
+        "start/end probability, the attention as a heat map, DCN's iterations, the saliency), .html (the "
+        "same, one self-contained page with the numbers on hover) or .json",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        metavar="N",
+        help=f"integrated gradients' steps from the all-zero word vectors (default {DEFAULT_STEPS})",
+    )
+    p.add_argument(
+        "--max-answer-len",
+        type=int,
+        metavar="N",
+        help="longest answer in tokens (default: the run's decode.max_answer_len)",
+    )
+    p.add_argument(
+        "--stride",
+        type=int,
+        metavar="N",
+        help="tokens between the starts of two windows of a long context (default: half a window)",
+    )
     p.add_argument("--device", default="auto")
 
 
@@ -80,8 +105,10 @@ def explain_example(args) -> int:
         print(json.dumps(e, ensure_ascii=False))
     elif args.out is None:
         best = ", ".join(f"{c['entity']} {c['probability']:.3f}" for c in e["candidates"][:5])
-        print(f"example {e['example']} ({e['id']}): answer {e['answer']}, gold {e['gold']}\ncandidates: {best}"
-              + "".join(f"\nnote: {n}" for n in e["notes"]))
+        print(
+            f"example {e['example']} ({e['id']}): answer {e['answer']}, gold {e['gold']}\ncandidates: {best}"
+            + "".join(f"\nnote: {n}" for n in e["notes"])
+        )
     return 0
 
 
@@ -98,16 +125,19 @@ def summary(e: Explanation, top: int = 5) -> str:
 
     def best(values: list[float], words: list[str]) -> str:
         order = sorted(range(len(values)), key=lambda i: -abs(values[i]))[:top]
-        return ", ".join(f"{words[i]} {values[i]:+.3f}" if min(values) < 0 else f"{words[i]} {values[i]:.3f}"
-                         for i in order)
+        return ", ".join(
+            f"{words[i]} {values[i]:+.3f}" if min(values) < 0 else f"{words[i]} {values[i]:.3f}" for i in order
+        )
 
     ig = e["saliency"]["integrated_gradients"]
-    lines = [f"answer: {shown(e['answer'])}",
-             f"window: characters {e['window']['start']} to {e['window']['end']} ({len(tokens)} tokens)",
-             f"start: {best(e['start_probs'], tokens)}",
-             f"end: {best(e['end_probs'], tokens)}",
-             f"salient context words (integrated gradients): {best(ig['context'], tokens)}",
-             f"salient question words: {best(ig['question'], e['question_tokens'])}"]
+    lines = [
+        f"answer: {shown(e['answer'])}",
+        f"window: characters {e['window']['start']} to {e['window']['end']} ({len(tokens)} tokens)",
+        f"start: {best(e['start_probs'], tokens)}",
+        f"end: {best(e['end_probs'], tokens)}",
+        f"salient context words (integrated gradients): {best(ig['context'], tokens)}",
+        f"salient question words: {best(ig['question'], e['question_tokens'])}",
+    ]
     if e["null_prob"] is not None:
         lines.insert(1, f"p(no answer): {e['null_prob']:.3f}")
     return "\n".join(lines + [f"note: {n}" for n in e["notes"]])

@@ -15,22 +15,38 @@ def add_arguments(p) -> None:
         "PyTorch to answer; --format onnx answers on onnxruntime without PyTorch (pip install 'rckit[onnx]'), and "
         "is checked against the PyTorch model before it is written. Prints the file's size and SHA-256."
     )
-    p.add_argument("run", nargs="?", metavar="SOURCE", help="run directory, checkpoint, exported .safetensors file, "
-                   "or 'bundled'")
+    p.add_argument(
+        "run", nargs="?", metavar="SOURCE", help="run directory, checkpoint, exported .safetensors file, or 'bundled'"
+    )
     model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
     p.add_argument("--out", required=True, help="the file to write (.safetensors or .onnx)")
     p.add_argument("--format", choices=["safetensors", "onnx"], help="default: by --out's suffix, else safetensors")
-    p.add_argument("--dtype", default="fp16", choices=["fp16", "fp32", "int8"],
-                   help="safetensors: storage of floating-point weights (loaded as fp32 either way; default fp16; int8: "
-                   "each matrix as int8 rows with a scale per row, half the size)")
-    p.add_argument("--check-data", metavar="SQUAD.json",
-                   help="onnx: questions to check the file against PyTorch on (default: the run's dev file where it "
-                   "is here, else a few passages rckit carries)")
+    p.add_argument(
+        "--dtype",
+        default="fp16",
+        choices=["fp16", "fp32", "int8"],
+        help="safetensors: storage of floating-point weights (loaded as fp32 either way; default fp16; int8: "
+        "each matrix as int8 rows with a scale per row, half the size)",
+    )
+    p.add_argument(
+        "--check-data",
+        metavar="SQUAD.json",
+        help="onnx: questions to check the file against PyTorch on (default: the run's dev file where it "
+        "is here, else a few passages rckit carries)",
+    )
     p.add_argument("--check-questions", type=int, default=256, metavar="N", help="onnx: how many (default 256)")
-    p.add_argument("--int8", choices=["dynamic"], help="onnx: quantize the matrix weights to int8 (onnxruntime's "
-                   "dynamic quantization; measured in BENCHMARKS.md)")
-    p.add_argument("--encoder-int8", action="store_true", help="onnx, a model that reads contextual states: answer "
-                   "with the encoder's graph quantized to int8 (built on first use; docs/contextual.md)")
+    p.add_argument(
+        "--int8",
+        choices=["dynamic"],
+        help="onnx: quantize the matrix weights to int8 (onnxruntime's "
+        "dynamic quantization; measured in BENCHMARKS.md)",
+    )
+    p.add_argument(
+        "--encoder-int8",
+        action="store_true",
+        help="onnx, a model that reads contextual states: answer "
+        "with the encoder's graph quantized to int8 (built on first use; docs/contextual.md)",
+    )
 
 
 def run(args) -> int:
@@ -46,17 +62,23 @@ def run(args) -> int:
 
         res = export_onnx(source, args.out, args.check_data, args.check_questions, args.int8, args.encoder_int8)
         check = res["check"]
-        print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, "
-              f"{res['quantized'] or 'fp32'}), sha256 {res['sha256']}")
-        print(f"  checked against PyTorch on {check['data']}: largest logit difference "
-              f"{check['max_abs_logit_diff']:.2g}, same answer on {check['same_answers']} of {check['questions']}")
+        print(
+            f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, "
+            f"{res['quantized'] or 'fp32'}), sha256 {res['sha256']}"
+        )
+        print(
+            f"  checked against PyTorch on {check['data']}: largest logit difference "
+            f"{check['max_abs_logit_diff']:.2g}, same answer on {check['same_answers']} of {check['questions']}"
+        )
         return 0
     from rckit.export.safetensors import export_run  # imports PyTorch
 
     res = export_run(source, args.out, args.dtype)
-    print(f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, {res['dtype']}), "
-          f"sha256 {res['sha256']}")
+    print(
+        f"wrote {res['file']}: {res['bytes'] / 2**20:.1f} MiB ({res['bytes']:,} bytes, {res['dtype']}), "
+        f"sha256 {res['sha256']}"
+    )
     for key, rows in res["frozen_rows"].items():
-        how = (f"rebuilt at load from {rows['source']}" if rows["source"] != "stored" else "stored in the file")
+        how = f"rebuilt at load from {rows['source']}" if rows["source"] != "stored" else "stored in the file"
         print(f"  {key}: {rows['rows']:,} fixed word rows, {how} (sha256 {rows['sha256']})")
     return 0

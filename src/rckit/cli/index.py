@@ -12,7 +12,7 @@ def add_arguments(p) -> None:
     p.description = (
         "Cut documents into passages and keep them in one SQLite file with a BM25 full-text index. "
         "Reads plain UTF-8 text (any name), Markdown (.md), reStructuredText (.rst), JSON Lines (.jsonl: "
-        "{\"id\", \"title\", \"text\"} a line), SQuAD JSON (.json, .json.gz: its paragraphs), and with "
+        '{"id", "title", "text"} a line), SQuAD JSON (.json, .json.gz: its paragraphs), and with '
         "pip install 'rckit[documents]' HTML (.html, .htm, .xhtml: the main text), EPUB, Word (.docx) and PDF "
         "(its text layer; a scan needs OCR first); any of these gzip-compressed (.gz); folders recursively. "
         "Indexing again updates the index: new files added, changed ones re-read, removed ones dropped; an "
@@ -21,9 +21,14 @@ def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     p.add_argument("--out", required=True, metavar="INDEX", help="the index file (created if missing)")
     p.add_argument("--max-words", type=int, default=200, help="passage size in words, for a new index (default 200)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="worker processes reading files while this one writes (default: one per core but one, "
-                        "up to 4, for 16 MiB of files or more; 0: read here)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes reading files while this one writes (default: one per core but one, "
+        "up to 4, for 16 MiB of files or more; 0: read here)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -35,8 +40,10 @@ def run(args) -> int:
     with PassageStore(out, max_words=args.max_words) as store:
         report = store.add(args.paths, progress=not args.no_progress, jobs=args.jobs)
         stats = store.stats()
-    print(f"{out}: {stats['documents']:,} documents, {stats['passages']:,} passages, "
-          f"{stats['bytes'] / 2**20:.1f} MiB ({time.perf_counter() - t0:.1f}s: {report['added']} files added, "
-          f"{report['updated']} updated, {report['unchanged']} unchanged, {report['removed']} removed, "
-          f"{len(report['skipped'])} skipped)")
+    print(
+        f"{out}: {stats['documents']:,} documents, {stats['passages']:,} passages, "
+        f"{stats['bytes'] / 2**20:.1f} MiB ({time.perf_counter() - t0:.1f}s: {report['added']} files added, "
+        f"{report['updated']} updated, {report['unchanged']} unchanged, {report['removed']} removed, "
+        f"{len(report['skipped'])} skipped)"
+    )
     return 0

@@ -26,10 +26,12 @@ SPEED = INSTALLED / "speed.json"  # one question's milliseconds per installed mo
 
 
 def add_arguments(p) -> None:
-    p.description = ("List the models installed with rckit (use one with --model NAME: predict, evaluate, serve, ask, "
-                     "explain, export, train --init-from) with their dev EM/F1, size and speed; say which model "
-                     "`rckit predict` and `rckit serve` use without one ($RCKIT_MODEL, else the installed qanet); and "
-                     "list the exported .safetensors and .onnx files in DIR: name, model, size, dev score.")
+    p.description = (
+        "List the models installed with rckit (use one with --model NAME: predict, evaluate, serve, ask, "
+        "explain, export, train --init-from) with their dev EM/F1, size and speed; say which model "
+        "`rckit predict` and `rckit serve` use without one ($RCKIT_MODEL, else the installed qanet); and "
+        "list the exported .safetensors and .onnx files in DIR: name, model, size, dev score."
+    )
     p.add_argument("dir", nargs="?", help="a directory of exported models")
 
 
@@ -73,8 +75,16 @@ def installed_table() -> str:
         except MissingPackage as e:
             backend = f"nothing: {one_line(e)}"
         reads = (meta.get("embedding") or {}).get("contextual")  # the encoder whose states it reads, if any
-        rows.append((name, meta["model"] + (f" + {reads['name']}" if reads else ""), sizes, figure,
-                     ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-", backend))
+        rows.append(
+            (
+                name,
+                meta["model"] + (f" + {reads['name']}" if reads else ""),
+                sizes,
+                figure,
+                ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-",
+                backend,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     note = f"  (speed: {speed['machine']}, {speed['date']})" if speed else ""
@@ -94,8 +104,11 @@ def model_line(found: ModelFile) -> str:
         meta = onnx_metadata(path) if found.kind == "onnx" else safetensors_metadata(path)
     except (CheckpointError, MissingPackage) as e:
         return f"{path.name}  {size}  unreadable: {one_line(e)}"
-    scores = [f"EM {e['exact_match']:.2f} F1 {e['f1']:.2f} on {e['data']} ({e['total']:,} questions"
-              + (", always answering)" if e.get("always_answer") else ")") for e in meta.get("scores", [])]
+    scores = [
+        f"EM {e['exact_match']:.2f} F1 {e['f1']:.2f} on {e['data']} ({e['total']:,} questions"
+        + (", always answering)" if e.get("always_answer") else ")")
+        for e in meta.get("scores", [])
+    ]
     if not scores:  # what training watched: its best dev score, perhaps on a subset
         dev = meta.get("dev_score") or {}
         score = ", ".join(f"{k} {v:.2f}" for k, v in dev.items() if isinstance(v, (int, float)) and k != "questions")

@@ -16,25 +16,41 @@ from rckit.model_files.source import model_names, names_several
 def add_arguments(p) -> None:
     p.description = (
         "Answer a question about a context (--context, --question), or every record of a file "
-        "(--questions FILE.json|.jsonl of {\"id\", \"context\", \"question\"}, answers to --out in the same order). "
+        '(--questions FILE.json|.jsonl of {"id", "context", "question"}, answers to --out in the same order). '
         "A context longer than the model's window (the longest context it trained on) is read in overlapping "
         "windows. Without RUN: $RCKIT_MODEL, else the model installed with rckit. --model all (or dcn,qanet) "
         "answers with each installed model and prints one table: answer, probability, milliseconds."
     )
-    p.add_argument("run", nargs="?", metavar="RUN|FILE",
-                   help="run directory, checkpoint, exported .safetensors or .onnx file (default: the installed model)")
+    p.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN|FILE",
+        help="run directory, checkpoint, exported .safetensors or .onnx file (default: the installed model)",
+    )
     model_option(p, MODEL_HELP + "; 'all' or names joined by commas: each answers, side by side")
     p.add_argument("--context", help="context text")
     p.add_argument("--question", help="question text")
-    p.add_argument("--questions", metavar="FILE", help="a JSON list or JSON-lines file of {\"id\"?, \"context\", "
-                   "\"question\"} records")
-    p.add_argument("--out", help="with --questions: where the answers go (.json: a list, .jsonl: one a line; "
-                   "default: JSON lines on stdout)")
+    p.add_argument(
+        "--questions", metavar="FILE", help='a JSON list or JSON-lines file of {"id"?, "context", "question"} records'
+    )
+    p.add_argument(
+        "--out",
+        help="with --questions: where the answers go (.json: a list, .jsonl: one a line; "
+        "default: JSON lines on stdout)",
+    )
     p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
-    p.add_argument("--max-answer-len", type=int, metavar="N", help="longest answer in tokens (default: the run's "
-                   "decode.max_answer_len)")
-    p.add_argument("--stride", type=int, metavar="N", help="tokens between the starts of two windows of a long "
-                   "context (default: half a window)")
+    p.add_argument(
+        "--max-answer-len",
+        type=int,
+        metavar="N",
+        help="longest answer in tokens (default: the run's decode.max_answer_len)",
+    )
+    p.add_argument(
+        "--stride",
+        type=int,
+        metavar="N",
+        help="tokens between the starts of two windows of a long context (default: half a window)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON: the answer, its score and character span")
     abstain_options(p)
     p.add_argument("--device", default="auto")
@@ -44,7 +60,9 @@ def run(args) -> int:
     source = model_source(args)
     several = names_several(source)
     if several and args.questions:
-        raise ValueError(f"--model {source} compares the models on one --context and --question, not a --questions file")
+        raise ValueError(
+            f"--model {source} compares the models on one --context and --question, not a --questions file"
+        )
     if args.questions:
         if args.context is not None or args.question is not None:
             raise ValueError("give either --questions FILE or --context and --question, not both")
@@ -58,8 +76,9 @@ def run(args) -> int:
         check_text("question", args.question)
     if several:
         return side_by_side(args, model_names(source))
-    reader = Reader.load(source, args.device, always_answer=args.always_answer,
-                         no_answer_threshold=args.no_answer_threshold)
+    reader = Reader.load(
+        source, args.device, always_answer=args.always_answer, no_answer_threshold=args.no_answer_threshold
+    )
     if args.questions:
         n = answer_questions_file(reader, records, args.out, args.top_k, args.max_answer_len, args.stride)
         if args.out:
@@ -81,8 +100,9 @@ def side_by_side(args, names: list[str]) -> int:
     answer with its model's milliseconds for it, timed on a second call (the first warms it up)."""
     rows = []
     for name in names:
-        reader = Reader.load(name, args.device, always_answer=args.always_answer,
-                             no_answer_threshold=args.no_answer_threshold)
+        reader = Reader.load(
+            name, args.device, always_answer=args.always_answer, no_answer_threshold=args.no_answer_threshold
+        )
         reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
         start = time.perf_counter()
         answers = reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
@@ -94,8 +114,9 @@ def side_by_side(args, names: list[str]) -> int:
     table = [("model", "answer", "probability", "ms")]
     for row in rows:
         best = row["answers"][0] if row["answers"] else None
-        table.append((row["model"], shown(best) if best else "", f"{best['score']:.3f}" if best else "",
-                      f"{row['ms']:.1f}"))
+        table.append(
+            (row["model"], shown(best) if best else "", f"{best['score']:.3f}" if best else "", f"{row['ms']:.1f}")
+        )
     widths = [max(len(r[i]) for r in table) for i in range(4)]
     for r in table:
         print("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths))))

@@ -18,29 +18,66 @@ def add_arguments(p) -> None:
         "shaped them (a changed setting rebuilds, an unchanged one loads in seconds). Without --train/--dev "
         "the official files are used: from --data-dir/$RCKIT_DATA if given, else downloaded and checksum-verified."
     )
-    p.add_argument("dataset", choices=["squad", "squad-no-answer", "squad-cloze", "cloze-synthetic"],
-                   help="squad: the SQuAD cache; squad-no-answer: SQuAD v2.0 training, tuning and evaluation files "
-                   "(v1.1 train with unanswerable pairs made from it, v2.0 dev split by article position; --train is "
-                   "v1.1 train, --dev v2.0 dev); squad-cloze: an entity-anonymised cloze set from SQuAD v1.1; "
-                   "cloze-synthetic: a small generated cloze task (find the entity after the query's marker word)")
+    p.add_argument(
+        "dataset",
+        choices=["squad", "squad-no-answer", "squad-cloze", "cloze-synthetic"],
+        help="squad: the SQuAD cache; squad-no-answer: SQuAD v2.0 training, tuning and evaluation files "
+        "(v1.1 train with unanswerable pairs made from it, v2.0 dev split by article position; --train is "
+        "v1.1 train, --dev v2.0 dev); squad-cloze: an entity-anonymised cloze set from SQuAD v1.1; "
+        "cloze-synthetic: a small generated cloze task (find the entity after the query's marker word)",
+    )
     data_arguments(p)
     p.add_argument("--out", help="output directory (default: <cache-dir>/prepared; squad-cloze: required)")
-    p.add_argument("--seed", type=int, default=0, help="squad-cloze: seed of the per-example entity numbering; "
-                   "cloze-synthetic: seed of the generator")
-    p.add_argument("--rate", type=float, default=0.5, help="squad-no-answer: share of v1.1 train questions "
-                   "paired with a paragraph of their article that lacks their answer (default 0.5)")
-    p.add_argument("--pairing", choices=["random", "overlap"], default="random", help="squad-no-answer: pair a "
-                   "question with any paragraph of its article that lacks its answer, or with one sharing the most "
-                   "words with it (default random)")
-    p.add_argument("--repeat", type=int, default=1, metavar="K", help="squad-no-answer: write the v2.0 training "
-                   "quarter K times (its real unanswerable questions weigh more beside the made pairs; default 1)")
-    p.add_argument("--examples", type=int, nargs=2, default=(5000, 500), metavar=("TRAIN", "DEV"),
-                   help="cloze-synthetic: how many training and dev examples (default 5000 500)")
-    p.add_argument("--contextual", metavar="ENCODER", help="squad: also compute a contextual encoder's states of "
-                   "every context and question (e.g. minilm; cached beside the arrays, resumable), as a model with "
-                   "model.contextual=ENCODER reads them")
-    p.add_argument("--contextual-layers", default="4,6", metavar="L,L",
-                   help="squad --contextual: the encoder's layers kept, as the model's contextual_layers (default 4,6)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="squad-cloze: seed of the per-example entity numbering; cloze-synthetic: seed of the generator",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.5,
+        help="squad-no-answer: share of v1.1 train questions "
+        "paired with a paragraph of their article that lacks their answer (default 0.5)",
+    )
+    p.add_argument(
+        "--pairing",
+        choices=["random", "overlap"],
+        default="random",
+        help="squad-no-answer: pair a "
+        "question with any paragraph of its article that lacks its answer, or with one sharing the most "
+        "words with it (default random)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="K",
+        help="squad-no-answer: write the v2.0 training "
+        "quarter K times (its real unanswerable questions weigh more beside the made pairs; default 1)",
+    )
+    p.add_argument(
+        "--examples",
+        type=int,
+        nargs=2,
+        default=(5000, 500),
+        metavar=("TRAIN", "DEV"),
+        help="cloze-synthetic: how many training and dev examples (default 5000 500)",
+    )
+    p.add_argument(
+        "--contextual",
+        metavar="ENCODER",
+        help="squad: also compute a contextual encoder's states of "
+        "every context and question (e.g. minilm; cached beside the arrays, resumable), as a model with "
+        "model.contextual=ENCODER reads them",
+    )
+    p.add_argument(
+        "--contextual-layers",
+        default="4,6",
+        metavar="L,L",
+        help="squad --contextual: the encoder's layers kept, as the model's contextual_layers (default 4,6)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
     p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
     p.add_argument("--json", action="store_true", help="print the full summary as JSON")
@@ -67,8 +104,16 @@ def run(args) -> int:
             prepared.split(name).with_encoder(prepared.states_root, encoder, name)
     seconds = time.perf_counter() - t0
     if args.json:
-        print(json.dumps({**prepared.meta, "path": str(prepared.root), "from_cache": prepared.from_cache,
-                          "wall_seconds": round(seconds, 2)}))
+        print(
+            json.dumps(
+                {
+                    **prepared.meta,
+                    "path": str(prepared.root),
+                    "from_cache": prepared.from_cache,
+                    "wall_seconds": round(seconds, 2),
+                }
+            )
+        )
     else:
         print_prepared(prepared, seconds)
     return 0
@@ -94,14 +139,18 @@ def print_prepared(prepared, seconds: float) -> None:
             f"answer_start not matching the text: {s['answers_misaligned_offset']}"
         )
         for m in s["misaligned_offsets"][:5]:
-            print(f"      {m['id']} answer {m['answer']}: start {m['answer_start']} holds {m['found']!r}, "
-                  f"not {m['text']!r}")
+            print(
+                f"      {m['id']} answer {m['answer']}: start {m['answer_start']} holds {m['found']!r}, "
+                f"not {m['text']!r}"
+            )
         print(
             f"    coverage: {100 * cov['tokens_with_pretrained_vector']:.2f}% of tokens have a pretrained vector "
             f"({100 * cov['forms_with_pretrained_vector']:.2f}% of distinct forms)"
         )
-        print(f"    context tokens mean {c['mean']} p95 {c['p95']} max {c['max']}; "
-              f"question tokens mean {q['mean']} p95 {q['p95']} max {q['max']}")
+        print(
+            f"    context tokens mean {c['mean']} p95 {c['p95']} max {c['max']}; "
+            f"question tokens mean {q['mean']} p95 {q['p95']} max {q['max']}"
+        )
     print(f"  details: {prepared.root / 'meta.json'}")
 
 
@@ -110,19 +159,24 @@ def prepare_no_answer(args) -> int:
         raise ValueError("squad-no-answer needs --out DIR")
     train, dev = squad_files(data_source(args), versions=("1.1", "2.0"))  # --train is v1.1 train, --dev v2.0 dev
     t0 = time.perf_counter()
-    report = build_no_answer_data(train, dev, args.out, rate=args.rate, seed=args.seed, repeat=args.repeat,
-                                  pairing=args.pairing)
+    report = build_no_answer_data(
+        train, dev, args.out, rate=args.rate, seed=args.seed, repeat=args.repeat, pairing=args.pairing
+    )
     if args.json:
         print(json.dumps(report))
         return 0
     pairs = report["pairs"]
     print(f"squad-no-answer written to {args.out} in {time.perf_counter() - t0:.1f}s")
-    print(f"  unanswerable pairs from v1.1 train: {pairs['made']} made of {pairs['drawn']} drawn "
-          f"({pairs['no_paragraph_without_answer']} questions had no other paragraph without their answer)")
+    print(
+        f"  unanswerable pairs from v1.1 train: {pairs['made']} made of {pairs['drawn']} drawn "
+        f"({pairs['no_paragraph_without_answer']} questions had no other paragraph without their answer)"
+    )
     for name in ("train", "tune", "eval"):
         r = report[name]
-        print(f"  {name}: {r['file']}: {r['articles']} articles, {r['questions']} questions, "
-              f"{r['unanswerable']} unanswerable")
+        print(
+            f"  {name}: {r['file']}: {r['articles']} articles, {r['questions']} questions, "
+            f"{r['unanswerable']} unanswerable"
+        )
     print(f"  details: {Path(args.out) / 'report.json'}")
     return 0
 

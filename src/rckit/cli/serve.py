@@ -14,13 +14,21 @@ from rckit.serve.config import ServeConfig
 
 
 def add_arguments(p) -> None:
-    p.description = ("Serve a model, or several, over HTTP (POST /v1/answer, GET /v1/models); concurrent requests "
-                     "are batched.")
-    p.add_argument("run", nargs="?", metavar="RUN|FILE",
-                   help="run directory, exported .safetensors or .onnx file (default: the installed model)")
-    p.add_argument("--model", metavar="NAMES|RUN|FILE",
-                   help="the installed models to serve: all, or names joined by commas (dcn,qanet), the first "
-                        "answering requests that name none; or one run or file, as RUN|FILE")
+    p.description = (
+        "Serve a model, or several, over HTTP (POST /v1/answer, GET /v1/models); concurrent requests are batched."
+    )
+    p.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN|FILE",
+        help="run directory, exported .safetensors or .onnx file (default: the installed model)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAMES|RUN|FILE",
+        help="the installed models to serve: all, or names joined by commas (dcn,qanet), the first "
+        "answering requests that name none; or one run or file, as RUN|FILE",
+    )
     types = typing.get_type_hints(ServeConfig)
     for f in fields(ServeConfig):
         flag, kind = "--" + f.name.replace("_", "-"), value_type(types[f.name])

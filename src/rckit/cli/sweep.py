@@ -11,14 +11,21 @@ from rckit.training import memory
 
 
 def add_arguments(p) -> None:
-    p.description = ("Train one time-boxed run per grid point (or a seeded random subset) into OUT/trial-NNN; "
-                     "results.md and results.png summarise them. Run it again with the same --out to resume. The "
-                     "default grid for deep_lstm_reader is the paper's table; --grid KEY=V1,V2 replaces it key by key.")
+    p.description = (
+        "Train one time-boxed run per grid point (or a seeded random subset) into OUT/trial-NNN; "
+        "results.md and results.png summarise them. Run it again with the same --out to resume. The "
+        "default grid for deep_lstm_reader is the paper's table; --grid KEY=V1,V2 replaces it key by key."
+    )
     model_argument(p)
     p.add_argument("--out", required=True, help="sweep directory")
     preset_arguments(p, preset_help="preset the trials start from", set_help="override a config field in every trial")
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                   help="swept values for model.X or train.X; given keys replace the default grid")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="swept values for model.X or train.X; given keys replace the default grid",
+    )
     p.add_argument("--only-grid", action="store_true", help="sweep only the --grid keys, not the default grid")
     p.add_argument("--trials", type=int, help="a random subset of this many grid points (default: the whole grid)")
     p.add_argument("--budget", default="5m", help="wall-clock budget per trial (default 5m)")
@@ -44,8 +51,22 @@ def run(args) -> int:
     device = pick_device(args.device)
     kind = MODELS[args.model][1].task_of(mcfg)
     data = task_data(kind, data_source(args, args.cloze_data), tcfg.seed, data_overrides(args.set))
-    rows = run_sweep(args.model, MODELS[args.model][1], mcfg, tcfg, lambda t: make_task(kind, data, t), args.out, grid,
-                     args.trials, budget, args.max_steps, args.seed, device, not args.no_progress, decode=decode)
+    rows = run_sweep(
+        args.model,
+        MODELS[args.model][1],
+        mcfg,
+        tcfg,
+        lambda t: make_task(kind, data, t),
+        args.out,
+        grid,
+        args.trials,
+        budget,
+        args.max_steps,
+        args.seed,
+        device,
+        not args.no_progress,
+        decode=decode,
+    )
     print(f"{len(rows)} trials finished; table in {Path(args.out) / 'results.md'}")
     if rows:
         print(json.dumps(rows[0]))

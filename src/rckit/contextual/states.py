@@ -102,17 +102,27 @@ class Memo:
 class ContextualEncoder:
     """Texts -> per-token states ``(T, K, D)`` float32 of ``layers`` of encoder ``files``."""
 
-    def __init__(self, files: EncoderFiles, layers: tuple[int, ...], runner: Runner | None = None,
-                 max_pieces: int | None = None, memo_mb: float = 0):
-        layers = tuple(int(l) for l in layers)
+    def __init__(
+        self,
+        files: EncoderFiles,
+        layers: tuple[int, ...],
+        runner: Runner | None = None,
+        max_pieces: int | None = None,
+        memo_mb: float = 0,
+    ):
+        layers = tuple(int(layer) for layer in layers)
         if not layers or min(layers) < 0 or max(layers) > files.n_layers:
-            raise ValueError(f"contextual layers {list(layers)}: the encoder {files.name!r} has layers 0 "
-                             f"(embeddings) to {files.n_layers}")
+            raise ValueError(
+                f"contextual layers {list(layers)}: the encoder {files.name!r} has layers 0 "
+                f"(embeddings) to {files.n_layers}"
+            )
         if max_pieces is None:  # the default window, or the encoder's positions if it has fewer
             max_pieces = min(MAX_PIECES, int(files.config["max_position_embeddings"]))
         if not 3 <= max_pieces <= int(files.config["max_position_embeddings"]):
-            raise ValueError(f"max_pieces {max_pieces}: between 3 and the encoder's "
-                             f"{files.config['max_position_embeddings']} positions")
+            raise ValueError(
+                f"max_pieces {max_pieces}: between 3 and the encoder's "
+                f"{files.config['max_position_embeddings']} positions"
+            )
         self.files, self.layers, self.max_pieces = files, layers, max_pieces
         self.tokenizer = PieceTokenizer(files.root / "tokenizer.json")
         self.runner = runner if runner is not None else TorchRunner(files, layers)
@@ -121,8 +131,15 @@ class ContextualEncoder:
         self.memo = Memo(int(memo_mb * 2**20)) if memo_mb > 0 else None
 
     @classmethod
-    def load(cls, spec: ContextualSpec, runner: str = "torch", graphs: str | Path | None = None,
-             threads: int | None = None, spin: bool = True, memo_mb: float = 0) -> ContextualEncoder:
+    def load(
+        cls,
+        spec: ContextualSpec,
+        runner: str = "torch",
+        graphs: str | Path | None = None,
+        threads: int | None = None,
+        spin: bool = True,
+        memo_mb: float = 0,
+    ) -> ContextualEncoder:
         """The encoder of ``spec``, refused in one line where its files' digest is not the one the
         model was trained with. ``runner``: ``torch`` or ``onnxruntime`` (its graph built on first use
         and kept under ``graphs``, int8-quantized where ``spec.int8``: :mod:`rckit.contextual.onnx_runner`);
@@ -131,16 +148,23 @@ class ContextualEncoder:
         up to that many MiB, and read them from there when asked again."""
         files = find_encoder(spec.name)
         if spec.digest is not None and files.digest != spec.digest:
-            raise ValueError(f"the model was trained on the contextual encoder {spec.name!r} with digest "
-                             f"{spec.digest}, and the one installed at {files.root} has digest {files.digest}: "
-                             f"install the encoder it was trained with, or train again on this one")
+            raise ValueError(
+                f"the model was trained on the contextual encoder {spec.name!r} with digest "
+                f"{spec.digest}, and the one installed at {files.root} has digest {files.digest}: "
+                f"install the encoder it was trained with, or train again on this one"
+            )
         if runner == "onnxruntime":
             from rckit.contextual.onnx_runner import OnnxRunner
 
             if graphs is None:
                 raise ValueError("the encoder on onnxruntime needs a folder to keep its graph in")
-            return cls(files, spec.layers, OnnxRunner(files, spec.layers, graphs, spec.int8, threads, spin),
-                       spec.max_pieces, memo_mb)
+            return cls(
+                files,
+                spec.layers,
+                OnnxRunner(files, spec.layers, graphs, spec.int8, threads, spin),
+                spec.max_pieces,
+                memo_mb,
+            )
         return cls(files, spec.layers, max_pieces=spec.max_pieces, memo_mb=memo_mb)
 
     @property
@@ -195,8 +219,8 @@ class ContextualEncoder:
         first = 0
         for t, (ids, offsets) in enumerate(pieces):
             n_windows = len(piece_windows(len(ids), size))
-            wins = spans[first:first + n_windows]
-            win_states = read[first:first + n_windows]
+            wins = spans[first : first + n_windows]
+            win_states = read[first : first + n_windows]
             first += n_windows
             K, D = len(self.layers), self.dim
             piece_states = np.zeros((len(ids), K, D), np.float32)
@@ -217,9 +241,12 @@ class ContextualEncoder:
         mask = np.zeros((len(batch), P), bool)
         for b, w in enumerate(batch):
             t, lo, hi = spans[w]
-            ids[b, 0], ids[b, 1:hi - lo + 1], ids[b, hi - lo + 1] = (self.tokenizer.cls, pieces[t][0][lo:hi],
-                                                                      self.tokenizer.sep)
-            mask[b, :hi - lo + 2] = True
+            ids[b, 0], ids[b, 1 : hi - lo + 1], ids[b, hi - lo + 1] = (
+                self.tokenizer.cls,
+                pieces[t][0][lo:hi],
+                self.tokenizer.sep,
+            )
+            mask[b, : hi - lo + 2] = True
         states = self.runner(ids, mask)  # (B, P, K, D)
         for b, w in enumerate(batch):
-            read[w] = states[b, 1:widths[b] + 1]
+            read[w] = states[b, 1 : widths[b] + 1]

@@ -46,8 +46,11 @@ def _load(path: str | Path) -> list[dict]:
 
 
 def _by_paragraph(articles: list[dict]) -> list[dict]:
-    return [{"title": f"{a.get('title', '')} [{i}]", "paragraphs": [p]}
-            for a in articles for i, p in enumerate(a["paragraphs"])]
+    return [
+        {"title": f"{a.get('title', '')} [{i}]", "paragraphs": [p]}
+        for a in articles
+        for i, p in enumerate(a["paragraphs"])
+    ]
 
 
 def split_documents(articles: list[dict], dev_share: float, seed: int) -> tuple[list[dict], list[dict], str]:
@@ -92,9 +95,17 @@ def squad_sample(path: str | Path, questions: int, seed: int) -> list[dict]:
     return [{"title": t, "paragraphs": ps} for t, ps in out.items()]
 
 
-def adapt_files(labels: str | Path, out_dir: str | Path, *, dev: str | Path | None = None,
-                squad_train: str | Path | None = None, squad_mix: float = 1.0, dev_share: float = 0.2,
-                seed: int = 0, limit: int | None = None) -> AdaptFiles:
+def adapt_files(
+    labels: str | Path,
+    out_dir: str | Path,
+    *,
+    dev: str | Path | None = None,
+    squad_train: str | Path | None = None,
+    squad_mix: float = 1.0,
+    dev_share: float = 0.2,
+    seed: int = 0,
+    limit: int | None = None,
+) -> AdaptFiles:
     """Write ``out_dir/train.json`` and ``out_dir/dev.json`` (see the module docstring).
 
     ``labels``: the user's questions; ``dev``: their own dev file (else documents of ``labels``
@@ -118,8 +129,10 @@ def adapt_files(labels: str | Path, out_dir: str | Path, *, dev: str | Path | No
     mixed = []
     if squad_mix > 0:
         if squad_train is None:
-            raise ValueError("mixing SQuAD questions in needs SQuAD v1.1 train (--data-dir or $RCKIT_DATA); "
-                             "--squad-mix 0 adapts on your questions alone")
+            raise ValueError(
+                "mixing SQuAD questions in needs SQuAD v1.1 train (--data-dir or $RCKIT_DATA); "
+                "--squad-mix 0 adapts on your questions alone"
+            )
         mixed = squad_sample(squad_train, round(squad_mix * n_train), seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = AdaptFiles(out_dir / "train.json", out_dir / "dev.json", notes=notes)
@@ -127,23 +140,32 @@ def adapt_files(labels: str | Path, out_dir: str | Path, *, dev: str | Path | No
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps({"version": "1.1", "data": data}, ensure_ascii=False), encoding="utf-8")
         tmp.replace(path)
-    files.counts = {"split_by": unit, "dev_from": str(dev) if dev is not None else "held-out " + unit + "s", "train_questions": n_train, "train_documents": len(train),
-                    "dev_questions": sum(_questions(a) for a in held), "dev_documents": len(held),
-                    "squad_questions": sum(_questions(a) for a in mixed)}
+    files.counts = {
+        "split_by": unit,
+        "dev_from": str(dev) if dev is not None else "held-out " + unit + "s",
+        "train_questions": n_train,
+        "train_documents": len(train),
+        "dev_questions": sum(_questions(a) for a in held),
+        "dev_documents": len(held),
+        "squad_questions": sum(_questions(a) for a in mixed),
+    }
     return files
 
 
 def _some_questions(articles: list[dict], n: int, seed: int) -> list[dict]:
     """``n`` questions of ``articles`` drawn at random (seeded), their paragraphs and articles kept,
     in document order. A smaller ``n`` with the same seed draws a subset of a larger one's."""
-    where = [(i, j, k) for i, a in enumerate(articles) for j, p in enumerate(a["paragraphs"])
-             for k in range(len(p["qas"]))]
+    where = [
+        (i, j, k) for i, a in enumerate(articles) for j, p in enumerate(a["paragraphs"]) for k in range(len(p["qas"]))
+    ]
     random.Random(seed).shuffle(where)
     keep = set(where[:n])
     out = []
     for i, a in enumerate(articles):
-        paragraphs = [{**p, "qas": [qa for k, qa in enumerate(p["qas"]) if (i, j, k) in keep]}
-                      for j, p in enumerate(a["paragraphs"])]
+        paragraphs = [
+            {**p, "qas": [qa for k, qa in enumerate(p["qas"]) if (i, j, k) in keep]}
+            for j, p in enumerate(a["paragraphs"])
+        ]
         paragraphs = [p for p in paragraphs if p["qas"]]
         if paragraphs:
             out.append({**a, "paragraphs": paragraphs})

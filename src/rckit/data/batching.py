@@ -35,8 +35,14 @@ class Batch:
             self.answerable = torch.ones_like(self.y_start, dtype=torch.bool)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        return Batch(**{f.name: None if getattr(self, f.name) is None else
-                        getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        return Batch(
+            **{
+                f.name: None
+                if getattr(self, f.name) is None
+                else getattr(self, f.name).to(device, non_blocking=non_blocking)
+                for f in fields(self)
+            }
+        )
 
     def __len__(self) -> int:
         return self.c_words.shape[0]
@@ -49,9 +55,13 @@ def assemble(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len, y_start, y_end,
     (questions asked of a model, where nobody knows)."""
     t = torch.from_numpy
     inputs = {k: t(v) for k, v in padded_inputs(a, c_lo, c_len, q_lo, q_len).items()}
-    return Batch(**inputs, y_start=t(np.asarray(y_start, np.int64)), y_end=t(np.asarray(y_end, np.int64)),
-                 index=t(np.asarray(index, np.int64)),
-                 answerable=None if answerable is None else t(np.asarray(answerable, bool)))
+    return Batch(
+        **inputs,
+        y_start=t(np.asarray(y_start, np.int64)),
+        y_end=t(np.asarray(y_end, np.int64)),
+        index=t(np.asarray(index, np.int64)),
+        answerable=None if answerable is None else t(np.asarray(answerable, bool)),
+    )
 
 
 class BucketBatchSampler:

@@ -91,9 +91,13 @@ def document_candidates(document: Sequence[str]) -> list[str]:
 
 def _check_answer(path: Path, lineno: int, answer: str, document: list[str]) -> None:
     if not answer:
-        raise ClozeFormatError(f"{path}:{lineno}: missing answer: expected an entity marker like @entity3, got an empty line")
+        raise ClozeFormatError(
+            f"{path}:{lineno}: missing answer: expected an entity marker like @entity3, got an empty line"
+        )
     if not ENTITY_RE.match(answer):
-        raise ClozeFormatError(f"{path}:{lineno}: answer should be one entity marker like @entity3, got {answer[:60]!r}")
+        raise ClozeFormatError(
+            f"{path}:{lineno}: answer should be one entity marker like @entity3, got {answer[:60]!r}"
+        )
     if answer not in document:
         raise ClozeFormatError(f"{path}:{lineno}: answer {answer} does not occur in the document")
 
@@ -114,10 +118,14 @@ def read_question_file(path: str | Path) -> ClozeExample:
     for lineno in range(1, 8):
         if lineno > len(lines) or (lineno == len(lines) and lines[-1] == "" and lineno % 2):
             what = expected.get(lineno, "a blank line")
-            raise ClozeFormatError(f"{path}:{lineno}: truncated file: expected {what}, the file ends at line {lineno - 1}")
+            raise ClozeFormatError(
+                f"{path}:{lineno}: truncated file: expected {what}, the file ends at line {lineno - 1}"
+            )
         line = lines[lineno - 1]
         if lineno % 2 == 0 and line.strip():
-            raise ClozeFormatError(f"{path}:{lineno}: expected a blank line after {expected[lineno - 1]}, got {line[:60]!r}")
+            raise ClozeFormatError(
+                f"{path}:{lineno}: expected a blank line after {expected[lineno - 1]}, got {line[:60]!r}"
+            )
         if lineno in (1, 3, 5) and not line.strip():
             raise ClozeFormatError(f"{path}:{lineno}: expected {expected[lineno]}, got an empty line")
     document = lines[2].split()
@@ -136,7 +144,9 @@ def read_question_file(path: str | Path) -> ClozeExample:
         if not sep or not ENTITY_RE.match(marker):
             raise ClozeFormatError(f"{path}:{lineno}: expected an entity line '@entityN:name', got {line[:60]!r}")
         entities[marker] = name
-    return ClozeExample(path.name.removesuffix(".question"), document, query, answer, document_candidates(document), entities)
+    return ClozeExample(
+        path.name.removesuffix(".question"), document, query, answer, document_candidates(document), entities
+    )
 
 
 def read_question_dir(directory: str | Path) -> list[ClozeExample]:
@@ -170,7 +180,9 @@ def read_chen_file(path: str | Path, lowercase: bool = True) -> list[ClozeExampl
             raise ClozeFormatError(f"{path}:{q_no}: expected the question of block {b}, got an empty line")
         if len(block) < 3:
             what = "the answer" if len(block) == 1 else "the document"
-            raise ClozeFormatError(f"{path}:{first + len(block) + 1}: truncated block {b}: expected {what}, the file ends")
+            raise ClozeFormatError(
+                f"{path}:{first + len(block) + 1}: truncated block {b}: expected {what}, the file ends"
+            )
         if len(block) == 4 and block[3].strip():
             raise ClozeFormatError(f"{path}:{first + 4}: expected a blank line ending block {b}, got {block[3][:60]!r}")
         if not block[2].strip():
@@ -282,7 +294,9 @@ class ClozeVocab:
                     counts[normalize_word(t, lowercase)] += 1
         if n_entities is None:
             n_entities = max_entity_number(examples) + 1
-        words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS), key=lambda w: (-counts[w], w))
+        words = sorted(
+            (w for w, c in counts.items() if c >= min_count and w not in SPECIALS), key=lambda w: (-counts[w], w)
+        )
         return cls(SPECIALS + [f"@entity{k}" for k in range(n_entities)] + words, n_entities, lowercase)
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
@@ -298,7 +312,9 @@ class ClozeVocab:
         return out
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"itos": self.itos, "n_entities": self.n_entities, "lowercase": self.lowercase}))
+        Path(path).write_text(
+            json.dumps({"itos": self.itos, "n_entities": self.n_entities, "lowercase": self.lowercase})
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> ClozeVocab:
@@ -347,10 +363,17 @@ def renumber_entities(batch: ClozeBatch, generator: torch.Generator | None = Non
         return torch.where(is_entity, perm.gather(1, k.clamp(0, N - 1)) + ENTITY_OFFSET, ids)
 
     candidates = torch.zeros_like(batch.candidates).scatter_(1, perm, batch.candidates)  # (B, N)
-    return ClozeBatch(c_words=renumber(batch.c_words), c_mask=batch.c_mask, q_words=renumber(batch.q_words),
-                      q_mask=batch.q_mask, candidates=candidates,
-                      answer=perm.gather(1, batch.answer.unsqueeze(1)).squeeze(1), answer_cut=batch.answer_cut,
-                      index=batch.index, copy_at=batch.copy_at)
+    return ClozeBatch(
+        c_words=renumber(batch.c_words),
+        c_mask=batch.c_mask,
+        q_words=renumber(batch.q_words),
+        q_mask=batch.q_mask,
+        candidates=candidates,
+        answer=perm.gather(1, batch.answer.unsqueeze(1)).squeeze(1),
+        answer_cut=batch.answer_cut,
+        index=batch.index,
+        copy_at=batch.copy_at,
+    )
 
 
 def entity_mentions(batch: ClozeBatch) -> torch.Tensor:

@@ -80,15 +80,25 @@ class ClozeData:
     embeddings: str | None
 
     def embedding_info(self) -> EmbeddingInfo:
-        return EmbeddingInfo(word_vectors=torch.from_numpy(self.word_vectors), n_trainable_words=len(self.vocab),
-                             n_chars=0, n_entities=self.vocab.n_entities)
+        return EmbeddingInfo(
+            word_vectors=torch.from_numpy(self.word_vectors),
+            n_trainable_words=len(self.vocab),
+            n_chars=0,
+            n_entities=self.vocab.n_entities,
+        )
 
     def vocab_json(self) -> dict:
         return {"itos": self.vocab.itos, "n_entities": self.vocab.n_entities, "lowercase": self.vocab.lowercase}
 
     def describe(self) -> dict:
-        return {"cloze_dir": str(self.root), "layout": self.layout, "eval_split": self.eval_split,
-                "embeddings": self.embeddings, "train_examples": len(self.train), "dev_examples": len(self.dev)}
+        return {
+            "cloze_dir": str(self.root),
+            "layout": self.layout,
+            "eval_split": self.eval_split,
+            "embeddings": self.embeddings,
+            "train_examples": len(self.train),
+            "dev_examples": len(self.dev),
+        }
 
 
 def cloze_vectors(vocab: ClozeVocab, spec: str | None, seed: int = 0) -> tuple[np.ndarray, int]:
@@ -116,8 +126,13 @@ def cloze_vectors(vocab: ClozeVocab, spec: str | None, seed: int = 0) -> tuple[n
     return out, found
 
 
-def load_cloze_data(root: str | Path, eval_split: str = "dev", min_count: int = 1,
-                    embeddings: str | None = DEFAULT_EMBEDDINGS, seed: int = 0) -> ClozeData:
+def load_cloze_data(
+    root: str | Path,
+    eval_split: str = "dev",
+    min_count: int = 1,
+    embeddings: str | None = DEFAULT_EMBEDDINGS,
+    seed: int = 0,
+) -> ClozeData:
     """A cloze directory's training and ``eval_split`` splits, vocabulary and initial vectors.
 
     ``embeddings``: the packaged GloVe set (default), a GloVe text file, or None for random
@@ -134,8 +149,16 @@ def load_cloze_data(root: str | Path, eval_split: str = "dev", min_count: int = 
     n_entities = max(max_entity_number(train_ex), max_entity_number(eval_ex)) + 1
     vocab = ClozeVocab.build(train_ex, min_count=min_count, n_entities=n_entities)
     vectors, _ = cloze_vectors(vocab, embeddings, seed)
-    return ClozeData(root.resolve(), layout, eval_split, vocab, ClozeSplit.from_examples(train_ex, vocab),
-                     ClozeSplit.from_examples(eval_ex, vocab), vectors, embeddings)
+    return ClozeData(
+        root.resolve(),
+        layout,
+        eval_split,
+        vocab,
+        ClozeSplit.from_examples(train_ex, vocab),
+        ClozeSplit.from_examples(eval_ex, vocab),
+        vectors,
+        embeddings,
+    )
 
 
 def load_eval_split(root: str | Path, split: str, vocab_json: dict) -> ClozeSplit:

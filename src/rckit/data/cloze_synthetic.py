@@ -60,7 +60,9 @@ def synthetic_example(rng: np.random.Generator, cfg: SyntheticClozeConfig, ident
     return ClozeExample(ident, document, query, after[q], document_candidates(document))
 
 
-def synthetic_cloze(n: int, seed: int = 0, cfg: SyntheticClozeConfig | None = None, prefix: str = "syn") -> list[ClozeExample]:
+def synthetic_cloze(
+    n: int, seed: int = 0, cfg: SyntheticClozeConfig | None = None, prefix: str = "syn"
+) -> list[ClozeExample]:
     """``n`` examples drawn from ``numpy.random.default_rng(seed)``."""
     cfg = cfg or SyntheticClozeConfig()
     if cfg.markers_per_doc > cfg.n_markers or cfg.entities_per_doc > cfg.n_entities:
@@ -71,8 +73,9 @@ def synthetic_cloze(n: int, seed: int = 0, cfg: SyntheticClozeConfig | None = No
     return [synthetic_example(rng, cfg, f"{prefix}{i}") for i in range(n)]
 
 
-def write_synthetic_cloze(out_dir: str | Path, n_train: int = 5000, n_dev: int = 500, seed: int = 0,
-                          cfg: SyntheticClozeConfig | None = None) -> Path:
+def write_synthetic_cloze(
+    out_dir: str | Path, n_train: int = 5000, n_dev: int = 500, seed: int = 0, cfg: SyntheticClozeConfig | None = None
+) -> Path:
     """``train.jsonl``, ``dev.jsonl`` and ``stats.json`` in ``out_dir`` (train and dev from different seeds)."""
     cfg = cfg or SyntheticClozeConfig()
     out = Path(out_dir)

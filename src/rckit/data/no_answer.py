@@ -56,8 +56,9 @@ def _answers_in(paragraph: str, answers: list[str]) -> bool:
 PAIRINGS = ("random", "overlap")
 
 
-def unanswerable_pairs(articles: list[dict], rate: float, seed: int,
-                       pairing: str = "random") -> tuple[list[dict], dict]:
+def unanswerable_pairs(
+    articles: list[dict], rate: float, seed: int, pairing: str = "random"
+) -> tuple[list[dict], dict]:
     """Copies of ``articles`` with made unanswerable questions added to their paragraphs.
 
     For each question, with probability ``rate`` (one seeded draw per question, in file
@@ -86,8 +87,7 @@ def unanswerable_pairs(articles: list[dict], rate: float, seed: int,
                     continue
                 counts["drawn"] += 1
                 answers = [normalize_answer(a["text"]) for a in qa["answers"]]
-                others = [j for j in range(len(paragraphs))
-                          if j != i and not _answers_in(normalised[j], answers)]
+                others = [j for j in range(len(paragraphs)) if j != i and not _answers_in(normalised[j], answers)]
                 if not others:
                     counts["no_paragraph_without_answer"] += 1
                     continue
@@ -96,8 +96,9 @@ def unanswerable_pairs(articles: list[dict], rate: float, seed: int,
                     shared = {j: len(asked & words[j]) for j in others}
                     others = [j for j in others if shared[j] == max(shared.values())]
                 j = rng.choice(others)
-                added[j].append({"id": qa["id"] + PAIR_SUFFIX, "question": qa["question"],
-                                 "answers": [], "is_impossible": True})
+                added[j].append(
+                    {"id": qa["id"] + PAIR_SUFFIX, "question": qa["question"], "answers": [], "is_impossible": True}
+                )
                 counts["made"] += 1
         for para, extra in zip(paragraphs, added):
             para["qas"].extend(extra)
@@ -108,14 +109,26 @@ def unanswerable_pairs(articles: list[dict], rate: float, seed: int,
 def _count(articles: list[dict]) -> dict:
     qas = [qa for a in articles for p in a["paragraphs"] for qa in p["qas"]]
     impossible = sum(bool(qa.get("is_impossible")) for qa in qas)
-    return {"articles": len(articles), "paragraphs": sum(len(a["paragraphs"]) for a in articles),
-            "questions": len(qas), "unanswerable": impossible, "answerable": len(qas) - impossible}
+    return {
+        "articles": len(articles),
+        "paragraphs": sum(len(a["paragraphs"]) for a in articles),
+        "questions": len(qas),
+        "unanswerable": impossible,
+        "answerable": len(qas) - impossible,
+    }
 
 
 def _copies(articles: list[dict], suffix: str) -> list[dict]:
     """``articles`` again, each question id ending in ``suffix`` (ids stay unique in a file)."""
-    return [{**a, "paragraphs": [{**p, "qas": [{**qa, "id": f"{qa['id']}{suffix}"} for qa in p["qas"]]}
-                                 for p in a["paragraphs"]]} for a in articles]
+    return [
+        {
+            **a,
+            "paragraphs": [
+                {**p, "qas": [{**qa, "id": f"{qa['id']}{suffix}"} for qa in p["qas"]]} for p in a["paragraphs"]
+            ],
+        }
+        for a in articles
+    ]
 
 
 def _write(path: Path, articles: list[dict]) -> None:
@@ -125,16 +138,25 @@ def _write(path: Path, articles: list[dict]) -> None:
     tmp.replace(path)  # a killed write leaves no half file under the real name
 
 
-def build_no_answer_data(v11_train: str | Path, v2_dev: str | Path, out: str | Path,
-                         rate: float = 0.5, seed: int = 0, repeat: int = 1, pairing: str = "random") -> dict:
+def build_no_answer_data(
+    v11_train: str | Path,
+    v2_dev: str | Path,
+    out: str | Path,
+    rate: float = 0.5,
+    seed: int = 0,
+    repeat: int = 1,
+    pairing: str = "random",
+) -> dict:
     """Write the three files described in the module docstring to ``out``; return the report."""
     train_raw, dev_raw = load_json(v11_train), load_json(v2_dev)
     for path, raw in ((v11_train, train_raw), (v2_dev, dev_raw)):
         if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
             raise SquadFormatError(f"{path}: top level should be an object with 'data'")
     if not str(dev_raw.get("version", "")).lstrip("v").startswith("2"):
-        raise SquadFormatError(f"{v2_dev}: not a SQuAD v2.0 file (version {dev_raw.get('version')!r}); "
-                               "the evaluation half must come from v2.0 dev")
+        raise SquadFormatError(
+            f"{v2_dev}: not a SQuAD v2.0 file (version {dev_raw.get('version')!r}); "
+            "the evaluation half must come from v2.0 dev"
+        )
     if repeat < 1:
         raise ValueError(f"repeat is how many times the v2.0 training quarter is written, at least 1; got {repeat}")
     made, pair_counts = unanswerable_pairs(train_raw["data"], rate, seed, pairing)
@@ -146,9 +168,16 @@ def build_no_answer_data(v11_train: str | Path, v2_dev: str | Path, out: str | P
     files = {"train": (TRAIN_FILE, train), "tune": (TUNE_FILE, tune), "eval": (EVAL_FILE, held_out)}
     report = {
         "inputs": {"v1.1_train": str(v11_train), "v2.0_dev": str(v2_dev)},
-        "rate": rate, "seed": seed, "repeat": repeat, "pairing": pairing,
+        "rate": rate,
+        "seed": seed,
+        "repeat": repeat,
+        "pairing": pairing,
         "pairs": pair_counts,
-        "v2.0_dev_positions": {"train": "0, 4, 8, ...", "tune": "2, 6, 10, ...", "eval": "1, 3, 5, ... (never trained or tuned on)"},
+        "v2.0_dev_positions": {
+            "train": "0, 4, 8, ...",
+            "tune": "2, 6, 10, ...",
+            "eval": "1, 3, 5, ... (never trained or tuned on)",
+        },
     }
     for name, (fname, articles) in files.items():
         _write(out / fname, articles)

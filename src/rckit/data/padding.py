@@ -56,7 +56,7 @@ def _state_rows(states: np.ndarray, lo: np.ndarray, mask: np.ndarray) -> np.ndar
     Each example's rows are one contiguous run, read as such (``states`` may be memory-mapped)."""
     out = np.zeros(mask.shape + states.shape[1:], np.float32)
     for b, n in enumerate(mask.sum(1).tolist()):
-        out[b, :n] = states[lo[b]:lo[b] + n]
+        out[b, :n] = states[lo[b] : lo[b] + n]
     return out
 
 
@@ -65,8 +65,9 @@ def answer_inputs(a: dict[str, np.ndarray], items: list[tuple[int, int, int, int
     the arrays ``a`` on tokens ``[lo, hi)`` of their context ``c``."""
     i, c, lo, hi = (np.array(col, np.int64) for col in zip(*items))
     window_of: dict[tuple[int, int, int], int] = {}
-    q_context = np.array([window_of.setdefault(w, len(window_of)) for w in zip(c.tolist(), lo.tolist(), hi.tolist())],
-                         np.int64)
+    q_context = np.array(
+        [window_of.setdefault(w, len(window_of)) for w in zip(c.tolist(), lo.tolist(), hi.tolist())], np.int64
+    )
     wc, wlo, whi = (np.array(col, np.int64) for col in zip(*window_of))
     c_forms, c_mask = _rows(a["ctx_forms"], a["ctx_ptr"][wc] + wlo, whi - wlo)  # (U, Tc)
     q_forms, q_mask = _rows(a["q_forms"], a["q_ptr"][i], a["q_ptr"][i + 1] - a["q_ptr"][i])  # (B, Tq)

@@ -44,16 +44,18 @@ def squad_files(source: DataSource, versions: tuple[str, str] | None = None) -> 
     given = {"train": source.train, "dev": source.dev}
     for split, version in zip(given, versions):
         if given[split] is None:
-            given[split] = resolve_squad_files(version, data_dir=source.data_dir, cache_dir=source.cache_dir,
-                                               splits=(split,))[split]
+            given[split] = resolve_squad_files(
+                version, data_dir=source.data_dir, cache_dir=source.cache_dir, splits=(split,)
+            )[split]
     for split, f in given.items():
         if not Path(f).is_file():
             raise FileNotFoundError(f"--{split} file not found: {f}")
     return Path(given["train"]).resolve(), Path(given["dev"]).resolve()
 
 
-def prepare_data(source: DataSource, overrides: Sequence[str] = (), out: str | Path | None = None,
-                 rebuild: bool = False) -> Prepared:
+def prepare_data(
+    source: DataSource, overrides: Sequence[str] = (), out: str | Path | None = None, rebuild: bool = False
+) -> Prepared:
     """SQuAD of ``source`` tokenized, indexed and cached (:func:`rckit.data.prepare.prepare_squad`).
 
     ``overrides``: ``FIELD=VALUE`` settings of :class:`PrepareConfig`. ``out``: where the cache

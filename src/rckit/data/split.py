@@ -20,8 +20,9 @@ class SquadSplit:
         "q_ptr", "q_forms", "q_offsets", "q_ctx", "y_start", "y_end", "answerable",
     )  # fmt: skip
 
-    def __init__(self, arrays: dict[str, np.ndarray], qids: list[str], contexts: list[str],
-                 questions: list[str] | None = None):
+    def __init__(
+        self, arrays: dict[str, np.ndarray], qids: list[str], contexts: list[str], questions: list[str] | None = None
+    ):
         missing = [k for k in self.ARRAYS if k not in arrays]
         if missing:
             raise ValueError(f"split is missing arrays: {missing}")
@@ -67,22 +68,32 @@ class SquadSplit:
         n = min(int(n), len(self))
         n_ctx = int(a["q_ctx"][:n].max()) + 1 if n else 0
         c_end, q_end = int(a["ctx_ptr"][n_ctx]), int(a["q_ptr"][n])
-        arrays = {"form_words": a["form_words"], "form_chars": a["form_chars"],
-                  "ctx_ptr": a["ctx_ptr"][:n_ctx + 1], "ctx_forms": a["ctx_forms"][:c_end],
-                  "ctx_offsets": a["ctx_offsets"][:c_end], "q_ptr": a["q_ptr"][:n + 1],
-                  "q_forms": a["q_forms"][:q_end], "q_offsets": a["q_offsets"][:q_end],
-                  **{k: a[k][:n] for k in ("q_ctx", "y_start", "y_end", "answerable")}}
-        return SquadSplit(arrays, self.qids[:n], self.contexts[:n_ctx],
-                          None if self.questions is None else self.questions[:n])
+        arrays = {
+            "form_words": a["form_words"],
+            "form_chars": a["form_chars"],
+            "ctx_ptr": a["ctx_ptr"][: n_ctx + 1],
+            "ctx_forms": a["ctx_forms"][:c_end],
+            "ctx_offsets": a["ctx_offsets"][:c_end],
+            "q_ptr": a["q_ptr"][: n + 1],
+            "q_forms": a["q_forms"][:q_end],
+            "q_offsets": a["q_offsets"][:q_end],
+            **{k: a[k][:n] for k in ("q_ctx", "y_start", "y_end", "answerable")},
+        }
+        return SquadSplit(
+            arrays, self.qids[:n], self.contexts[:n_ctx], None if self.questions is None else self.questions[:n]
+        )
 
     def with_states(self, ctx_states: np.ndarray, q_states: np.ndarray) -> SquadSplit:
         """This split whose batches carry contextual states: ``ctx_states`` (N, K, D) row ``j`` the
         state of context token ``j``, ``q_states`` (Nq, K, D) of question token ``j``."""
         if len(ctx_states) != len(self.a["ctx_forms"]) or len(q_states) != len(self.a["q_forms"]):
-            raise ValueError(f"contextual states for {len(ctx_states)} context and {len(q_states)} question tokens, "
-                             f"and the split has {len(self.a['ctx_forms'])} and {len(self.a['q_forms'])}")
-        return SquadSplit({**self.a, "ctx_states": ctx_states, "q_states": q_states}, self.qids, self.contexts,
-                          self.questions)
+            raise ValueError(
+                f"contextual states for {len(ctx_states)} context and {len(q_states)} question tokens, "
+                f"and the split has {len(self.a['ctx_forms'])} and {len(self.a['q_forms'])}"
+            )
+        return SquadSplit(
+            {**self.a, "ctx_states": ctx_states, "q_states": q_states}, self.qids, self.contexts, self.questions
+        )
 
     def with_encoder(self, root: str | Path, encoder, what: str = "", progress: bool = True) -> SquadSplit:
         """This split with the states of ``encoder`` (a :class:`rckit.contextual.states.ContextualEncoder`),

@@ -108,8 +108,9 @@ def load_json(path: str | Path) -> dict:
         raise SquadFormatError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from e
     except UnicodeDecodeError as e:
         bad = e.object[e.start : e.start + 1].hex()
-        raise SquadFormatError(f"{path}: not UTF-8 text (byte 0x{bad} cannot start or continue a character); "
-                               "JSON files are read as UTF-8") from e
+        raise SquadFormatError(
+            f"{path}: not UTF-8 text (byte 0x{bad} cannot start or continue a character); JSON files are read as UTF-8"
+        ) from e
     except EOFError as e:
         raise SquadFormatError(f"{path}: truncated gzip file ({e})") from e
     except OSError as e:  # a missing file, a directory, a damaged gzip header ...

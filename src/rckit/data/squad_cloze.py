@@ -234,7 +234,15 @@ def _paragraph(context: str) -> _Paragraph:
             keys[key] = None
             surface[key] = context[offsets[s][0] : offsets[e][1]]
     return _Paragraph(
-        tokens, [s for s, _ in offsets], [e for _, e in offsets], norm, caps, list(keys), surface, mentions, index,
+        tokens,
+        [s for s, _ in offsets],
+        [e for _, e in offsets],
+        norm,
+        caps,
+        list(keys),
+        surface,
+        mentions,
+        index,
         {(s, e): key for s, e, key in mentions},
     )
 
@@ -363,7 +371,9 @@ def build_squad_cloze(dataset: SquadDataset, seed: int = 0) -> tuple[list[ClozeE
     return examples, stats
 
 
-def write_squad_cloze(out_dir: str | Path, train: Sequence[ClozeExample], dev: Sequence[ClozeExample], stats: dict) -> Path:
+def write_squad_cloze(
+    out_dir: str | Path, train: Sequence[ClozeExample], dev: Sequence[ClozeExample], stats: dict
+) -> Path:
     """Write ``train.jsonl``, ``dev.jsonl`` and ``stats.json`` into ``out_dir``; returns it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -380,7 +390,12 @@ def prepare_squad_cloze(train_file: str | Path, dev_file: str | Path, out_dir: s
     train, train_stats = build_squad_cloze(read_squad(train_file), seed=seed)
     dev, dev_stats = build_squad_cloze(read_squad(dev_file), seed=seed)
     baselines = {"train": score_baselines(train), "dev": score_baselines(dev)}
-    stats = {"train": train_stats, "dev": dev_stats, "baselines": baselines, "seed": seed,
-             "sources": {"train": str(train_file), "dev": str(dev_file)}}
+    stats = {
+        "train": train_stats,
+        "dev": dev_stats,
+        "baselines": baselines,
+        "seed": seed,
+        "sources": {"train": str(train_file), "dev": str(dev_file)},
+    }
     write_squad_cloze(out_dir, train, dev, stats)
     return stats

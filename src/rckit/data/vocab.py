@@ -170,22 +170,29 @@ def build_word_vocab(
     return Vocab(SPECIALS + no_vector + with_vector, n_trainable=len(SPECIALS) + len(no_vector))
 
 
-def extend_word_vocab(base: Vocab, train_counts: Counter, pretrained: Pretrained, extra_words: Iterable[str] = (),
-                      trainable_min_count: int = 0) -> Vocab:
+def extend_word_vocab(
+    base: Vocab,
+    train_counts: Counter,
+    pretrained: Pretrained,
+    extra_words: Iterable[str] = (),
+    trainable_min_count: int = 0,
+) -> Vocab:
     """``base``, a trained model's vocabulary, with the words of new text added (``rckit adapt``):
     every word of ``base`` stays, in the trained or the fixed part it was in, so no word the model
     knew is lost; the new words :func:`build_word_vocab` would take from ``train_counts`` and
     ``extra_words`` are appended to the part they belong to (a new word with a pretrained vector
     reads its fixed row). A fixed word of ``base`` without a vector here is refused: the model
     was trained with other pretrained vectors."""
-    missing = [w for w in base.itos[base.n_trainable:] if pretrained.lookup(w) is None]
+    missing = [w for w in base.itos[base.n_trainable :] if pretrained.lookup(w) is None]
     if missing:
-        raise ValueError(f"{len(missing):,} fixed words of the model's vocabulary have no vector in {pretrained.source} "
-                         f"(e.g. {', '.join(missing[:5])}): give the pretrained vectors the model was trained with")
+        raise ValueError(
+            f"{len(missing):,} fixed words of the model's vocabulary have no vector in {pretrained.source} "
+            f"(e.g. {', '.join(missing[:5])}): give the pretrained vectors the model was trained with"
+        )
     new = build_word_vocab(train_counts, pretrained, extra_words, trainable_min_count)
     known = set(base.itos)
-    trained = base.itos[:base.n_trainable] + [w for w in new.itos[len(SPECIALS):new.n_trainable] if w not in known]
-    fixed = base.itos[base.n_trainable:] + [w for w in new.itos[new.n_trainable:] if w not in known]
+    trained = base.itos[: base.n_trainable] + [w for w in new.itos[len(SPECIALS) : new.n_trainable] if w not in known]
+    fixed = base.itos[base.n_trainable :] + [w for w in new.itos[new.n_trainable :] if w not in known]
     return Vocab(trained + fixed, n_trainable=len(trained))
 
 

@@ -46,14 +46,20 @@ class ClozeExplanation(TypedDict):
     notes: list[str]
 
 
-def explain_cloze(source: str | Path, example: int | str, data: str | Path | None = None, split: str | None = None,
-                  device: str = "cpu") -> ClozeExplanation:
+def explain_cloze(
+    source: str | Path,
+    example: int | str,
+    data: str | Path | None = None,
+    split: str | None = None,
+    device: str = "cpu",
+) -> ClozeExplanation:
     """The explanation of ``example`` (a position or an id) of ``split`` of a cloze run's data
     (``data`` and ``split`` default to what the run evaluated on)."""
     model, _, meta = load_model(source, device)
     if meta.get("task") != "cloze":
-        raise ValueError(f"{source}: a span model; --example explains a cloze run (span models: --context and "
-                         "--question)")
+        raise ValueError(
+            f"{source}: a span model; --example explains a cloze run (span models: --context and --question)"
+        )
     root = Path(data or meta["data"]["cloze_dir"])
     split = split or meta["data"]["eval_split"]
     examples = read_split(root, detect_layout(root), split)
@@ -74,22 +80,36 @@ def explain_cloze(source: str | Path, example: int | str, data: str | Path | Non
         out = model(batch)
         seen = model.attend(batch) if isinstance(model, (AttentiveReader, ImpatientReader)) else None
     probs = torch.softmax(out.logits[0].float(), dim=-1)
-    candidates = sorted(({"entity": c, "probability": float(probs[int(c[len("@entity"):])])}
-                         for c in dict.fromkeys(ex.candidates)), key=lambda c: -c["probability"])
+    candidates = sorted(
+        ({"entity": c, "probability": float(probs[int(c[len("@entity") :])])} for c in dict.fromkeys(ex.candidates)),
+        key=lambda c: -c["probability"],
+    )
     attention, steps = None, None
     if seen is None:
-        notes.append(f"the {meta['model']} reads the document and query as one sequence: it has no attention "
-                     "to show, only its candidates' probabilities")
+        notes.append(
+            f"the {meta['model']} reads the document and query as one sequence: it has no attention "
+            "to show, only its candidates' probabilities"
+        )
     elif seen.s.dim() == 2:  # Attentive: (1, Td)
         attention = seen.s[0, : len(ex.document)].float().tolist()
     else:  # Impatient: (1, Tq, Td), padded query steps are zero rows
         real = batch.q_mask[0].nonzero().flatten().tolist()
         steps = real
         attention = [seen.s[0, i, : len(ex.document)].float().tolist() for i in real]
-    return ClozeExplanation(model=meta["model"], example=index, id=ex.id, split=split,
-                            document_tokens=list(ex.document), query_tokens=list(ex.query), attention=attention,
-                            attention_steps=steps, candidates=candidates, answer=candidates[0]["entity"],
-                            gold=ex.answer, notes=notes)
+    return ClozeExplanation(
+        model=meta["model"],
+        example=index,
+        id=ex.id,
+        split=split,
+        document_tokens=list(ex.document),
+        query_tokens=list(ex.query),
+        attention=attention,
+        attention_steps=steps,
+        candidates=candidates,
+        answer=candidates[0]["entity"],
+        gold=ex.answer,
+        notes=notes,
+    )
 
 
 def write_cloze(explanation: ClozeExplanation, path: str | Path) -> Path:
@@ -115,8 +135,9 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MissingPackage("drawing needs matplotlib: pip install 'rckit[torch]' (or pip install matplotlib), "
-                             "or write .json instead") from None
+        raise MissingPackage(
+            "drawing needs matplotlib: pip install 'rckit[torch]' (or pip install matplotlib), or write .json instead"
+        ) from None
     words = e["document_tokens"]
     att = e["attention"]
     if att is not None and att and isinstance(att[0], list):
@@ -149,20 +170,43 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
     height = lines + 4
     ax.set_ylim(height, 0)
     ax.text(0, 0.6, "query: " + " ".join(e["query_tokens"]), fontsize=11, weight="bold")
-    what = ("attention over the document" + (" (mean over the query steps)" if e["attention_steps"] else "")
-            if e["attention"] is not None else "no attention (" + e["model"] + ")")
-    ax.text(0, 1.5, f"{e['model']} · {e['split']} example {e['example']} ({e['id']}) · {what} · "
-                    f"answer {e['answer']}, gold {e['gold']}", fontsize=9, color="#555")
+    what = (
+        "attention over the document" + (" (mean over the query steps)" if e["attention_steps"] else "")
+        if e["attention"] is not None
+        else "no attention (" + e["model"] + ")"
+    )
+    ax.text(
+        0,
+        1.5,
+        f"{e['model']} · {e['split']} example {e['example']} ({e['id']}) · {what} · "
+        f"answer {e['answer']}, gold {e['gold']}",
+        fontsize=9,
+        color="#555",
+    )
     for i, (w, label, (x, line)) in enumerate(zip(words, labels, at)):
         shade = float(weight[i]) / top if att is not None else 0.0
-        box = {"boxstyle": "square,pad=0.15", "facecolor": (0.85, 0.1, 0.1, 0.85 * shade),
-               "edgecolor": "black" if w == e["gold"] else "none", "linewidth": 1.5}
-        ax.text(x, 3 + line, label, fontsize=8, weight="bold" if w.startswith("@entity") else "normal", bbox=box,
-                va="center")
+        box = {
+            "boxstyle": "square,pad=0.15",
+            "facecolor": (0.85, 0.1, 0.1, 0.85 * shade),
+            "edgecolor": "black" if w == e["gold"] else "none",
+            "linewidth": 1.5,
+        }
+        ax.text(
+            x,
+            3 + line,
+            label,
+            fontsize=8,
+            weight="bold" if w.startswith("@entity") else "normal",
+            bbox=box,
+            va="center",
+        )
     bars = fig.add_axes([0.79, 0.15, 0.19, 0.7])
     shown = e["candidates"][:8][::-1]
-    bars.barh([c["entity"].replace("@entity", "ent") for c in shown], [c["probability"] for c in shown],
-              color=["#c0392b" if c["entity"] == e["gold"] else "#7f8c8d" for c in shown])
+    bars.barh(
+        [c["entity"].replace("@entity", "ent") for c in shown],
+        [c["probability"] for c in shown],
+        color=["#c0392b" if c["entity"] == e["gold"] else "#7f8c8d" for c in shown],
+    )
     bars.set_xlim(0, 1)
     bars.set_title("candidates (gold in red)", fontsize=9)
     bars.tick_params(labelsize=8)

@@ -39,9 +39,20 @@ from rckit.model_files.source import open_model
 CHUNK = 256  # questions planned and read together by the Reader
 
 
-def evaluate(source: str | Path, data: str | Path | None = None, *, split: str | None = None, weights: str = "ema",
-             limit: int | None = None, batch_size: int = 32, out: str | Path | None = None, always_answer: bool = False,
-             device="auto", progress: bool = True, no_answer_threshold: float | None = None) -> dict:
+def evaluate(
+    source: str | Path,
+    data: str | Path | None = None,
+    *,
+    split: str | None = None,
+    weights: str = "ema",
+    limit: int | None = None,
+    batch_size: int = 32,
+    out: str | Path | None = None,
+    always_answer: bool = False,
+    device="auto",
+    progress: bool = True,
+    no_answer_threshold: float | None = None,
+) -> dict:
     """The scores of ``source`` (a run, a checkpoint, an exported ``.safetensors`` or ONNX file)
     on every question of ``data``: official EM/F1 (SQuAD), or accuracy in percent (cloze).
 
@@ -60,11 +71,15 @@ def evaluate(source: str | Path, data: str | Path | None = None, *, split: str |
     found = open_model(source)
     if found.exported:
         if not data:
-            raise ValueError(f"{found.path}: an exported model does not record its dev file; give the SQuAD file to "
-                             "evaluate on with --data")
+            raise ValueError(
+                f"{found.path}: an exported model does not record its dev file; give the SQuAD file to "
+                "evaluate on with --data"
+            )
         if weights != "ema":
-            raise ValueError(f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
-                             "--weights raw needs the run directory")
+            raise ValueError(
+                f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
+                "--weights raw needs the run directory"
+            )
     if found.kind == "onnx" or (found.exported and read_metadata(found.path).get("verifier")):
         # onnxruntime without PyTorch, or a file with a verifier: as the Reader answers
         reader = Reader.load(found.path, device, batch_size=batch_size, no_answer_threshold=no_answer_threshold)
@@ -89,14 +104,16 @@ def evaluate(source: str | Path, data: str | Path | None = None, *, split: str |
             return result
         path = data or meta["data"]["dev_file"]
         if not data and not Path(path).is_file():
-            raise FileNotFoundError(f"{source} was evaluated during training on {path}, which is not there now; "
-                                    "give the file with --data")
+            raise FileNotFoundError(
+                f"{source} was evaluated during training on {path}, which is not there now; give the file with --data"
+            )
         ds = read_squad(path)
         decode = decode_config_of(meta)
         total = min(limit, len(ds.examples)) if limit else len(ds.examples)
         with progress_bar(total, progress) as bar:
-            spans, margins = squad_spans(model, vocabs, ds, limit, decode, batch_size, device, bar.update,
-                                         meta["embedding"].get("contextual"))
+            spans, margins = squad_spans(
+                model, vocabs, ds, limit, decode, batch_size, device, bar.update, meta["embedding"].get("contextual")
+            )
         threshold = decode.no_answer_threshold
     raw = only_questions(ds.raw, set(spans)) if limit else ds.raw
     result, preds = score_squad(raw, spans, margins, threshold, ds.report.version, always_answer)
@@ -104,8 +121,14 @@ def evaluate(source: str | Path, data: str | Path | None = None, *, split: str |
     return result
 
 
-def score_squad(raw: dict, spans: dict[str, str], margins: dict[str, float], threshold: float, version: str,
-                always_answer: bool = False) -> tuple[dict, dict[str, str]]:
+def score_squad(
+    raw: dict,
+    spans: dict[str, str],
+    margins: dict[str, float],
+    threshold: float,
+    version: str,
+    always_answer: bool = False,
+) -> tuple[dict, dict[str, str]]:
     """(official scores, ``{question id: answer text}``) of each question's best span in
     ``spans`` and, for a model that can abstain, its null margin in ``margins``: the answer is
     ``""`` where the margin is above ``threshold`` (never, with ``always_answer``), and the
@@ -128,7 +151,7 @@ def reader_spans(reader: Reader, questions: list[SquadExample], progress=None) -
     spans: dict[str, str] = {}
     margins: dict[str, float] = {}
     for lo in range(0, len(questions), CHUNK):
-        chunk = questions[lo:lo + CHUNK]
+        chunk = questions[lo : lo + CHUNK]
         job = reader.plan([(ex.context, ex.question) for ex in chunk], whole=True)
         reader.read_all(job)
         for ex, (text, margin) in zip(chunk, job.best_spans()):

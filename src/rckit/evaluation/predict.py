@@ -87,8 +87,14 @@ def predict_split(
             if out.start_null is None:
                 spans, margin = best_spans(start, end, mask, decode.max_answer_len), None
             else:
-                spans, null = spans_and_null(start, end, mask, out.start_null.float().cpu().numpy(),
-                                             out.end_null.float().cpu().numpy(), decode.max_answer_len)
+                spans, null = spans_and_null(
+                    start,
+                    end,
+                    mask,
+                    out.start_null.float().cpu().numpy(),
+                    out.end_null.float().cpu().numpy(),
+                    decode.max_answer_len,
+                )
                 margin = (null - spans.score).tolist()
             for b, i in enumerate(batch.index.tolist()):
                 context, offsets = split.context_of(i)
@@ -108,8 +114,16 @@ def predict_split(
 
 
 @torch.inference_mode()
-def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: torch.device | str = "cpu",
-                  dtype: torch.dtype | None = None, max_doc_len: int | None = None, progress=None) -> np.ndarray:
+def predict_cloze(
+    model,
+    split: ClozeSplit,
+    rows,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    max_doc_len: int | None = None,
+    progress=None,
+) -> np.ndarray:
     """The predicted entity number for each of ``rows``, in that order: the argmax of the logits
     (non-candidates already sit at the bottom). Documents are read whole unless ``max_doc_len``."""
     device = torch.device(device)
@@ -131,9 +145,17 @@ def predict_cloze(model, split: ClozeSplit, rows, batch_size: int = 64, device: 
     return out_pred
 
 
-def squad_spans(model: torch.nn.Module, vocabs: Vocabularies, ds: SquadDataset, limit: int | None,
-                decode: DecodeConfig, batch_size: int, device: torch.device, progress=None,
-                contextual: dict | None = None) -> tuple[dict, dict]:
+def squad_spans(
+    model: torch.nn.Module,
+    vocabs: Vocabularies,
+    ds: SquadDataset,
+    limit: int | None,
+    decode: DecodeConfig,
+    batch_size: int,
+    device: torch.device,
+    progress=None,
+    contextual: dict | None = None,
+) -> tuple[dict, dict]:
     """(``{question id: best span text}``, ``{question id: null margin}``) of ``model`` on the
     first ``limit`` questions of ``ds`` (all without one), each context read whole; margins only
     for a model that can abstain. ``progress(n)``, if given, is called after each batch.
@@ -154,8 +176,15 @@ def squad_spans(model: torch.nn.Module, vocabs: Vocabularies, ds: SquadDataset, 
     return spans, margins
 
 
-def cloze_scores(model: torch.nn.Module, meta: dict, data: str | None, split: str | None, limit: int | None,
-                 batch_size: int, device: torch.device) -> tuple[dict, dict]:
+def cloze_scores(
+    model: torch.nn.Module,
+    meta: dict,
+    data: str | None,
+    split: str | None,
+    limit: int | None,
+    batch_size: int,
+    device: torch.device,
+) -> tuple[dict, dict]:
     """(accuracy on a split of a cloze directory, ``{example id: "@entityN"}``); ``data`` and
     ``split`` default to the directory and split the run evaluated on in training."""
     info = meta["data"]
@@ -165,6 +194,10 @@ def cloze_scores(model: torch.nn.Module, meta: dict, data: str | None, split: st
     rows = np.arange(min(limit, len(examples)) if limit else len(examples))
     pred = predict(model, examples, rows, batch_size, device, None)
     gold = examples.a["answer"][rows]
-    result = {"accuracy": 100.0 * float((pred == gold).mean()), "examples": int(len(rows)),
-              "split": split_name, "data": str(root)}
+    result = {
+        "accuracy": 100.0 * float((pred == gold).mean()),
+        "examples": int(len(rows)),
+        "split": split_name,
+        "data": str(root),
+    }
     return result, {examples.ids[i]: f"@entity{int(p)}" for i, p in zip(rows, pred)}

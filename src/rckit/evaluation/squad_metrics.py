@@ -44,8 +44,9 @@ prediction scores 0 and still counts in ``total``. This matches ``evaluate-v1.1.
 official v2.0 script instead drops such questions from ``total`` and then fails in its
 HasAns/NoAns breakdown, so on complete prediction files the two agree and on incomplete ones
 this module is the one that still answers. Predictions for ids not in the dataset are ignored
-(and counted); duplicate question ids in the dataset are an error. Sums run in dataset order with the official arithmetic, so results are
-bit-for-bit those of the official scripts, not just close.
+(and counted); duplicate question ids in the dataset are an error. Sums run in dataset order
+with the official arithmetic, so results are bit-for-bit those of the official scripts, not just
+close.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from typing import Any
 from rckit.data.squad import load_json, normalize_answer, rules_version
 
 VERSIONS = {"1.1": "1.1", "v1.1": "1.1", "2.0": "2.0", "v2.0": "2.0"}
-
 
 
 def _check_version(version: str) -> str:
@@ -182,9 +182,7 @@ def per_question_scores(
             continue
         prediction = predictions[qid]
         if not isinstance(prediction, str):
-            raise ValueError(
-                f"prediction for question {qid!r} must be a string, got {type(prediction).__name__}"
-            )
+            raise ValueError(f"prediction for question {qid!r} must be a string, got {type(prediction).__name__}")
         scores[qid] = _score_one(_tokens(prediction), gold, version)
     return scores
 
@@ -236,10 +234,16 @@ def score_predictions(
 def only_questions(raw: dict, keep: set[str]) -> dict:
     """The SQuAD document ``raw`` with only the questions whose ids are in ``keep``, so that a
     ``--limit`` evaluation is scored over the questions it answered (and says so in ``total``)."""
-    return {**raw, "data": [
-        {**art, "paragraphs": [{**p, "qas": [qa for qa in p["qas"] if qa["id"] in keep]} for p in art["paragraphs"]]}
-        for art in raw["data"]
-    ]}
+    return {
+        **raw,
+        "data": [
+            {
+                **art,
+                "paragraphs": [{**p, "qas": [qa for qa in p["qas"] if qa["id"] in keep]} for p in art["paragraphs"]],
+            }
+            for art in raw["data"]
+        ],
+    }
 
 
 def best_thresholds(
@@ -281,12 +285,15 @@ def score_files(dataset_file: str | Path, predictions_file: str | Path, version:
     dataset = load_json(dataset_file)
     predictions = load_json(predictions_file)
     if not isinstance(predictions, dict):
-        raise ValueError(f"{predictions_file}: expected an object mapping question ids to answer strings, "
-                         f"got a {type(predictions).__name__}")
+        raise ValueError(
+            f"{predictions_file}: expected an object mapping question ids to answer strings, "
+            f"got a {type(predictions).__name__}"
+        )
     for qid, text in predictions.items():
         if not isinstance(text, str):
-            raise ValueError(f"{predictions_file}: the prediction for question {qid!r} should be a string, "
-                             f"got {type(text).__name__}")
+            raise ValueError(
+                f"{predictions_file}: the prediction for question {qid!r} should be a string, got {type(text).__name__}"
+            )
     if not isinstance(dataset, dict):
         raise ValueError(f"{dataset_file}: top level should be an object with 'data', got a {type(dataset).__name__}")
     version = version or rules_version(dataset)

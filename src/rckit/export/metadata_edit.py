@@ -19,8 +19,19 @@ from pathlib import Path
 
 from rckit.model_files.source import export_format
 
-SCORE_KEYS = ("exact_match", "f1", "total", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1",
-              "best_f1", "best_f1_thresh", "no_answer_threshold", "always_answer")
+SCORE_KEYS = (
+    "exact_match",
+    "f1",
+    "total",
+    "HasAns_exact_match",
+    "HasAns_f1",
+    "NoAns_exact_match",
+    "NoAns_f1",
+    "best_f1",
+    "best_f1_thresh",
+    "no_answer_threshold",
+    "always_answer",
+)
 
 
 def edit_metadata(path: str | Path, change: Callable[[dict], None]) -> dict:
@@ -67,11 +78,16 @@ def record_score(path: str | Path, data: str | Path, result: dict) -> dict:
     Returns the entry."""
     from rckit.data.prepare import file_digest
 
-    entry = {"data": Path(data).name, "data_sha256": file_digest(Path(data)),
-             **{k: result[k] for k in SCORE_KEYS if k in result}}
+    entry = {
+        "data": Path(data).name,
+        "data_sha256": file_digest(Path(data)),
+        **{k: result[k] for k in SCORE_KEYS if k in result},
+    }
 
     def keep(meta: dict) -> None:
-        same = lambda e: (e.get("data"), bool(e.get("always_answer"))) == (entry["data"], bool(entry.get("always_answer")))  # noqa: E731
+        def same(e: dict) -> bool:
+            return (e.get("data"), bool(e.get("always_answer"))) == (entry["data"], bool(entry.get("always_answer")))
+
         meta["scores"] = [e for e in meta.get("scores", []) if not same(e)] + [entry]
 
     edit_metadata(path, keep)

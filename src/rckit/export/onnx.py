@@ -61,16 +61,28 @@ OPSET, PLAIN_OPSET = 23, 18
 
 # Passages written for the check where no dev data is at hand: (context, [questions]).
 SAMPLES = [
-    ("The lighthouse on Farrow Point was built in 1871 by the harbour board, after two ships ran aground on "
-     "the reef in a single winter. Its lamp burned whale oil until 1902, when it was changed to paraffin, and "
-     "it was automated in 1968. The keeper's cottage is now a small museum run by volunteers.",
-     ["When was the lighthouse built?", "Who built the lighthouse?", "What did the lamp burn until 1902?",
-      "What is the keeper's cottage now?"]),
-    ("Maria Sibylla Merian was a naturalist and scientific illustrator who studied the metamorphosis of "
-     "insects. In 1699 she travelled with her daughter to Suriname, where she spent two years drawing plants "
-     "and animals, and in 1705 she published Metamorphosis insectorum Surinamensium in Amsterdam.",
-     ["Where did Merian travel in 1699?", "What did she study?", "When was her book published?",
-      "In which city was the book published?"]),
+    (
+        "The lighthouse on Farrow Point was built in 1871 by the harbour board, after two ships ran aground on "
+        "the reef in a single winter. Its lamp burned whale oil until 1902, when it was changed to paraffin, and "
+        "it was automated in 1968. The keeper's cottage is now a small museum run by volunteers.",
+        [
+            "When was the lighthouse built?",
+            "Who built the lighthouse?",
+            "What did the lamp burn until 1902?",
+            "What is the keeper's cottage now?",
+        ],
+    ),
+    (
+        "Maria Sibylla Merian was a naturalist and scientific illustrator who studied the metamorphosis of "
+        "insects. In 1699 she travelled with her daughter to Suriname, where she spent two years drawing plants "
+        "and animals, and in 1705 she published Metamorphosis insectorum Surinamensium in Amsterdam.",
+        [
+            "Where did Merian travel in 1699?",
+            "What did she study?",
+            "When was her book published?",
+            "In which city was the book published?",
+        ],
+    ),
 ]
 
 SAMPLES_PAIRS = [(c, q) for c, qs in SAMPLES for q in qs[:1]]
@@ -91,8 +103,14 @@ class _Forward(torch.nn.Module):
         return out.start_logits, out.end_logits, out.start_null, out.end_null
 
 
-def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path | None = None,
-                check_questions: int = 256, int8: str | None = None, encoder_int8: bool = False) -> dict:
+def export_onnx(
+    source: str | Path,
+    out_file: str | Path,
+    check_data: str | Path | None = None,
+    check_questions: int = 256,
+    int8: str | None = None,
+    encoder_int8: bool = False,
+) -> dict:
     """Write the span model of ``source`` (a run, a checkpoint or an exported ``.safetensors``) to
     ``out_file`` as ONNX; returns what was written and how it compared with PyTorch. ``encoder_int8``:
     a model that reads contextual states answers with the encoder's graph in int8 (its metadata
@@ -109,15 +127,23 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
 
     # Example inputs: three questions on two windows of different lengths, so that no size is
     # traced as a constant and nothing as "no padding".
-    (c1, q1), (c2, q2) = (pairs[:2] if len(pairs) >= 2 and pairs[0][0] != pairs[1][0] else SAMPLES_PAIRS[:2])
+    (c1, q1), (c2, q2) = pairs[:2] if len(pairs) >= 2 and pairs[0][0] != pairs[1][0] else SAMPLES_PAIRS[:2]
     job = torch_reader.plan([(c1, q1), (c1, q2), (c2[: len(c2) // 2], q2)])
     example = answer_inputs(job.arrays, [item for group in job.windows for item in group])
     names = INPUTS + (STATE_INPUTS if "c_states" in example else ())  # a contextual model reads the states too
     args = tuple(torch.from_numpy(example[k]) for k in names)
-    n, width, u, c_len, b, q_len = (torch.export.Dim(dim, min=1) for dim in
-                                    ("tokens", "word", "windows", "context", "questions", "question"))
-    shapes = {"words": {0: n}, "chars": {0: n, 1: width}, "c_tokens": {0: u, 1: c_len}, "c_mask": {0: u, 1: c_len},
-              "q_tokens": {0: b, 1: q_len}, "q_mask": {0: b, 1: q_len}, "q_context": {0: b}}
+    n, width, u, c_len, b, q_len = (
+        torch.export.Dim(dim, min=1) for dim in ("tokens", "word", "windows", "context", "questions", "question")
+    )
+    shapes = {
+        "words": {0: n},
+        "chars": {0: n, 1: width},
+        "c_tokens": {0: u, 1: c_len},
+        "c_mask": {0: u, 1: c_len},
+        "q_tokens": {0: b, 1: q_len},
+        "q_mask": {0: b, 1: q_len},
+        "q_context": {0: b},
+    }
     if "c_states" in example:
         shapes.update(c_states={0: u, 1: c_len}, q_states={0: b, 1: q_len})
     outputs = ["start_logits", "end_logits"] + (["start_null", "end_null"] if module.no_answer else [])
@@ -131,24 +157,48 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         opset = OPSET if kernels.enabled("graph_attention") else PLAIN_OPSET
         chatter = io.StringIO()  # the exporter prints its steps and, on failure, the traced graph
         try:
-            with kernels.use(graph_forms), torch.no_grad(), warnings.catch_warnings(), \
-                    contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter), _quiet("torch"):
+            with (
+                kernels.use(graph_forms),
+                torch.no_grad(),
+                warnings.catch_warnings(),
+                contextlib.redirect_stdout(chatter),
+                contextlib.redirect_stderr(chatter),
+                _quiet("torch"),
+            ):
                 warnings.simplefilter("ignore")
-                program = torch.onnx.export(_Forward(module).eval(), args, dynamo=True, dynamic_shapes=shapes,
-                                            input_names=list(names), output_names=outputs, opset_version=opset,
-                                            custom_translation_table=graph.onnx_translations(), optimize=True,
-                                            verbose=False)
+                program = torch.onnx.export(
+                    _Forward(module).eval(),
+                    args,
+                    dynamo=True,
+                    dynamic_shapes=shapes,
+                    input_names=list(names),
+                    output_names=outputs,
+                    opset_version=opset,
+                    custom_translation_table=graph.onnx_translations(),
+                    optimize=True,
+                    verbose=False,
+                )
         except Exception as e:
-            raise ValueError(f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
-                             "through PyTorch (a run or a .safetensors export)") from e
+            raise ValueError(
+                f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
+                "through PyTorch (a run or a .safetensors export)"
+            ) from e
         proto = compact(program.model_proto)
         frozen_rows = leave_out_package_rows(proto, module, vocabs)
         record = {
-            "format": FORMAT, "model": name, "model_config": meta["model_config"], "decode": asdict(decode_config_of(meta)),
-            "train_config": {"max_c_len": torch_reader.window}, "vocab": vocabs.to_json(),
-            "dev_score": meta.get("dev_score"), "scores": [] if int8 or encoder_int8 else meta.get("scores", []),
-            "step": meta.get("step"), "parameters": torch_reader.model.parameters, "quantized": None,
-            "frozen_rows": frozen_rows, "embedding": {"contextual": contextual_record(meta, encoder_int8)},
+            "format": FORMAT,
+            "model": name,
+            "model_config": meta["model_config"],
+            "decode": asdict(decode_config_of(meta)),
+            "train_config": {"max_c_len": torch_reader.window},
+            "vocab": vocabs.to_json(),
+            "dev_score": meta.get("dev_score"),
+            "scores": [] if int8 or encoder_int8 else meta.get("scores", []),
+            "step": meta.get("step"),
+            "parameters": torch_reader.model.parameters,
+            "quantized": None,
+            "frozen_rows": frozen_rows,
+            "embedding": {"contextual": contextual_record(meta, encoder_int8)},
             "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
             **({"verifier": meta["verifier"]} if meta.get("verifier") else {}),  # rckit.answering.verifier
         }
@@ -164,20 +214,30 @@ def export_onnx(source: str | Path, out_file: str | Path, check_data: str | Path
         except Exception as e:
             if not type(e).__module__.startswith("onnxruntime"):  # its Fail, InvalidGraph, ...: no common base
                 raise
-            raise ValueError(f"{source}: the {name} model's ONNX graph does not run on onnxruntime "
-                             f"({' '.join(str(e).split())[:200]}): not written") from e
+            raise ValueError(
+                f"{source}: the {name} model's ONNX graph does not run on onnxruntime "
+                f"({' '.join(str(e).split())[:200]}): not written"
+            ) from e
         check["data"] = where
         if not int8 and not encoder_int8 and check["max_abs_logit_diff"] > TOLERANCE:
-            raise ValueError(f"{source}: the ONNX model's logits differ from PyTorch's by "
-                             f"{check['max_abs_logit_diff']:.3g} (more than {TOLERANCE}) on {where}: not written")
+            raise ValueError(
+                f"{source}: the ONNX model's logits differ from PyTorch's by "
+                f"{check['max_abs_logit_diff']:.3g} (more than {TOLERANCE}) on {where}: not written"
+            )
         record["check"] = check
         _set_metadata(tmp, record)
         as_created(tmp)
         os.replace(tmp, out_file)
     finally:
         tmp.unlink(missing_ok=True)
-    return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file),
-            "model": name, "quantized": record["quantized"], "check": check}
+    return {
+        "file": str(out_file),
+        "bytes": out_file.stat().st_size,
+        "sha256": file_digest(out_file),
+        "model": name,
+        "quantized": record["quantized"],
+        "check": check,
+    }
 
 
 def contextual_record(meta: dict, encoder_int8: bool) -> dict | None:
@@ -195,8 +255,11 @@ def why_not(e: Exception) -> str:
     text = str(e.__cause__ or e)
     summary = re.search(r"<class '[\w.]*?(\w+)'>: ([^\n]*)", text)
     where = re.search(r'raised this error:\s*File "([^"]+)", line (\d+), in \w+\s*\n\s*(.+)', text)
-    what = f"{summary.group(1)}: {summary.group(2)[:120]}" if summary else next(
-        (ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)[:160]
+    what = (
+        f"{summary.group(1)}: {summary.group(2)[:120]}"
+        if summary
+        else next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)[:160]
+    )
     if where:
         what += f" at {Path(where.group(1)).name}:{where.group(2)} `{where.group(3).strip()[:80]}`"
     return " ".join(what.split())
@@ -298,14 +361,20 @@ def leave_out_package_rows(proto, module: torch.nn.Module, vocabs) -> dict:
         rows = table.frozen.detach().float().numpy()
         if name not in initializers or not rows.shape[0] or rows.shape[1] != PACKAGE_DIM:
             continue
-        idx = package_indices(words[table.n_trainable:])
+        idx = package_indices(words[table.n_trainable :])
         digest = rows_digest(rows)
         if idx is None or rows_digest(rows_at(idx)) != digest:
             continue
         proto.graph.initializer.remove(initializers[name])
         proto.graph.input.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(rows.shape)))
-        entries[name] = {"rows": int(rows.shape[0]), "dim": int(rows.shape[1]), "sha256": digest, "source": PACKAGE,
-                         "package_version": package_version(), "package_index": encode_indices(idx)}
+        entries[name] = {
+            "rows": int(rows.shape[0]),
+            "dim": int(rows.shape[1]),
+            "sha256": digest,
+            "source": PACKAGE,
+            "package_version": package_version(),
+            "package_index": encode_indices(idx),
+        }
     return entries
 
 

@@ -57,8 +57,11 @@ def int8_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def frozen_tables(model: torch.nn.Module) -> dict[str, PartiallyFrozenEmbedding]:
-    return {f"{name}.frozen" if name else "frozen": m for name, m in model.named_modules()
-            if isinstance(m, PartiallyFrozenEmbedding)}
+    return {
+        f"{name}.frozen" if name else "frozen": m
+        for name, m in model.named_modules()
+        if isinstance(m, PartiallyFrozenEmbedding)
+    }
 
 
 def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -> dict:
@@ -87,12 +90,17 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
     for key, table in frozen_tables(model).items():
         rows = tensors[key].float().numpy()
         digest = rows_digest(rows)
-        rebuilt = package_rows(words[table.n_trainable:]) if rows.shape[0] and rows.shape[1] == PACKAGE_DIM else None
+        rebuilt = package_rows(words[table.n_trainable :]) if rows.shape[0] and rows.shape[1] == PACKAGE_DIM else None
         from_package = rebuilt is not None and rebuilt.shape == tuple(rows.shape) and rows_digest(rebuilt) == digest
-        frozen_rows[key] = {"rows": int(rows.shape[0]), "dim": int(rows.shape[1]), "first_word": table.n_trainable,
-                            "sha256": digest, "stored": not from_package,
-                            "source": PACKAGE if from_package else "stored",
-                            "package_version": package_version() if from_package else None}
+        frozen_rows[key] = {
+            "rows": int(rows.shape[0]),
+            "dim": int(rows.shape[1]),
+            "first_word": table.n_trainable,
+            "sha256": digest,
+            "stored": not from_package,
+            "source": PACKAGE if from_package else "stored",
+            "package_version": package_version() if from_package else None,
+        }
         if from_package:
             del tensors[key]
 
@@ -131,6 +139,12 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     write_safetensors(out, meta, out_file)
-    return {"file": str(out_file), "bytes": out_file.stat().st_size, "sha256": file_digest(out_file), "dtype": dtype,
-            "model": loaded["model"], "dev_score": dev,
-            "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()}}
+    return {
+        "file": str(out_file),
+        "bytes": out_file.stat().st_size,
+        "sha256": file_digest(out_file),
+        "dtype": dtype,
+        "model": loaded["model"],
+        "dev_score": dev,
+        "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()},
+    }

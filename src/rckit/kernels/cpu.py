@@ -53,8 +53,12 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     return lanes.ge_(cut - _LANES // 2).to(torch.uint8), _LANES / (_LANES - cut)
 
 
-_SAME_WIDTH_INT = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
-                   torch.float64: torch.int64}
+_SAME_WIDTH_INT = {
+    torch.float32: torch.int32,
+    torch.bfloat16: torch.int16,
+    torch.float16: torch.int16,
+    torch.float64: torch.int64,
+}
 
 
 def positive_mask(y: torch.Tensor) -> torch.Tensor:
@@ -77,8 +81,9 @@ def as_factor(mask: torch.Tensor) -> torch.Tensor:
     return mask.view(torch.uint8)
 
 
-def residual(x: torch.Tensor, y: torch.Tensor, p: float, survival: float, keep: torch.Tensor | None = None,
-             relu: bool = False) -> torch.Tensor:
+def residual(
+    x: torch.Tensor, y: torch.Tensor, p: float, survival: float, keep: torch.Tensor | None = None, relu: bool = False
+) -> torch.Tensor:
     """``x + dropout_p(f(y)) * keep / survival``, ``f`` the ReLU if ``relu`` else the identity,
     ``keep`` a ``bool`` per-example stochastic-depth mask (B, 1, 1) or None.
 
@@ -128,7 +133,7 @@ class _DepthwiseConv1d(torch.autograd.Function):
         if ctx.needs_input_grad[1]:  # grad_w[c, j] = sum_{b,t} grad[b, t, c] * x[b, t + j - k//2, c]
             acc = torch.promote_types(x.dtype, torch.float32)
             g, xp = grad.to(acc), F.pad(x.to(acc), (0, 0, k // 2, k // 2))  # (B, T, C), (B, T + k - 1, C)
-            gw = torch.stack([(g * xp[:, j:j + T]).sum((0, 1)) for j in range(k)])  # (k, C)
+            gw = torch.stack([(g * xp[:, j : j + T]).sum((0, 1)) for j in range(k)])  # (k, C)
             grad_w = gw.t().unsqueeze(1).to(weight.dtype)  # (C, 1, k)
         return grad_x, grad_w
 
@@ -141,7 +146,7 @@ def _shifted_sum(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     taps = weight[:, 0].t().contiguous()  # (k, C): each tap's weights contiguous
     y = xp[:, :T] * taps[0]
     for j in range(1, k):
-        y.addcmul_(xp[:, j:j + T], taps[j])
+        y.addcmul_(xp[:, j : j + T], taps[j])
     return y  # (B, T, C)
 
 
@@ -161,8 +166,9 @@ def depthwise_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _DepthwiseConv1d.apply(x, weight)
 
 
-def separable_conv(x: torch.Tensor, depthwise_weight: torch.Tensor, pointwise_weight: torch.Tensor,
-                   pointwise_bias: torch.Tensor | None) -> torch.Tensor:
+def separable_conv(
+    x: torch.Tensor, depthwise_weight: torch.Tensor, pointwise_weight: torch.Tensor, pointwise_bias: torch.Tensor | None
+) -> torch.Tensor:
     """``DepthwiseSeparableConv1d`` on (B, T, C_in) -> (B, T, C_out): :func:`depthwise_conv1d`,
     then the pointwise conv as a matmul with its (out, in) weight. Under CPU autocast the conv
     runs in the autocast dtype, as ``nn.Conv1d`` would. (BENCHMARKS.md, "CPU kernels".)"""
@@ -183,7 +189,8 @@ def _additive(key_mask: torch.Tensor) -> torch.Tensor:
     """Boolean key mask -> the additive fp32 mask the flash kernel takes (0 or ``finfo.min``,
     as ``mask_logits``: a row with every key masked stays finite)."""
     return torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device).masked_fill_(
-        ~key_mask, torch.finfo(torch.float32).min)
+        ~key_mask, torch.finfo(torch.float32).min
+    )
 
 
 def _heads(qkv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, ...]:
@@ -222,8 +229,9 @@ class Fp32Attention(torch.autograd.Function):
         def heads(t):  # (B, T, d) -> fp32 (B, H, T, d_h)
             return t.float().view(B, T, H, -1).transpose(1, 2)
 
-        gq, gk, gv = _CPU_FLASH_BACKWARD(heads(grad), *_heads(qkv.float(), H), heads(y), lse, 0.0, False,
-                                         attn_mask=bias)
+        gq, gk, gv = _CPU_FLASH_BACKWARD(
+            heads(grad), *_heads(qkv.float(), H), heads(y), lse, 0.0, False, attn_mask=bias
+        )
         g = qkv.new_empty(B, T, 3, H, d3 // (3 * H))
         for i, gi in enumerate((gq, gk, gv)):
             g[:, :, i].copy_(gi.transpose(1, 2))
@@ -241,8 +249,9 @@ def attention(qkv: torch.Tensor, n_heads: int, key_mask: torch.Tensor | None, dr
     if dropout_p == 0.0 and torch.is_grad_enabled() and _CPU_FLASH is not None:
         return Fp32Attention.apply(qkv, n_heads, None if key_mask is None else _additive(key_mask))
     with torch.autocast("cpu", enabled=False):
-        y = F.scaled_dot_product_attention(*_heads(qkv.float(), n_heads), attn_mask=key_mask,
-                                           dropout_p=dropout_p)  # (B, H, T, d_h)
+        y = F.scaled_dot_product_attention(
+            *_heads(qkv.float(), n_heads), attn_mask=key_mask, dropout_p=dropout_p
+        )  # (B, H, T, d_h)
     return y.transpose(1, 2).reshape(B, T, -1).to(qkv.dtype)  # (B, T, d)
 
 
@@ -263,7 +272,7 @@ class _TapSum(torch.autograd.Function):
         ctx.z_shape = z.shape
         y = z[0:R, 0] * keep[:, 0:1]  # (R, C), a fresh tensor
         for j in range(1, k):
-            y.addcmul_(z[j:j + R, j], keep[:, j:j + 1])
+            y.addcmul_(z[j : j + R, j], keep[:, j : j + 1])
         return y
 
     @staticmethod
@@ -272,12 +281,17 @@ class _TapSum(torch.autograd.Function):
         R, k = keep.shape
         grad_z = grad.new_zeros(ctx.z_shape)  # (R + k - 1, k, C)
         for j in range(k):
-            torch.mul(grad, keep[:, j:j + 1], out=grad_z[j:j + R, j])
+            torch.mul(grad, keep[:, j : j + 1], out=grad_z[j : j + R, j])
         return grad_z, None
 
 
-def char_cnn(chars: torch.Tensor, embed: Callable[[torch.Tensor], torch.Tensor], weight: torch.Tensor,
-             bias: torch.Tensor, training: bool) -> torch.Tensor:
+def char_cnn(
+    chars: torch.Tensor,
+    embed: Callable[[torch.Tensor], torch.Tensor],
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    training: bool,
+) -> torch.Tensor:
     """``CharCNN``: ``chars`` (B, T, W), 0 = <pad> -> (B, T, C), computed at real characters only.
 
     ``embed`` maps char ids (R,) to (R, Dc) with the char dropout applied; ``weight`` (C, Dc, k)
@@ -376,8 +390,9 @@ def unique_texts(words: torch.Tensor, chars: torch.Tensor) -> tuple[torch.Tensor
     return unique_rows(torch.cat([words, chars.reshape(N, -1)], dim=1))
 
 
-def once_per_distinct_text(fn: Callable[[torch.Tensor | slice], torch.Tensor], words: torch.Tensor,
-                           chars: torch.Tensor) -> torch.Tensor:
+def once_per_distinct_text(
+    fn: Callable[[torch.Tensor | slice], torch.Tensor], words: torch.Tensor, chars: torch.Tensor
+) -> torch.Tensor:
     """``fn(index)``, a (B, ...) result for the rows ``index`` of the batch, computed once per
     distinct text of ``words`` (B, T), ``chars`` (B, T, W) and copied to the rows that repeat
     it: equals ``fn(slice(None))`` when a row's result depends on its own text alone (no
@@ -393,8 +408,12 @@ def once_per_distinct_text(fn: Callable[[torch.Tensor | slice], torch.Tensor], w
 def encode_shared_contexts(
     embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     encoder: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
-    c_words: torch.Tensor, c_chars: torch.Tensor, c_mask: torch.Tensor,
-    q_words: torch.Tensor, q_chars: torch.Tensor, q_mask: torch.Tensor,
+    c_words: torch.Tensor,
+    c_chars: torch.Tensor,
+    c_mask: torch.Tensor,
+    q_words: torch.Tensor,
+    q_chars: torch.Tensor,
+    q_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """QANet's ``encoder(embed(context))`` and ``encoder(embed(question))`` outside training:
     (B, Tc, d), (B, Tq, d); ``encoder`` takes a mask, or None when nothing is padded.

@@ -29,8 +29,9 @@ import torch.nn.functional as F
 
 
 @torch.library.custom_op("rckit::graph_attention", mutates_args=())
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-               n_heads: int) -> torch.Tensor:
+def _attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, n_heads: int
+) -> torch.Tensor:
     """Multi-head attention of ``q``, ``k``, ``v`` (B, T, d), heads split from d; ``bias``
     additive (B, 1, T, T) or None; (B, T, d). ONNX: one ``Attention`` node (:func:`onnx_translations`)."""
     B, T, d = q.shape
@@ -85,11 +86,13 @@ def char_cnn(chars: torch.Tensor, embedding: torch.Tensor, weight: torch.Tensor,
     padded = F.pad(chars, (k // 2, k // 2))  # (B, T, W + k - 1), id 0 beyond the word
     y = F.embedding(padded[:, :, 0:W], tables[0])
     for j in range(1, k):
-        y = y + F.embedding(padded[:, :, j:j + W], tables[j])  # (B, T, W, C)
+        y = y + F.embedding(padded[:, :, j : j + W], tables[j])  # (B, T, W, C)
     return torch.relu(y.amax(2) + bias)  # (B, T, C)
 
 
-def separable_conv(x: torch.Tensor, depthwise: torch.Tensor, pointwise: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def separable_conv(
+    x: torch.Tensor, depthwise: torch.Tensor, pointwise: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
     """The depthwise-separable conv of ``x`` (B, T, C_in) as 2-D convs over (B, C, 1, T):
     ``depthwise`` (C_in, 1, k), ``pointwise`` (C_out, C_in, 1), ``bias`` (C_out,); (B, T, C_out).
     The layout changes are written as NHWC <-> NCHW transposes of (B, 1, T, C), which onnxruntime

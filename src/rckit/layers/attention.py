@@ -70,8 +70,9 @@ class MultiHeadSelfAttention(nn.Module):
         elif torch.compiler.is_exporting() and kernels.enabled("graph_attention") and dropout_p == 0.0:
             y = graph.attention(qkv, self.n_heads, key_mask)  # (B, T, d)
         else:
-            y = F.scaled_dot_product_attention(*_heads(qkv, self.n_heads), attn_mask=key_mask,
-                                               dropout_p=dropout_p)  # (B, H, T, d_h)
+            y = F.scaled_dot_product_attention(
+                *_heads(qkv, self.n_heads), attn_mask=key_mask, dropout_p=dropout_p
+            )  # (B, H, T, d_h)
             y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
         return self.out(y)
 
@@ -91,9 +92,7 @@ class ContextQueryAttention(nn.Module):
         s_cq = (c * self.w_cq) @ q.transpose(1, 2)  # (B, Tc, Tq)
         return s_c + s_q + s_cq
 
-    def forward(
-        self, c: torch.Tensor, q: torch.Tensor, c_mask: torch.Tensor, q_mask: torch.Tensor
-    ) -> torch.Tensor:
+    def forward(self, c: torch.Tensor, q: torch.Tensor, c_mask: torch.Tensor, q_mask: torch.Tensor) -> torch.Tensor:
         """Returns ``[C; A; C * A; C * B]``, (B, Tc, 4d)."""
         s = self.similarity(c, q)  # (B, Tc, Tq)
         s_bar = masked_softmax(s, q_mask.unsqueeze(1), dim=2)  # (B, Tc, Tq), rows over question

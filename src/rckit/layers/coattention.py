@@ -60,7 +60,9 @@ class Coattention(nn.Module):
         self.q_sentinel = nn.Parameter(torch.randn(dim) * 0.1)
         self.q_proj = nn.Linear(dim, dim) if project_question else None
 
-    def forward(self, D: torch.Tensor, Q: torch.Tensor, d_mask: torch.Tensor, q_mask: torch.Tensor) -> CoattentionOutput:
+    def forward(
+        self, D: torch.Tensor, Q: torch.Tensor, d_mask: torch.Tensor, q_mask: torch.Tensor
+    ) -> CoattentionOutput:
         """``D`` (B, m, h), ``Q`` (B, n, h), masks True on real tokens; D and Q need not be zero at padding."""
         m, n = D.shape[1], Q.shape[1]
         D0, d_mask0 = append_sentinel(D, d_mask, self.d_sentinel)  # (B, m+1, h), (B, m+1)

@@ -65,8 +65,15 @@ class PartiallyFrozenEmbedding(nn.Module):
 class CharCNN(nn.Module):
     """Characters -> one vector per word: embed, conv over the word, ReLU, max over real chars."""
 
-    def __init__(self, n_chars: int, char_dim: int, out_dim: int, width: int,
-                 char_vectors: torch.Tensor | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        n_chars: int,
+        char_dim: int,
+        out_dim: int,
+        width: int,
+        char_vectors: torch.Tensor | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if width % 2 != 1:
             raise ValueError(f"char_conv_width must be odd, got {width}")
@@ -81,8 +88,9 @@ class CharCNN(nn.Module):
         if torch.compiler.is_exporting() and kernels.enabled("graph_char_cnn") and not self.training:
             return graph.char_cnn(chars, self.embed.weight, self.conv.weight, self.conv.bias)
         if chars.device.type == "cpu" and kernels.enabled("char_cnn"):
-            return cpu.char_cnn(chars, lambda ids: self.dropout(self.embed(ids)), self.conv.weight, self.conv.bias,
-                                self.training)
+            return cpu.char_cnn(
+                chars, lambda ids: self.dropout(self.embed(ids)), self.conv.weight, self.conv.bias, self.training
+            )
         B, T, W = chars.shape
         pad = (chars == 0).reshape(B * T, W, 1)  # (B*T, W, 1)
         x = self.dropout(self.embed(chars.reshape(B * T, W))).masked_fill(pad, 0.0)  # (B*T, W, Dc)
@@ -114,10 +122,21 @@ class InputEmbedding(nn.Module):
     300 + 200 wide at the paper's sizes.
     """
 
-    def __init__(self, word_vectors: torch.Tensor, n_trainable_words: int, n_chars: int, d_model: int,
-                 char_dim: int, char_conv_width: int, highway_layers: int = 2, dropout: float = 0.1,
-                 char_dropout: float = 0.05, char_vectors: torch.Tensor | None = None,
-                 contextual_layers: int = 0, contextual_dim: int = 0):
+    def __init__(
+        self,
+        word_vectors: torch.Tensor,
+        n_trainable_words: int,
+        n_chars: int,
+        d_model: int,
+        char_dim: int,
+        char_conv_width: int,
+        highway_layers: int = 2,
+        dropout: float = 0.1,
+        char_dropout: float = 0.05,
+        char_vectors: torch.Tensor | None = None,
+        contextual_layers: int = 0,
+        contextual_dim: int = 0,
+    ):
         super().__init__()
         self.word = PartiallyFrozenEmbedding(word_vectors, n_trainable_words)
         if char_vectors is not None:

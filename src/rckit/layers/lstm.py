@@ -56,8 +56,9 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 PEEPHOLES = {None: 0, "diagonal": 1, "full": 2}
 
 
-def _forward_loop(xp: Tensor, mask: Tensor, min_len: int, h0: Tensor, c0: Tensor, w_hh: Tensor,
-                  peep: Tensor, kind: int) -> tuple[Tensor, Tensor, Tensor]:
+def _forward_loop(
+    xp: Tensor, mask: Tensor, min_len: int, h0: Tensor, c0: Tensor, w_hh: Tensor, peep: Tensor, kind: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Run the cell over ``xp`` (T, S, B, 4H), input projections plus bias, S directions.
 
     ``mask`` (T, B, 1) True on real steps, all True for ``t < min_len``; ``w_hh`` (S, 4H, H);
@@ -110,8 +111,18 @@ def _forward_loop(xp: Tensor, mask: Tensor, min_len: int, h0: Tensor, c0: Tensor
     return hs, cs, acts
 
 
-def _backward_loop(dhs: Tensor, dc_last: Tensor, mask: Tensor, min_len: int, hs: Tensor, cs: Tensor,
-                   acts: Tensor, w_hh: Tensor, peep: Tensor, kind: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _backward_loop(
+    dhs: Tensor,
+    dc_last: Tensor,
+    mask: Tensor,
+    min_len: int,
+    hs: Tensor,
+    cs: Tensor,
+    acts: Tensor,
+    w_hh: Tensor,
+    peep: Tensor,
+    kind: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """BPTT through :func:`_forward_loop`: gradients w.r.t. ``xp``, ``h0``, ``c0`` and ``peep``.
 
     ``dhs`` (T+1, S, B, H) is the gradient of ``hs``, ``dc_last`` (S, B, H) that of ``cs[T]``.
@@ -175,12 +186,23 @@ def _backward_loop(dhs: Tensor, dc_last: Tensor, mask: Tensor, min_len: int, hs:
     dh0 = dh + dhs[0]
     dxp = dg.view(T, S, B, G)
     if kind == 1:
-        dpeep = torch.stack([(dg[:, :, :, 0] * c_prev).sum((0, 2)), (dg[:, :, :, 1] * c_prev).sum((0, 2)),
-                             (dg[:, :, :, 3] * cs[1:]).sum((0, 2))], 1)  # (S, 3, H)
+        dpeep = torch.stack(
+            [
+                (dg[:, :, :, 0] * c_prev).sum((0, 2)),
+                (dg[:, :, :, 1] * c_prev).sum((0, 2)),
+                (dg[:, :, :, 3] * cs[1:]).sum((0, 2)),
+            ],
+            1,
+        )  # (S, 3, H)
     elif kind == 2:
-        dpeep = torch.stack([torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 0], c_prev),
-                             torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 1], c_prev),
-                             torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 3], cs[1:])], 1)  # (S, 3, H, H)
+        dpeep = torch.stack(
+            [
+                torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 0], c_prev),
+                torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 1], c_prev),
+                torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 3], cs[1:]),
+            ],
+            1,
+        )  # (S, 3, H, H)
     else:
         dpeep = peep
     return dxp, dh0, dc, dpeep
@@ -200,7 +222,9 @@ class _Recurrence(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dhs, dc_last):
         mask, hs, cs, acts, w_hh, peep = ctx.saved_tensors
-        dxp, dh0, dc0, dpeep = _backward_loop(dhs.contiguous(), dc_last, mask, ctx.min_len, hs, cs, acts, w_hh, peep, ctx.kind)
+        dxp, dh0, dc0, dpeep = _backward_loop(
+            dhs.contiguous(), dc_last, mask, ctx.min_len, hs, cs, acts, w_hh, peep, ctx.kind
+        )
         dw_hh = torch.einsum("tsbg,tsbh->sgh", dxp, hs[:-1])  # (S, 4H, H): sum over steps and batch
         return dxp, None, None, dh0, dc0, dw_hh, (dpeep if ctx.kind else None), None
 
@@ -213,8 +237,16 @@ class PeepholeLSTM(nn.Module):
     and ``peephole_l{k}``: (S, 3, H) diagonal or (S, 3, H, H) full, rows (w_ci, w_cf, w_co).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
-                 peephole: str | None = "diagonal", dropout: float = 0.0, fused: bool = True):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        peephole: str | None = "diagonal",
+        dropout: float = 0.0,
+        fused: bool = True,
+    ):
         super().__init__()
         if peephole not in PEEPHOLES:
             raise ValueError(f"peephole must be 'diagonal', 'full' or None, got {peephole!r}")
@@ -257,7 +289,11 @@ class PeepholeLSTM(nn.Module):
     def load_torch_weights(self, lstm: nn.LSTM) -> PeepholeLSTM:
         """Copy the weights of an ``nn.LSTM`` of the same sizes (biases summed); peepholes untouched."""
         if (lstm.input_size, lstm.hidden_size, lstm.num_layers, lstm.bidirectional) != (
-                self.input_size, self.hidden_size, self.num_layers, self.bidirectional):
+            self.input_size,
+            self.hidden_size,
+            self.num_layers,
+            self.bidirectional,
+        ):
             raise ValueError(f"nn.LSTM sizes {lstm} do not match {self}")
         if lstm.proj_size:
             raise ValueError("nn.LSTM with proj_size > 0 has no PeepholeLSTM equivalent")
@@ -276,12 +312,23 @@ class PeepholeLSTM(nn.Module):
     def from_torch(cls, lstm: nn.LSTM, fused: bool = True) -> PeepholeLSTM:
         """A ``peephole=None`` module computing exactly what ``lstm`` computes (batch first)."""
         w = lstm.weight_ih_l0
-        module = cls(lstm.input_size, lstm.hidden_size, lstm.num_layers, lstm.bidirectional, peephole=None,
-                     dropout=lstm.dropout, fused=fused).to(device=w.device, dtype=w.dtype)
+        module = cls(
+            lstm.input_size,
+            lstm.hidden_size,
+            lstm.num_layers,
+            lstm.bidirectional,
+            peephole=None,
+            dropout=lstm.dropout,
+            fused=fused,
+        ).to(device=w.device, dtype=w.dtype)
         return module.load_torch_weights(lstm)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, state: tuple[Tensor, Tensor] | None = None,
-                ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        state: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """``x`` (B, T, D); ``mask`` (B, T) bool, True on real tokens, right padded.
 
         Returns ``out`` (B, T, S*H), zero at padded positions, and ``(h_n, c_n)``, each
@@ -335,11 +382,20 @@ class PeepholeLSTM(nn.Module):
             if S == 1:
                 xp = xp.permute(1, 2, 0, 3)  # (T, 1, B, 4H)
             else:
-                xp = xp[b_ix.view(1, 1, B), read.permute(1, 2, 0), s_ix.view(1, S, 1)]  # (T, S, B, 4H), per-length reversal
+                xp = xp[
+                    b_ix.view(1, 1, B), read.permute(1, 2, 0), s_ix.view(1, S, 1)
+                ]  # (T, S, B, 4H), per-length reversal
             with torch.autocast(x.device.type, enabled=False):
                 hs, c_last = _Recurrence.apply(
-                    xp.to(dt).contiguous(), mask_t, min_len, h0[k * S : (k + 1) * S].to(dt),
-                    c0[k * S : (k + 1) * S].to(dt), w_hh, peep if peep is not None else w_hh.new_empty(0), kind)
+                    xp.to(dt).contiguous(),
+                    mask_t,
+                    min_len,
+                    h0[k * S : (k + 1) * S].to(dt),
+                    c0[k * S : (k + 1) * S].to(dt),
+                    w_hh,
+                    peep if peep is not None else w_hh.new_empty(0),
+                    kind,
+                )
             if S == 1:
                 out = hs[1:, 0].transpose(0, 1)  # (B, T, H)
             else:
@@ -366,17 +422,27 @@ class PeepholeLSTM(nn.Module):
             out, h_n, c_n = torch.lstm(x, (h0.to(x.dtype), c0.to(x.dtype)), *args, True)
             return out, (h_n.to(dtype), c_n.to(dtype))
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        hx = (h0.index_select(1, packed.sorted_indices).to(x.dtype), c0.index_select(1, packed.sorted_indices).to(x.dtype))
+        hx = (
+            h0.index_select(1, packed.sorted_indices).to(x.dtype),
+            c0.index_select(1, packed.sorted_indices).to(x.dtype),
+        )
         data, h_n, c_n = torch.lstm(packed.data, packed.batch_sizes, hx, *args)
-        out, _ = pad_packed_sequence(PackedSequence(data, packed.batch_sizes, packed.sorted_indices,
-                                                    packed.unsorted_indices), batch_first=True, total_length=T)
-        return out, (h_n.index_select(1, packed.unsorted_indices).to(dtype),
-                     c_n.index_select(1, packed.unsorted_indices).to(dtype))
+        out, _ = pad_packed_sequence(
+            PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices),
+            batch_first=True,
+            total_length=T,
+        )
+        return out, (
+            h_n.index_select(1, packed.unsorted_indices).to(dtype),
+            c_n.index_select(1, packed.unsorted_indices).to(dtype),
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
-                f"bidirectional={self.bidirectional}, peephole={self.peephole!r}, dropout={self.dropout_p}, "
-                f"fused={self.fused}")
+        return (
+            f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+            f"bidirectional={self.bidirectional}, peephole={self.peephole!r}, dropout={self.dropout_p}, "
+            f"fused={self.fused}"
+        )
 
 
 @torch.no_grad()

@@ -43,4 +43,3 @@ def with_null(null: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> tuple[
     at it (SQuAD v2.0, :class:`rckit.models.contract.SpanOutput`)."""
     B = x.shape[0]
     return torch.cat([null.to(x.dtype).expand(B, 1, -1), x], dim=1), torch.cat([mask.new_ones(B, 1), mask], dim=1)
-

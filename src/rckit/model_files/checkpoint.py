@@ -78,8 +78,10 @@ def _why_unreadable(path: Path, err: Exception) -> str:
     if isinstance(err, pickle.UnpicklingError):
         found = re.search(r"GLOBAL (\S+)", str(err))
         what = f" ({found.group(1)})" if found else ""
-        return (f"refused: loading it would import or run Python code{what}; rckit checkpoints hold only "
-                "tensors and plain data, so nothing of it was loaded")
+        return (
+            f"refused: loading it would import or run Python code{what}; rckit checkpoints hold only "
+            "tensors and plain data, so nothing of it was loaded"
+        )
     with path.open("rb") as fh:
         head = fh.read(4)
     if head == b"PK\x03\x04" and not zipfile.is_zipfile(path):

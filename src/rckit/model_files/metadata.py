@@ -28,10 +28,15 @@ def read_metadata(path: str | Path) -> dict:
             raise CheckpointError(f"{path}: not an rckit model file ({size} bytes, too short for a safetensors header)")
         n = int.from_bytes(head, "little")
         if n > min(size - 8, _MAX_HEADER):
-            what = ("a PyTorch checkpoint, not an exported model" if head[:2] == b"PK"
-                    else "truncated, or not a safetensors file")
-            raise CheckpointError(f"{path}: not a readable rckit model file ({what}: its header claims {n:,} "
-                                  f"bytes of a {size:,}-byte file)")
+            what = (
+                "a PyTorch checkpoint, not an exported model"
+                if head[:2] == b"PK"
+                else "truncated, or not a safetensors file"
+            )
+            raise CheckpointError(
+                f"{path}: not a readable rckit model file ({what}: its header claims {n:,} "
+                f"bytes of a {size:,}-byte file)"
+            )
         try:
             header = json.loads(fh.read(n).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -44,8 +49,10 @@ def read_metadata(path: str | Path) -> dict:
     except (TypeError, KeyError, IndexError, ValueError):
         raise not_json from None
     if 8 + n + end != size:
-        raise CheckpointError(f"{path}: truncated or damaged ({size:,} bytes where its header says {8 + n + end:,}, "
-                              "as after a copy cut short)")
+        raise CheckpointError(
+            f"{path}: truncated or damaged ({size:,} bytes where its header says {8 + n + end:,}, "
+            "as after a copy cut short)"
+        )
     text = (header.get("__metadata__") or {}).get("rckit")
     if text is None:
         raise CheckpointError(f"{path}: not an rckit model file (a safetensors file without rckit's metadata)")
@@ -61,8 +68,9 @@ def parse_metadata(text: str, path: Path, fmt: str, required: tuple[str, ...]) -
         raise CheckpointError(f"{path}: damaged rckit metadata (not JSON)") from None
     if not isinstance(meta, dict) or meta.get("format") != fmt:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{path}: rckit model format {found!r}, expected {fmt!r} (written by another "
-                              "version of rckit)")
+        raise CheckpointError(
+            f"{path}: rckit model format {found!r}, expected {fmt!r} (written by another version of rckit)"
+        )
     missing = [k for k in required if k not in meta]
     if missing:
         raise CheckpointError(f"{path}: rckit metadata is missing {missing}")

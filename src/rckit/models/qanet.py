@@ -170,8 +170,9 @@ class EncoderBlock(nn.Module):
     def n_sublayers(self) -> int:
         return len(self.convs) + 2
 
-    def residual(self, x: torch.Tensor, y: torch.Tensor, survival: float, per_example: bool,
-                 relu: bool = False) -> torch.Tensor:
+    def residual(
+        self, x: torch.Tensor, y: torch.Tensor, survival: float, per_example: bool, relu: bool = False
+    ) -> torch.Tensor:
         """``x + dropout(f(y)) * keep / p_l``: ``f`` the ReLU if ``relu`` else the identity,
         ``keep`` each example's Bernoulli(p_l) draw (per-example stochastic depth) or 1."""
         if not self.training:
@@ -184,8 +185,9 @@ class EncoderBlock(nn.Module):
         y = F.dropout(torch.relu(y) if relu else y, self.p)
         return x + (y if keep is None else y * keep) / survival
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float],
-                draws: list[float] | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, survival: list[float], draws: list[float] | None = None
+    ) -> torch.Tensor:
         """``x`` (B, T, d), ``mask`` (B, T), or ``None`` when no position is padded (nothing to
         zero, no attention mask); ``survival`` holds ``p_l`` for each sublayer.
 
@@ -215,14 +217,24 @@ class EncoderBlock(nn.Module):
 class EncoderStack(nn.Module):
     """``n_blocks`` encoder blocks with stochastic depth counted over the whole stack."""
 
-    def __init__(self, n_blocks: int, d: int, n_convs: int, kernel: int, n_heads: int, dropout: float,
-                 layer_survival: float, attention_dropout: float = 0.0, checkpoint_blocks: bool = False):
+    def __init__(
+        self,
+        n_blocks: int,
+        d: int,
+        n_convs: int,
+        kernel: int,
+        n_heads: int,
+        dropout: float,
+        layer_survival: float,
+        attention_dropout: float = 0.0,
+        checkpoint_blocks: bool = False,
+    ):
         super().__init__()
         self.blocks = nn.ModuleList(
             EncoderBlock(d, n_convs, kernel, n_heads, dropout, attention_dropout) for _ in range(n_blocks)
         )
         self.L = n_blocks * (n_convs + 2)
-        self.survival = [1.0 - (l / self.L) * (1.0 - layer_survival) for l in range(1, self.L + 1)]
+        self.survival = [1.0 - (layer / self.L) * (1.0 - layer_survival) for layer in range(1, self.L + 1)]
         self.checkpoint_blocks = checkpoint_blocks
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, draws: list[float] | None = None) -> torch.Tensor:
@@ -251,15 +263,43 @@ class QANet(ReadingModel):
         c, d = config, config.d_model
         n_trainable = emb.n_trainable_words if c.freeze_pretrained_words else emb.word_vectors.shape[0]
         check_contextual(c, emb)
-        self.embed = InputEmbedding(emb.word_vectors, n_trainable, emb.n_chars, d, c.char_dim, c.char_conv_width,
-                                    c.highway_layers, c.dropout, c.char_dropout, emb.char_vectors,
-                                    len(c.contextual_layers), emb.contextual_dim)
-        self.emb_enc = EncoderStack(c.emb_enc_blocks, d, c.emb_enc_convs, c.emb_enc_kernel, c.n_heads,
-                                    c.dropout, c.layer_survival, c.attention_dropout)
+        self.embed = InputEmbedding(
+            emb.word_vectors,
+            n_trainable,
+            emb.n_chars,
+            d,
+            c.char_dim,
+            c.char_conv_width,
+            c.highway_layers,
+            c.dropout,
+            c.char_dropout,
+            emb.char_vectors,
+            len(c.contextual_layers),
+            emb.contextual_dim,
+        )
+        self.emb_enc = EncoderStack(
+            c.emb_enc_blocks,
+            d,
+            c.emb_enc_convs,
+            c.emb_enc_kernel,
+            c.n_heads,
+            c.dropout,
+            c.layer_survival,
+            c.attention_dropout,
+        )
         self.cq_att = ContextQueryAttention(d)
         self.cq_proj = nn.Linear(4 * d, d)
-        self.model_enc = EncoderStack(c.model_enc_blocks, d, c.model_enc_convs, c.model_enc_kernel, c.n_heads,
-                                      c.dropout, c.layer_survival, c.attention_dropout, c.checkpoint_blocks)
+        self.model_enc = EncoderStack(
+            c.model_enc_blocks,
+            d,
+            c.model_enc_convs,
+            c.model_enc_kernel,
+            c.n_heads,
+            c.dropout,
+            c.layer_survival,
+            c.attention_dropout,
+            c.checkpoint_blocks,
+        )
         self.w1 = nn.Linear(2 * d, 1, bias=False)
         self.w2 = nn.Linear(2 * d, 1, bias=False)
         self.dropout = nn.Dropout(c.dropout)
@@ -273,17 +313,30 @@ class QANet(ReadingModel):
         """Per-batch stochastic depth: one uniform per sublayer of ``stack``, fresh for each pass."""
         return self.layer_drops.draw(stack.L) if self.training and self.layer_drops is not None else None
 
-    def encode(self, batch: Batch, c_pad: torch.Tensor | None,
-               q_pad: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, batch: Batch, c_pad: torch.Tensor | None, q_pad: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Embedding + embedding encoder of the contexts and the questions: (B, Tc, d), (B, Tq, d).
 
         Outside training on CPU the kernel ``dedupe`` shares work between questions on one
         context and between repeated tokens (:func:`rckit.kernels.cpu.encode_shared_contexts`).
         """
-        if (not self.training and batch.c_words.device.type == "cpu" and kernels.enabled("dedupe")
-                and batch.c_states is None):  # a token's contextual state is its own at each place: nothing to share
-            return cpu.encode_shared_contexts(self.embed, self.emb_enc, batch.c_words, batch.c_chars, batch.c_mask,
-                                              batch.q_words, batch.q_chars, batch.q_mask)
+        if (
+            not self.training
+            and batch.c_words.device.type == "cpu"
+            and kernels.enabled("dedupe")
+            and batch.c_states is None
+        ):  # a token's contextual state is its own at each place: nothing to share
+            return cpu.encode_shared_contexts(
+                self.embed,
+                self.emb_enc,
+                batch.c_words,
+                batch.c_chars,
+                batch.c_mask,
+                batch.q_words,
+                batch.q_chars,
+                batch.q_mask,
+            )
         C = self.emb_enc(self.embed(batch.c_words, batch.c_chars, batch.c_states), c_pad, self.draws(self.emb_enc))
         Q = self.emb_enc(self.embed(batch.q_words, batch.q_chars, batch.q_states), q_pad, self.draws(self.emb_enc))
         return C, Q
@@ -292,9 +345,18 @@ class QANet(ReadingModel):
         C, Q = self.encode(batch, padding_mask(batch.c_mask), padding_mask(batch.q_mask))  # (B, Tc, d), (B, Tq, d)
         return self.read(C, Q, batch.c_mask, batch.q_mask)
 
-    def answer_pass(self, words: torch.Tensor, chars: torch.Tensor, c_tokens: torch.Tensor, c_mask: torch.Tensor,
-                    q_tokens: torch.Tensor, q_mask: torch.Tensor, q_context: torch.Tensor,
-                    c_states: torch.Tensor | None = None, q_states: torch.Tensor | None = None) -> SpanOutput:
+    def answer_pass(
+        self,
+        words: torch.Tensor,
+        chars: torch.Tensor,
+        c_tokens: torch.Tensor,
+        c_mask: torch.Tensor,
+        q_tokens: torch.Tensor,
+        q_mask: torch.Tensor,
+        q_context: torch.Tensor,
+        c_states: torch.Tensor | None = None,
+        q_states: torch.Tensor | None = None,
+    ) -> SpanOutput:
         """Each distinct token's word features once, each distinct window encoded once (the embedding and
         the embedding encoder look no further than their own token or sequence), then read with
         each question on its window: the same values as ``forward`` on the (question, window) batch.
@@ -319,7 +381,10 @@ class QANet(ReadingModel):
         start = self.w1(torch.cat([M0, M1], dim=-1)).squeeze(-1)  # (B, Tc)
         end = self.w2(torch.cat([M0, M2], dim=-1)).squeeze(-1)  # (B, Tc)
         if self.no_answer:
-            return SpanOutput(start_logits=mask_logits(start[:, 1:], tokens_mask),
-                              end_logits=mask_logits(end[:, 1:], tokens_mask),
-                              start_null=start[:, 0], end_null=end[:, 0])
+            return SpanOutput(
+                start_logits=mask_logits(start[:, 1:], tokens_mask),
+                end_logits=mask_logits(end[:, 1:], tokens_mask),
+                start_null=start[:, 0],
+                end_null=end[:, 0],
+            )
         return SpanOutput(start_logits=mask_logits(start, c_mask), end_logits=mask_logits(end, c_mask))

@@ -53,14 +53,21 @@ class Retrieved:
 
     questions: list[str] | None = None
 
-    def rank(self, answers: list[list[Answer]], top_k: int, retriever_weight: float,
-             verifier: CollectionVerifier | None = None) -> list[list[FoundAnswer]]:
+    def rank(
+        self,
+        answers: list[list[Answer]],
+        top_k: int,
+        retriever_weight: float,
+        verifier: CollectionVerifier | None = None,
+    ) -> list[list[FoundAnswer]]:
         """Each question's ``top_k`` best answers (:func:`rank`), given the reader's ``answers``
         to :attr:`pairs`, in their order; ``verifier``: the reader's collection verifier."""
         read = iter(answers)
         questions = self.questions or [None] * len(self.hits)
-        return [rank([(h, next(read)) for h in hits], top_k, retriever_weight, q, verifier)
-                for hits, q in zip(self.hits, questions)]
+        return [
+            rank([(h, next(read)) for h in hits], top_k, retriever_weight, q, verifier)
+            for hits, q in zip(self.hits, questions)
+        ]
 
 
 def retrieve(store: PassageStore, questions: list[str], passages: int) -> Retrieved:
@@ -72,16 +79,25 @@ def retrieve(store: PassageStore, questions: list[str], passages: int) -> Retrie
 class Collection:
     """A passage store and a reader: ``add`` documents, ``ask`` questions of all of them."""
 
-    def __init__(self, store: PassageStore, reader: Reader | None = None,
-                 retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT, model: str | Path | None = None):
+    def __init__(
+        self,
+        store: PassageStore,
+        reader: Reader | None = None,
+        retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT,
+        model: str | Path | None = None,
+    ):
         self.store = store
         self._reader = reader
         self._model = model  # what to load the reader from when first asked (None: the default model)
         self.retriever_weight = retriever_weight
 
     @classmethod
-    def open(cls, path: str | Path, model: str | Path | Reader | None = None,
-             retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT) -> Collection:
+    def open(
+        cls,
+        path: str | Path,
+        model: str | Path | Reader | None = None,
+        retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT,
+    ) -> Collection:
         """The store at ``path`` (created if missing) with ``model``'s reader (a run, an exported
         file, a :class:`Reader`, or None: the default model, loaded when first asked)."""
         if isinstance(model, Reader):
@@ -102,14 +118,15 @@ class Collection:
         """The ``top_k`` best answers to ``question`` over the collection, best first."""
         return self.ask_many([question], top_k, passages)[0]
 
-    def ask_many(self, questions: list[str], top_k: int = 1, passages: int = DEFAULT_PASSAGES,
-                 chunk: int = 64) -> list[list[FoundAnswer]]:
+    def ask_many(
+        self, questions: list[str], top_k: int = 1, passages: int = DEFAULT_PASSAGES, chunk: int = 64
+    ) -> list[list[FoundAnswer]]:
         """:meth:`ask` for many questions, their passages read in one batched call."""
         if top_k < 1 or passages < 1:
             raise ValueError(f"top_k and passages must be at least 1, got {top_k} and {passages}")
         results = []
         for lo in range(0, len(questions), chunk):  # bounded memory for a file of questions
-            found = retrieve(self.store, questions[lo: lo + chunk], passages)
+            found = retrieve(self.store, questions[lo : lo + chunk], passages)
             answers = self.reader.answer_batch(found.pairs, top_k) if found.pairs else []
             results += found.rank(answers, top_k, self.retriever_weight, self.reader.collection_verifier)
         return results
@@ -124,8 +141,13 @@ class Collection:
         self.close()
 
 
-def rank(read: list[tuple[Hit, list[Answer]]], top_k: int, retriever_weight: float, question: str | None = None,
-         verifier: CollectionVerifier | None = None) -> list[FoundAnswer]:
+def rank(
+    read: list[tuple[Hit, list[Answer]]],
+    top_k: int,
+    retriever_weight: float,
+    question: str | None = None,
+    verifier: CollectionVerifier | None = None,
+) -> list[FoundAnswer]:
     """The ``top_k`` best spans over the passages ``read`` of one question (each hit with the
     reader's answers on it), by the module docstring's score; a span found in two passages counts
     once. With no span left (nothing retrieved, or the reader abstained on every passage): the
@@ -167,8 +189,9 @@ def collection_evidence(question: str, read: list[tuple[Hit, list[Answer]]], bes
     for i, (hit, answers) in enumerate(read):
         span = next((a for a in answers if a["start"] is not None), None)
         p = answers[0]["no_answer_probability"] if answers else None
-        rows.append((hit.score, hit.text, None if span is None else span["score"], p,
-                     None if span is None else span["answer"]))
+        rows.append(
+            (hit.score, hit.text, None if span is None else span["score"], p, None if span is None else span["answer"])
+        )
         if best is not None and best["passage"] is not None and best["passage"]["id"] == hit.passage_id:
             at = i if at is None else at
     return collection_features(question, rows, at, None if best is None else best["answer"])
@@ -179,17 +202,38 @@ def found_in(hit: Hit, a: Answer, score: float) -> FoundAnswer:
     ``score``: its offsets moved from the passage into the passage's document."""
     start = hit.start + a["start"]
     region = hit.region_at(start)
-    return FoundAnswer(answer=a["answer"], score=score, start=start, end=hit.start + a["end"],
-                       source=hit.source, key=hit.key, title=hit.title,
-                       page=region and region.page, section=region and region.section,
-                       passage=Passage(id=hit.passage_id, start=hit.start, end=hit.end, text=hit.text),
-                       reader_score=a["score"], retriever_score=hit.score,
-                       no_answer_probability=a["no_answer_probability"])
+    return FoundAnswer(
+        answer=a["answer"],
+        score=score,
+        start=start,
+        end=hit.start + a["end"],
+        source=hit.source,
+        key=hit.key,
+        title=hit.title,
+        page=region and region.page,
+        section=region and region.section,
+        passage=Passage(id=hit.passage_id, start=hit.start, end=hit.end, text=hit.text),
+        reader_score=a["score"],
+        retriever_score=hit.score,
+        no_answer_probability=a["no_answer_probability"],
+    )
 
 
 def none_found(p_null: float | None) -> FoundAnswer:
     """No answer in these documents, with the lowest no-answer probability over the passages read
     (:func:`rckit.answering.answer.no_answer` with nowhere to point)."""
-    return FoundAnswer(answer="", score=p_null, start=None, end=None, source=None, key=None, title=None,
-                       page=None, section=None, passage=None, reader_score=None, retriever_score=None,
-                       no_answer_probability=p_null)
+    return FoundAnswer(
+        answer="",
+        score=p_null,
+        start=None,
+        end=None,
+        source=None,
+        key=None,
+        title=None,
+        page=None,
+        section=None,
+        passage=None,
+        reader_score=None,
+        retriever_score=None,
+        no_answer_probability=p_null,
+    )

@@ -209,8 +209,9 @@ def _one_document(path: Path, what: str, extract: Callable[[bytes], tuple], data
         title, text, regions = extract(data)
     except ImportError as e:
         module = (e.name or str(e)).split(".")[0]
-        raise IndexInputError(path, f"reading {what} needs {_PACKAGES.get(module, module)}: "
-                                    "pip install 'rckit[documents]'", hint="") from None
+        raise IndexInputError(
+            path, f"reading {what} needs {_PACKAGES.get(module, module)}: pip install 'rckit[documents]'", hint=""
+        ) from None
     except ValueError as e:  # the format is read, this file is not: the formats read would not help
         raise IndexInputError(path, str(e), hint="") from None
     return [Document("text", None, title or path.name, text, tuple(Region(*r) for r in regions))]
@@ -289,8 +290,12 @@ def read_documents(path: Path, data: bytes) -> tuple[str, list[Document]]:
     fmt = format_of(path)
     docs = fmt.read(path, data)
     for doc in docs:
-        if not (_storable(doc.key) and _storable(doc.title) and _storable(doc.text)
-                and all(_storable(r.section) for r in doc.regions)):
+        if not (
+            _storable(doc.key)
+            and _storable(doc.title)
+            and _storable(doc.text)
+            and all(_storable(r.section) for r in doc.regions)
+        ):
             raise IndexInputError(path, f"{doc.where}: holds a NUL character or an unpaired surrogate")
     return fmt.kind, docs
 
@@ -298,6 +303,7 @@ def read_documents(path: Path, data: bytes) -> tuple[str, list[Document]]:
 def walk(folder: Path, skipped: list) -> list[Path]:
     """Regular files under ``folder``, sorted, hidden files and folders (".name") left out; a
     folder that cannot be listed is added to ``skipped`` as ``{"path", "why"}``."""
+
     def unreadable(e: OSError):
         skipped.append({"path": e.filename, "why": e.strerror or str(e)})
 

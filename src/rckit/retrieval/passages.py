@@ -21,7 +21,7 @@ def _pieces(text: str, sep: re.Pattern, lo: int, hi: int, keep: int = 0):
     stay with the piece before it), whitespace trimmed, empty ones dropped."""
     pos = lo
     for cut in [*((m.start() + keep, m.end()) for m in sep.finditer(text, lo, hi)), (hi, hi)]:
-        piece = text[pos: cut[0]]
+        piece = text[pos : cut[0]]
         start = pos + len(piece) - len(piece.lstrip())
         end = pos + len(piece.rstrip())
         if start < end:
@@ -41,7 +41,7 @@ def cut_passages(text: str, max_words: int) -> list[tuple[int, int]]:
         for s_start, s_end in _pieces(text, _SENTENCE_END, p_start, p_end, keep=1):
             words = list(_WORD.finditer(text, s_start, s_end))
             for i in range(0, len(words), max_words):
-                chunk = words[i: i + max_words]
+                chunk = words[i : i + max_words]
                 units.append((chunk[0].start(), chunk[-1].end(), len(chunk)))
     spans: list[tuple[int, int]] = []
     total = 0

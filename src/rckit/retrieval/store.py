@@ -64,11 +64,13 @@ PARALLEL_BYTES = 16 * 2**20
 COMMIT_SECONDS = 5.0
 
 # Words too common to help ranking; dropped from a question unless nothing else is left.
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an and are as at be been but by can did do does for from had has have he her his how i if in
 into is it its me my no not of on or our she so than that the their them then there these they
 this those to was we were what when where which who whom whose why will with you your
-""".split())
+""".split()
+)
 
 # Schema 2 added the table of regions (pages, sections); a schema-1 index gains it when opened.
 _REGIONS = """
@@ -185,12 +187,18 @@ class PassageStore:
                 raise IndexInputError(self.path, "not an rckit passage index (its meta table names no format)", hint="")
             if meta.get("schema") == "1":  # schema 1 lacked regions: nothing stored changes meaning
                 self._db.execute("PRAGMA journal_mode = WAL")
-                self._db.executescript(f"BEGIN IMMEDIATE; {_REGIONS} UPDATE meta SET value = '{SCHEMA_VERSION}' "
-                                       "WHERE key = 'schema'; COMMIT;")
+                self._db.executescript(
+                    f"BEGIN IMMEDIATE; {_REGIONS} UPDATE meta SET value = '{SCHEMA_VERSION}' "
+                    "WHERE key = 'schema'; COMMIT;"
+                )
                 meta["schema"] = str(SCHEMA_VERSION)
             if meta.get("schema") != str(SCHEMA_VERSION):
-                raise IndexInputError(self.path, f"index schema {meta.get('schema')}, this rckit reads "
-                                                 f"{SCHEMA_VERSION}; index the files again into a new file", hint="")
+                raise IndexInputError(
+                    self.path,
+                    f"index schema {meta.get('schema')}, this rckit reads "
+                    f"{SCHEMA_VERSION}; index the files again into a new file",
+                    hint="",
+                )
             self.max_words = int(meta["max_words"])
             self.ranked_passages: int | None = RANKED_PASSAGES
             self._counted: dict[str, int] = {}  # word -> passages holding it (search)
@@ -242,8 +250,15 @@ class PassageStore:
         if jobs is None:
             jobs = min(4, (os.cpu_count() or 1) - 1) if sum(sizes.values()) >= PARALLEL_BYTES else 0
         known = dict(self._db.execute("SELECT path, digest FROM sources").fetchall())
-        bar = tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, unit_divisor=1024, desc="indexing",
-                   file=sys.stderr, disable=None if progress else True)
+        bar = tqdm(
+            total=sum(sizes.values()),
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc="indexing",
+            file=sys.stderr,
+            disable=None if progress else True,
+        )
         done = 0
         try:
             self._db.execute("BEGIN IMMEDIATE")
@@ -259,8 +274,9 @@ class PassageStore:
                     began = time.monotonic()
             for folder in folders:
                 prefix = os.path.join(str(folder), "")
-                for source_id, path in self._db.execute("SELECT id, path FROM sources WHERE substr(path, 1, ?) = ?",
-                                                        (len(prefix), prefix)).fetchall():
+                for source_id, path in self._db.execute(
+                    "SELECT id, path FROM sources WHERE substr(path, 1, ?) = ?", (len(prefix), prefix)
+                ).fetchall():
                     if not os.path.exists(path):
                         self._remove(source_id, keep_source=False)
                         report["removed"] += 1
@@ -298,30 +314,44 @@ class PassageStore:
         if row:
             source_id = row[0]
             self._remove(source_id, keep_source=True)
-            self._db.execute("UPDATE sources SET digest = ?, kind = ? WHERE id = ?", (read.digest, read.kind, source_id))
+            self._db.execute(
+                "UPDATE sources SET digest = ?, kind = ? WHERE id = ?", (read.digest, read.kind, source_id)
+            )
             report["updated"] += 1
         else:
-            source_id = self._db.execute("INSERT INTO sources (path, digest, kind) VALUES (?, ?, ?)",
-                                         (str(path), read.digest, read.kind)).lastrowid
+            source_id = self._db.execute(
+                "INSERT INTO sources (path, digest, kind) VALUES (?, ?, ?)", (str(path), read.digest, read.kind)
+            ).lastrowid
             report["added"] += 1
         for doc, spans in read.documents:
-            doc_id = self._db.execute("INSERT INTO documents (source_id, key, title, text) VALUES (?, ?, ?, ?)",
-                                      (source_id, doc.key, doc.title, doc.text)).lastrowid
-            self._db.executemany('INSERT INTO passages (document_id, ordinal, start, "end") VALUES (?, ?, ?, ?)',
-                                 [(doc_id, i, s, e) for i, (s, e) in enumerate(spans)])
-            self._db.executemany("INSERT OR REPLACE INTO regions (document_id, start, page, section) VALUES (?, ?, ?, ?)",
-                                 [(doc_id, *r) for r in doc.regions])
+            doc_id = self._db.execute(
+                "INSERT INTO documents (source_id, key, title, text) VALUES (?, ?, ?, ?)",
+                (source_id, doc.key, doc.title, doc.text),
+            ).lastrowid
+            self._db.executemany(
+                'INSERT INTO passages (document_id, ordinal, start, "end") VALUES (?, ?, ?, ?)',
+                [(doc_id, i, s, e) for i, (s, e) in enumerate(spans)],
+            )
+            self._db.executemany(
+                "INSERT OR REPLACE INTO regions (document_id, start, page, section) VALUES (?, ?, ?, ?)",
+                [(doc_id, *r) for r in doc.regions],
+            )
             self._written += len(spans)
-        self._db.execute("INSERT INTO passages_fts (rowid, text, title) SELECT id, text, title FROM passage_text "
-                         "WHERE document_id IN (SELECT id FROM documents WHERE source_id = ?)", (source_id,))
+        self._db.execute(
+            "INSERT INTO passages_fts (rowid, text, title) SELECT id, text, title FROM passage_text "
+            "WHERE document_id IN (SELECT id FROM documents WHERE source_id = ?)",
+            (source_id,),
+        )
 
     def _remove(self, source_id: int, keep_source: bool) -> None:
         """Drop a source's documents and passages (and the source itself unless ``keep_source``)."""
         docs = "(SELECT id FROM documents WHERE source_id = ?)"
         # An external-content FTS5 table forgets a row only when told its old values.
-        self._db.execute("INSERT INTO passages_fts (passages_fts, rowid, text, title) "
-                         f"SELECT 'delete', id, text, title FROM passage_text WHERE document_id IN {docs}",
-                         (source_id,))
+        self._db.execute(
+            "INSERT INTO passages_fts (passages_fts, rowid, text, title) "
+            f"SELECT 'delete', id, text, title FROM passage_text WHERE document_id IN {docs}",
+            (source_id,),
+        )
         self._db.execute(f"DELETE FROM passages WHERE document_id IN {docs}", (source_id,))
         self._db.execute(f"DELETE FROM regions WHERE document_id IN {docs}", (source_id,))
         self._db.execute("DELETE FROM documents WHERE source_id = ?", (source_id,))
@@ -383,14 +413,17 @@ class PassageStore:
             if w not in self._counted:
                 if len(self._counted) >= 100_000:  # a long-running server asked many different words
                     self._counted.clear()
-                self._counted[w] = self._db.execute("SELECT count(*) FROM passages_fts WHERE passages_fts MATCH ?",
-                                                    (f'"{w}"',)).fetchone()[0]
+                self._counted[w] = self._db.execute(
+                    "SELECT count(*) FROM passages_fts WHERE passages_fts MATCH ?", (f'"{w}"',)
+                ).fetchone()[0]
         return {w: self._counted[w] for w in words}
 
     def document_text(self, source: str, key: str | None) -> str:
         """The stored text of a document, the text a :class:`Hit`'s offsets point into."""
-        row = self._db.execute("SELECT d.text FROM documents d JOIN sources s ON s.id = d.source_id "
-                               "WHERE s.path = ? AND d.key IS ?", (str(source), key)).fetchone()
+        row = self._db.execute(
+            "SELECT d.text FROM documents d JOIN sources s ON s.id = d.source_id WHERE s.path = ? AND d.key IS ?",
+            (str(source), key),
+        ).fetchone()
         if row is None:
             raise KeyError(f"{source}: no document {key!r} in {self.path}")
         return row[0]
@@ -401,8 +434,13 @@ class PassageStore:
 
         wal = Path(f"{self.path}-wal")  # changes not yet copied into the file itself
         size = self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-        return {"documents": count("documents"), "passages": count("passages"), "sources": count("sources"),
-                "bytes": size, "max_words": self.max_words}
+        return {
+            "documents": count("documents"),
+            "passages": count("passages"),
+            "sources": count("sources"),
+            "bytes": size,
+            "max_words": self.max_words,
+        }
 
     def close(self) -> None:
         self._db.close()

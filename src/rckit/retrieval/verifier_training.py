@@ -49,7 +49,7 @@ def read_questions(reader: Reader, index: PassageStore, qs: list[tuple[dict, str
     ``passages`` best passages, each ``(hit, the reader's answers)``."""
     out = []
     for lo in range(0, len(qs), 32):
-        found = retrieve(index, [qa["question"] for qa, _ in qs[lo: lo + 32]], passages)
+        found = retrieve(index, [qa["question"] for qa, _ in qs[lo : lo + 32]], passages)
         got = iter(reader.answer_batch(found.pairs) if found.pairs else [])
         out += [[(h, next(got)) for h in hs] for hs in found.hits]
         if progress is not None:
@@ -67,14 +67,37 @@ def evidence(question: str, read: list) -> tuple[np.ndarray, str] | None:
 
 
 def _raw(qs: list[tuple[dict, str]]) -> dict:
-    return {"version": "v2.0", "data": [{"paragraphs": [{"qas": [
-        {"id": qa["id"], "answers": qa["answers"] if half == "in" else [], "is_impossible": half == "out"}
-        for qa, half in qs]}]}]}
+    return {
+        "version": "v2.0",
+        "data": [
+            {
+                "paragraphs": [
+                    {
+                        "qas": [
+                            {
+                                "id": qa["id"],
+                                "answers": qa["answers"] if half == "in" else [],
+                                "is_impossible": half == "out",
+                            }
+                            for qa, half in qs
+                        ]
+                    }
+                ]
+            }
+        ],
+    }
 
 
-def train_collection_verifier(reader: Reader, v11_train: str | Path, work: str | Path, per_half: int = 1000,
-                              tune_per_half: int = 500, passages: int = DEFAULT_PASSAGES, seed: int = 0,
-                              log=print) -> tuple[CollectionVerifier, dict]:
+def train_collection_verifier(
+    reader: Reader,
+    v11_train: str | Path,
+    work: str | Path,
+    per_half: int = 1000,
+    tune_per_half: int = 500,
+    passages: int = DEFAULT_PASSAGES,
+    seed: int = 0,
+    log=print,
+) -> tuple[CollectionVerifier, dict]:
     """The collection verifier of ``reader`` (module docstring); ``work``: where the index goes."""
     if reader.verifier is None:
         raise ValueError(f"{reader.info.get('source')}: the collection verifier needs the passage verifier first")
@@ -92,7 +115,7 @@ def train_collection_verifier(reader: Reader, v11_train: str | Path, work: str |
     rng.shuffle(inside)
     rng.shuffle(outside)
     train = inside[:per_half] + outside[:per_half]
-    tune = inside[per_half: per_half + tune_per_half] + outside[per_half: per_half + tune_per_half]
+    tune = inside[per_half : per_half + tune_per_half] + outside[per_half : per_half + tune_per_half]
     show = (lambda n, total: log(f"  read {n:,}/{total:,}")) if log else None
     with PassageStore(path) as index:
         read_train = read_questions(reader, index, train, passages, show)
@@ -100,8 +123,10 @@ def train_collection_verifier(reader: Reader, v11_train: str | Path, work: str |
     # Each training question twice: with all its passages, and with its first k (k drawn from 1 to
     # passages - 1), as a small collection or a smaller --passages gives them.
     got_train = [evidence(qa["question"], read) for (qa, _), read in zip(train, read_train)]
-    got_train += [evidence(qa["question"], read[: rng.randint(1, max(1, len(read) - 1))])
-                  for (qa, _), read in zip(train, read_train)]
+    got_train += [
+        evidence(qa["question"], read[: rng.randint(1, max(1, len(read) - 1))])
+        for (qa, _), read in zip(train, read_train)
+    ]
     got_tune = [evidence(qa["question"], read) for (qa, _), read in zip(tune, read_tune)]
     kept = [(q, r) for q, r in zip(train + train, got_train) if r is not None]
     x = np.stack([r[0] for _, r in kept])
@@ -111,8 +136,10 @@ def train_collection_verifier(reader: Reader, v11_train: str | Path, work: str |
     tried, best = [], None
     for hidden in FORMS:
         v = fit(x, y, np.ones(len(y), np.float32), hidden, seed, collection=True)
-        margins = {qa["id"]: (float(v.probability(r[0][None])[0]) if r is not None else 2.0)
-                   for (qa, _), r in zip(tune, got_tune)}
+        margins = {
+            qa["id"]: (float(v.probability(r[0][None])[0]) if r is not None else 2.0)
+            for (qa, _), r in zip(tune, got_tune)
+        }
         threshold = float(min(max(best_thresholds(tune_raw, spans, margins)["best_f1_thresh"], 0.0), 1.0))
         s = score_predictions(tune_raw, abstaining(spans, margins, threshold), "2.0")
         got = {"hidden": hidden, "threshold": threshold, **{k: round(s[k], 2) for k in ("f1", "HasAns_f1", "NoAns_f1")}}
@@ -121,9 +148,19 @@ def train_collection_verifier(reader: Reader, v11_train: str | Path, work: str |
         if best is None or got["f1"] > best[1]["f1"]:
             best = (v, got)
     v, got = best
-    record = {"form": {"hidden": got["hidden"]}, "index": "SQuAD v1.1 train, articles at even positions",
-              "trained_on": {"questions": len(kept), "in_collection": int((y == 0).sum()),
-                             "not_in_collection": int(y.sum()), "left_to_the_passage_verifier": 2 * len(train) - len(kept),
-                             "readings": "each question with all its passages and with its first k"},
-              "tuning": {"questions": len(tune), **got}, "compared": tried, "passages": passages, "seed": seed}
+    record = {
+        "form": {"hidden": got["hidden"]},
+        "index": "SQuAD v1.1 train, articles at even positions",
+        "trained_on": {
+            "questions": len(kept),
+            "in_collection": int((y == 0).sum()),
+            "not_in_collection": int(y.sum()),
+            "left_to_the_passage_verifier": 2 * len(train) - len(kept),
+            "readings": "each question with all its passages and with its first k",
+        },
+        "tuning": {"questions": len(tune), **got},
+        "compared": tried,
+        "passages": passages,
+        "seed": seed,
+    }
     return CollectionVerifier(v.mean, v.scale, v.layers, got["threshold"], record=record), record

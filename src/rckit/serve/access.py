@@ -63,11 +63,15 @@ def over_limit(config: ServeConfig, wait: str) -> str:
     """The 429's message: the limits each client has, and when to try again."""
     said = []
     if config.rate_limit is not None:
-        said.append(f"{config.rate_limit:g} request{'s' * (config.rate_limit != 1)} a second (bursts of "
-                    f"{config.burst}; --rate-limit)")
+        said.append(
+            f"{config.rate_limit:g} request{'s' * (config.rate_limit != 1)} a second (bursts of "
+            f"{config.burst}; --rate-limit)"
+        )
     if config.max_in_flight is not None:
-        said.append(f"{config.max_in_flight} request{'s' * (config.max_in_flight != 1)} being answered at once "
-                    "(--max-in-flight)")
+        said.append(
+            f"{config.max_in_flight} request{'s' * (config.max_in_flight != 1)} being answered at once "
+            "(--max-in-flight)"
+        )
     return f"too many requests from this client, which may make {' and '.join(said)}; retry {wait}"
 
 
@@ -132,10 +136,14 @@ class Gate:
         self.app, self.keys, self.limits, self.log, self.config = app, keys, limits, log, config
         self.inner = self.guard
         if config.cors_origin:
-            self.inner = CORSMiddleware(self.guard, allow_origins=list(config.cors_origin),
-                                        allow_methods=["GET", "POST"],
-                                        allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-                                        expose_headers=["X-Request-ID", "Retry-After"], max_age=600)
+            self.inner = CORSMiddleware(
+                self.guard,
+                allow_origins=list(config.cors_origin),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+                expose_headers=["X-Request-ID", "Retry-After"],
+                max_age=600,
+            )
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":  # lifespan (the app has no websocket route: Starlette closes one)
@@ -170,10 +178,16 @@ class Gate:
         finally:
             if self.log.on:
                 client = scope.get("client")
-                record = {"time": started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                          "client": client[0] if client else None, "key": scope.get("rckit.key"),
-                          "method": scope["method"], "path": scope["path"], "status": status[0],
-                          "ms": round((time.perf_counter() - t0) * 1000, 2), "request_id": rid}
+                record = {
+                    "time": started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                    "client": client[0] if client else None,
+                    "key": scope.get("rckit.key"),
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status[0],
+                    "ms": round((time.perf_counter() - t0) * 1000, 2),
+                    "request_id": rid,
+                }
                 if text:
                     record["request"] = as_json(b"".join(asked)) if any(asked) else None
                     record["response"] = as_json(b"".join(answered)) if any(answered) else None
@@ -200,7 +214,9 @@ class Gate:
             # Python needs) on refusals; held, each of its connections costs one refusal a second.
             await asyncio.sleep(min(wait, HOLD_REFUSAL))
             seconds = max(1, math.ceil(wait))
-            reply = JSONResponse({"error": over_limit(self.config, f"in {seconds} s")}, 429, {"Retry-After": str(seconds)})
+            reply = JSONResponse(
+                {"error": over_limit(self.config, f"in {seconds} s")}, 429, {"Retry-After": str(seconds)}
+            )
             return await reply(scope, receive, send)
         try:
             await self.app(scope, receive, send)
@@ -221,14 +237,21 @@ def declare(schema: dict, config: ServeConfig, keys: Keys, limits: ClientLimits 
     added = {}
     if keys.required:
         schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
-            "type": "http", "scheme": "bearer",
-            "description": "a key of the server (rckit serve --api-key / --api-key-file)"}
-        added["401"] = {"description": "no key, or not a key of this server", "content": error,
-                        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}}}
+            "type": "http",
+            "scheme": "bearer",
+            "description": "a key of the server (rckit serve --api-key / --api-key-file)",
+        }
+        added["401"] = {
+            "description": "no key, or not a key of this server",
+            "content": error,
+            "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+        }
     if limits is not None:
-        added["429"] = {"description": over_limit(config, "after Retry-After"),
-                        "content": error, "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1},
-                                                                      "description": "seconds to wait"}}}
+        added["429"] = {
+            "description": over_limit(config, "after Retry-After"),
+            "content": error,
+            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}, "description": "seconds to wait"}},
+        }
     for path, operations in schema.get("paths", {}).items():
         if is_public(path):
             continue

@@ -103,10 +103,17 @@ class Served:
     def describe(self, default: bool) -> dict[str, Any]:
         """Its entry of ``GET /v1/models`` (:class:`~rckit.serve.schema.ServedModel`), from the reader's ``info``."""
         info = self.reader.info
-        return {"name": self.name, "model": model_name(info), "file": info.get("source"),
-                "backend": info.get("backend"), "default": default, "parameters": info.get("parameters"),
-                "window": int(self.reader.window), "dev_score": info.get("dev_score"),
-                "scores": info.get("scores") or []}
+        return {
+            "name": self.name,
+            "model": model_name(info),
+            "file": info.get("source"),
+            "backend": info.get("backend"),
+            "default": default,
+            "parameters": info.get("parameters"),
+            "window": int(self.reader.window),
+            "dev_score": info.get("dev_score"),
+            "scores": info.get("scores") or [],
+        }
 
 
 def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, ServeConfig] | None = None) -> FastAPI:
@@ -124,8 +131,12 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
     if not readers:
         raise ValueError("create_app needs at least one model")
     settings = settings or {}
-    served = {name: Served(name, reader, Batcher(reader, settings.get(name, config)),
-                           Explainer(reader, settings.get(name, config))) for name, reader in readers.items()}
+    served = {
+        name: Served(
+            name, reader, Batcher(reader, settings.get(name, config)), Explainer(reader, settings.get(name, config))
+        )
+        for name, reader in readers.items()
+    }
     default = next(iter(served.values()))
     keys, limits, log = Keys(config.api_key, config.api_key_file), limits_of(config), AccessLog(config.access_log)
     requests = Requests.of(config, min(int(r.window) for r in readers.values()), tuple(served))
@@ -150,8 +161,11 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             app.state.index.close()
         log.close()
 
-    app = FastAPI(title="rckit", summary="Answers questions about a passage with a reading-comprehension model.",
-                  lifespan=lifespan)
+    app = FastAPI(
+        title="rckit",
+        summary="Answers questions about a passage with a reading-comprehension model.",
+        lifespan=lifespan,
+    )
     app.state.batcher = default.batcher
     app.state.models = served
     app.state.requests = requests
@@ -162,11 +176,20 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         return declare(plain_openapi(), config, keys, limits)
 
     app.openapi = openapi
-    errors = {status: {"model": ErrorResponse, "description": text} for status, text in (
-        (400, "the body is not JSON"), (413, f"the body is over {config.max_body_bytes:,} bytes"),
-        (422, "a field is missing, of the wrong type, empty, too long or out of range, or names a model not "
-              "served here"),
-        (500, "the model failed"), (503, "the request was not answered within the server's time limit"))}
+    errors = {
+        status: {"model": ErrorResponse, "description": text}
+        for status, text in (
+            (400, "the body is not JSON"),
+            (413, f"the body is over {config.max_body_bytes:,} bytes"),
+            (
+                422,
+                "a field is missing, of the wrong type, empty, too long or out of range, or names a model not "
+                "served here",
+            ),
+            (500, "the model failed"),
+            (503, "the request was not answered within the server's time limit"),
+        )
+    }
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
@@ -177,8 +200,11 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         if e.status_code == 404:
             return error(404, f"no such page: {request.url.path}")
         if e.status_code == 405:  # with Allow, which RFC 9110 asks of a 405: every route's of this path
-            return error(405, f"{request.method} is not allowed on {request.url.path}",
-                         {**(e.headers or {}), "Allow": allowed_methods(request)})
+            return error(
+                405,
+                f"{request.method} is not allowed on {request.url.path}",
+                {**(e.headers or {}), "Allow": allowed_methods(request)},
+            )
         return error(e.status_code, str(e.detail), e.headers)
 
     @app.exception_handler(Exception)
@@ -190,11 +216,26 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
     async def _validation_error(request: Request, e: RequestValidationError):
         return error(422, explain(e.errors()[0]))
 
-    @app.post("/v1/answer", response_model=AnswerResponse, responses=errors, openapi_extra={
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": requests.answer_schema(),
-            "example": {"context": "The Eiffel Tower was completed in 1889 in Paris.",
-                        "question": "When was the Eiffel Tower completed?", "top_k": 3}}}}})
+    @app.post(
+        "/v1/answer",
+        response_model=AnswerResponse,
+        responses=errors,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": requests.answer_schema(),
+                        "example": {
+                            "context": "The Eiffel Tower was completed in 1889 in Paris.",
+                            "question": "When was the Eiffel Tower completed?",
+                            "top_k": 3,
+                        },
+                    }
+                },
+            }
+        },
+    )
     async def answer(request: Request):
         """Answer one question (`question`) or several (`questions`) about one `context`."""
         t0 = time.perf_counter()
@@ -205,19 +246,47 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers if req.several else answers[0], "model": m.name, "ms": round(ms, 2)})
 
-    @app.post("/v1/explain", response_model=ExplainResponse, responses={
-        **errors, 200: {"description": "the explanation; with `?format=html` the same drawn as one self-contained "
-                        "HTML page (inline CSS, no script)", "content": {"text/html": {"schema": {"type": "string"}}}},
-        501: {"model": ErrorResponse, "description": "the server's model is an ONNX file, and explaining needs the "
-              "PyTorch model: its .safetensors file beside it, and PyTorch installed"}},
-        openapi_extra={"parameters": [{
-            "name": "format", "in": "query", "required": False,
-            "schema": {"type": "string", "enum": list(FORMATS), "default": "json"},
-            "description": "json: the explanation as JSON; html: the explanation drawn as one HTML page"}],
-            "requestBody": {"required": True, "content": {"application/json": {
-                "schema": requests.explain_schema(),
-                "example": {"context": "The Eiffel Tower was completed in 1889 in Paris.",
-                            "question": "When was the Eiffel Tower completed?", "steps": 32}}}}})
+    @app.post(
+        "/v1/explain",
+        response_model=ExplainResponse,
+        responses={
+            **errors,
+            200: {
+                "description": "the explanation; with `?format=html` the same drawn as one self-contained "
+                "HTML page (inline CSS, no script)",
+                "content": {"text/html": {"schema": {"type": "string"}}},
+            },
+            501: {
+                "model": ErrorResponse,
+                "description": "the server's model is an ONNX file, and explaining needs the "
+                "PyTorch model: its .safetensors file beside it, and PyTorch installed",
+            },
+        },
+        openapi_extra={
+            "parameters": [
+                {
+                    "name": "format",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "enum": list(FORMATS), "default": "json"},
+                    "description": "json: the explanation as JSON; html: the explanation drawn as one HTML page",
+                }
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": requests.explain_schema(),
+                        "example": {
+                            "context": "The Eiffel Tower was completed in 1889 in Paris.",
+                            "question": "When was the Eiffel Tower completed?",
+                            "steps": 32,
+                        },
+                    }
+                },
+            },
+        },
+    )
     async def explain_answer(request: Request):
         """Why the model gives its answer to `question` about `context`: the window it read, its start
         and end probabilities, its attention, DCN's decoder iterations and each word's saliency
@@ -228,18 +297,33 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         if kind not in FORMATS:
             raise ApiError(422, f"'format' must be json or html, not {kind[:40]!r}")
         m = chosen(req.model)
-        explanation, page = await m.explainer.explain(req.context, req.question, req.steps, req.max_answer_len,
-                                                      kind == "html")
+        explanation, page = await m.explainer.explain(
+            req.context, req.question, req.steps, req.max_answer_len, kind == "html"
+        )
         if page is not None:
             return HTMLResponse(page)
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"explanation": explanation, "model": m.name, "ms": round(ms, 2)})
 
-    @app.post("/v1/ask", response_model=AskResponse, responses={**errors, 404: {
-        "model": ErrorResponse, "description": "the server has no index (rckit serve --index INDEX)"}},
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": requests.ask_schema(),
-            "example": {"question": "When was the Eiffel Tower completed?", "top_k": 3}}}}})
+    @app.post(
+        "/v1/ask",
+        response_model=AskResponse,
+        responses={
+            **errors,
+            404: {"model": ErrorResponse, "description": "the server has no index (rckit serve --index INDEX)"},
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": requests.ask_schema(),
+                        "example": {"question": "When was the Eiffel Tower completed?", "top_k": 3},
+                    }
+                },
+            }
+        },
+    )
     async def ask(request: Request):
         """Ask `question` of every document of the server's index: the retriever's `passages` best
         passages, read by the model, the best answers over all of them with their documents."""
@@ -254,13 +338,19 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers, "model": m.name, "ms": round(ms, 2)})
 
-    @app.get("/v1/index", responses={404: {"model": ErrorResponse,
-                                          "description": "the server has no index (rckit serve --index INDEX)"}})
+    @app.get(
+        "/v1/index",
+        responses={404: {"model": ErrorResponse, "description": "the server has no index (rckit serve --index INDEX)"}},
+    )
     async def index_stats() -> dict[str, Any]:
         """The server's index of documents (404 without one): how many documents and passages."""
         if app.state.index is None:
             raise ApiError(404, "this server has no index of documents: start it with rckit serve --index INDEX")
-        return {**app.state.index.stats(), "path": str(Path(config.index).resolve()), "retriever_weight": retriever_weight}
+        return {
+            **app.state.index.stats(),
+            "path": str(Path(config.index).resolve()),
+            "retriever_weight": retriever_weight,
+        }
 
     labels = LabelFile(config.labels) if config.labels is not None else None
     no_labels = "this server keeps no labels: start it with rckit serve --labels FILE"
@@ -272,12 +362,27 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             raise ApiError(404, no_labels)
         return await asyncio.to_thread(labels.stats)
 
-    @app.post("/v1/labels", responses={**errors, 404: {"model": ErrorResponse, "description": no_labels}},
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": requests.label_schema(),
-                  "example": {"document": "manual.pdf", "context": "Press the red button to stop the pump.",
-                              "question": "What stops the pump?", "answer": "the red button",
-                              "answer_start": 6}}}}})
+    @app.post(
+        "/v1/labels",
+        responses={**errors, 404: {"model": ErrorResponse, "description": no_labels}},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": requests.label_schema(),
+                        "example": {
+                            "document": "manual.pdf",
+                            "context": "Press the red button to stop the pump.",
+                            "question": "What stops the pump?",
+                            "answer": "the red button",
+                            "answer_start": 6,
+                        },
+                    }
+                },
+            }
+        },
+    )
     async def add_label(request: Request) -> dict[str, Any]:
         """Add a question about a passage, with its answer, to the server's file of labels (a SQuAD
         v1.1 file, for `rckit adapt`); 422 where the answer is not the passage's text at answer_start."""
@@ -285,15 +390,27 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             raise ApiError(404, no_labels)
         req = requests.parse_label(await read_body(request, config.max_body_bytes))
         try:
-            return await asyncio.to_thread(labels.add, req.document, req.context, req.question, req.answer,
-                                           req.answer_start)
+            return await asyncio.to_thread(
+                labels.add, req.document, req.context, req.question, req.answer, req.answer_start
+            )
         except ValueError as e:
             raise ApiError(422, str(e)) from None
 
-    @app.get("/v1/model", responses={422: {"model": ErrorResponse, "description": "`model` names a model not "
-                                           "served here"}}, openapi_extra={"parameters": [{
-        "name": "model", "in": "query", "required": False, "schema": {"type": "string", "enum": list(served)},
-        "description": f"which served model (default: {default.name})"}]})
+    @app.get(
+        "/v1/model",
+        responses={422: {"model": ErrorResponse, "description": "`model` names a model not served here"}},
+        openapi_extra={
+            "parameters": [
+                {
+                    "name": "model",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "enum": list(served)},
+                    "description": f"which served model (default: {default.name})",
+                }
+            ]
+        },
+    )
     async def model(request: Request) -> dict[str, Any]:
         """What the model is (the default one, or `?model=NAME`): name, where it was loaded from, its
         configuration, its dev score if known."""
@@ -312,9 +429,14 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
     async def health() -> dict[str, Any]:
         """The server is up; how many model calls and questions it has answered, how many requests wait."""
         batchers = [m.batcher for m in served.values()]
-        return {"status": "ok", "model": default.name, "models": list(served),
-                "calls": sum(b.calls for b in batchers), "questions": sum(b.questions for b in batchers),
-                "queued": sum(b.queued for b in batchers)}
+        return {
+            "status": "ok",
+            "model": default.name,
+            "models": list(served),
+            "calls": sum(b.calls for b in batchers),
+            "questions": sum(b.questions for b in batchers),
+            "queued": sum(b.queued for b in batchers),
+        }
 
     @app.get("/", include_in_schema=False)
     async def page():
@@ -351,21 +473,24 @@ class Explainer:
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None
 
-    async def explain(self, context: str, question: str, steps: int, max_answer_len: int | None,
-                      html: bool) -> tuple[Explanation, str | None]:
+    async def explain(
+        self, context: str, question: str, steps: int, max_answer_len: int | None, html: bool
+    ) -> tuple[Explanation, str | None]:
         """The explanation, and with ``html`` the page that draws it (drawn in the same thread: a
         long window's page is large), or the request's :class:`ApiError`."""
         self.start()  # as the batcher does: an app driven without its lifespan explains too
-        work = asyncio.get_running_loop().run_in_executor(self.pool, self.run, context, question, steps,
-                                                          max_answer_len, html)
+        work = asyncio.get_running_loop().run_in_executor(
+            self.pool, self.run, context, question, steps, max_answer_len, html
+        )
         try:
             async with asyncio.timeout(self.config.request_timeout):
                 return await work
         except TimeoutError:
             raise ApiError(503, str(RequestTimeout(self.config.request_timeout))) from None
 
-    def run(self, context: str, question: str, steps: int, max_answer_len: int | None,
-            html: bool) -> tuple[Explanation, str | None]:
+    def run(
+        self, context: str, question: str, steps: int, max_answer_len: int | None, html: bool
+    ) -> tuple[Explanation, str | None]:
         reader = self.torch_reader()
         try:
             explanation = reader.explain(context, question, steps, max_answer_len)
@@ -383,9 +508,13 @@ class Explainer:
             if beside is None or not installed("torch"):
                 raise ApiError(501, needs_torch(source))
             try:
-                self.pytorch = Reader.load(beside, "cpu", always_answer=self.config.always_answer,
-                                           threads=self.config.threads,
-                                           no_answer_threshold=self.config.no_answer_threshold)
+                self.pytorch = Reader.load(
+                    beside,
+                    "cpu",
+                    always_answer=self.config.always_answer,
+                    threads=self.config.threads,
+                    no_answer_threshold=self.config.no_answer_threshold,
+                )
             except Exception as e:  # noqa: BLE001 - each explanation says so; answering goes on
                 raise ApiError(500, f"cannot load {beside.name} to explain with: {type(e).__name__}: {e}") from None
         return self.pytorch
@@ -513,26 +642,44 @@ def serve(source: str | None = None, config: ServeConfig = ServeConfig()) -> Non
     for f in found:
         model_workers, threads = model_settings(f.kind == "onnx", config.model_workers)
         own = replace(config, model_workers=model_workers, threads=config.threads or threads)
-        reader = Reader.load(f.path, always_answer=own.always_answer, threads=own.threads, spin=False,
-                             no_answer_threshold=own.no_answer_threshold)
+        reader = Reader.load(
+            f.path,
+            always_answer=own.always_answer,
+            threads=own.threads,
+            spin=False,
+            no_answer_threshold=own.no_answer_threshold,
+        )
         loaded.append((installed_name(f.path), reader, own))
     if len(loaded) == 1:  # one model: the server it always was, named by its installed name where it has one
         name, reader, config = loaded[0]
         app = create_app(reader if name is None else {name: reader}, config)
     else:  # several installed models, the first the default
         config = loaded[0][2]
-        app = create_app({name: reader for name, reader, _ in loaded}, config,
-                         {name: own for name, _, own in loaded})
+        app = create_app({name: reader for name, reader, _ in loaded}, config, {name: own for name, _, own in loaded})
     sock = listen(config.host, config.port)
     shown = f"[{config.host}]" if ":" in config.host else config.host
     url = f"{'https' if config.ssl_certfile else 'http'}://{shown}:{sock.getsockname()[1]}/"
-    print(f"rckit serve: {', '.join(app.state.models)} at {url} (API: POST {url}v1/answer, docs: {url}docs); "
-          "Ctrl-C stops", flush=True)
+    print(
+        f"rckit serve: {', '.join(app.state.models)} at {url} (API: POST {url}v1/answer, docs: {url}docs); "
+        "Ctrl-C stops",
+        flush=True,
+    )
     if config.api_key is None and config.api_key_file is None and not is_loopback(config.host):
-        print(f"rckit serve: no key (--allow-anonymous): anyone who can reach {shown}:{sock.getsockname()[1]} "
-              "can use this server", flush=True)
-    server = SignalledServer(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
-                                            ssl_certfile=config.ssl_certfile, ssl_keyfile=config.ssl_keyfile))
+        print(
+            f"rckit serve: no key (--allow-anonymous): anyone who can reach {shown}:{sock.getsockname()[1]} "
+            "can use this server",
+            flush=True,
+        )
+    server = SignalledServer(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            ssl_certfile=config.ssl_certfile,
+            ssl_keyfile=config.ssl_keyfile,
+        )
+    )
     server.run(sockets=[sock])
     if server.stopped_by == signal.SIGINT:  # uvicorn re-raises it after shutdown, but not in every race
         raise KeyboardInterrupt

@@ -54,8 +54,10 @@ class TooMuchWork(ValueError):
     """A request whose questions x windows is over the server's ``max_work``."""
 
     def __init__(self, work: int, limit: int):
-        super().__init__(f"the request asks for {work} readings (questions x windows of the context); this server "
-                         f"reads at most {limit} for one request (--max-work): send fewer questions or a shorter context")
+        super().__init__(
+            f"the request asks for {work} readings (questions x windows of the context); this server "
+            f"reads at most {limit} for one request (--max-work): send fewer questions or a shorter context"
+        )
         self.work, self.limit = work, limit
 
 
@@ -63,8 +65,10 @@ class RequestTimeout(TimeoutError):
     """A request not answered within the server's time limit."""
 
     def __init__(self, limit: float):
-        super().__init__(f"the request was not answered within {limit:g} s, the most this server gives one "
-                         "(--request-timeout); it was dropped")
+        super().__init__(
+            f"the request was not answered within {limit:g} s, the most this server gives one "
+            "(--request-timeout); it was dropped"
+        )
         self.limit = limit
 
 
@@ -141,8 +145,10 @@ class Batcher:
             return
         for t in self._tasks:
             t.cancel()
-        self._tasks = [loop.create_task(self._plan(), name="rckit-planner"),
-                       loop.create_task(self._collect(), name="rckit-batcher")]
+        self._tasks = [
+            loop.create_task(self._plan(), name="rckit-planner"),
+            loop.create_task(self._collect(), name="rckit-batcher"),
+        ]
 
     async def stop(self) -> None:
         """Cancel the planner, the collector and the calls in flight; requests still waiting get an
@@ -167,8 +173,9 @@ class Batcher:
         """Requests waiting to be planned or for (more of) their windows to be read."""
         return len(self._to_plan) + len(self._waiting)
 
-    async def submit(self, pairs: list[tuple[str, str]], top_k: int = 1,
-                     max_answer_len: int | None = None) -> list[list[dict]]:
+    async def submit(
+        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None
+    ) -> list[list[dict]]:
         """The answers to ``pairs``, one best-first list of at most ``top_k`` per pair."""
         self.start()
         loop = asyncio.get_running_loop()
@@ -215,7 +222,8 @@ class Batcher:
             return
         try:
             jobs = await asyncio.get_running_loop().run_in_executor(
-                executor, self.reader.plan_many, [(s.pairs, s.top_k, s.max_answer_len) for s in batch])
+                executor, self.reader.plan_many, [(s.pairs, s.top_k, s.max_answer_len) for s in batch]
+            )
         except Exception as e:  # noqa: BLE001 - the error goes to the requests, not the loop
             jobs = [e] * len(batch)
         for s, job in zip(batch, jobs):

@@ -119,8 +119,7 @@ class Keys:
                     self.from_file = read_key_file(self.file)
                 except ValueError as e:
                     self.from_file = []
-                    print(f"rckit serve: {e}; no key of it is accepted until it is mended", file=sys.stderr,
-                          flush=True)
+                    print(f"rckit serve: {e}; no key of it is accepted until it is mended", file=sys.stderr, flush=True)
         return self.fixed + self.from_file
 
     def match(self, sent: bytes | None) -> str | None:

@@ -58,8 +58,12 @@ class LabelFile:
         with self._locked():
             data = self._read()["data"]
         paragraphs = [p for a in data for p in a["paragraphs"]]
-        return {"file": self.path.name, "questions": sum(len(p["qas"]) for p in paragraphs),
-                "passages": len(paragraphs), "documents": len(data)}
+        return {
+            "file": self.path.name,
+            "questions": sum(len(p["qas"]) for p in paragraphs),
+            "passages": len(paragraphs),
+            "documents": len(data),
+        }
 
     def add(self, document: str, context: str, question: str, answer: str, answer_start: int) -> dict:
         """Add one label; returns its ``id`` and the file's counts. A ValueError (one line) for an
@@ -68,9 +72,14 @@ class LabelFile:
         document, question = document.strip(), question.strip()
         if not context.strip() or not question or not answer.strip():
             raise ValueError("a label needs a passage, a question and an answer selected in the passage")
-        if not 0 <= answer_start <= len(context) - len(answer) or context[answer_start:answer_start + len(answer)] != answer:
-            raise ValueError(f"the answer {answer[:60]!r} is not the passage's text at character {answer_start}: "
-                             "select it in the passage")
+        if (
+            not 0 <= answer_start <= len(context) - len(answer)
+            or context[answer_start : answer_start + len(answer)] != answer
+        ):
+            raise ValueError(
+                f"the answer {answer[:60]!r} is not the passage's text at character {answer_start}: "
+                "select it in the passage"
+            )
         if answer != answer.strip():
             raise ValueError("the answer starts or ends with white space: select the words alone")
         qid = uuid.uuid4().hex[:16]
@@ -86,12 +95,18 @@ class LabelFile:
                 article["paragraphs"].append(paragraph)
             if any(qa["question"].strip() == question for qa in paragraph["qas"]):
                 raise ValueError("this question about this passage is labelled already")
-            paragraph["qas"].append({"id": qid, "question": question,
-                                     "answers": [{"text": answer, "answer_start": answer_start}]})
+            paragraph["qas"].append(
+                {"id": qid, "question": question, "answers": [{"text": answer, "answer_start": answer_start}]}
+            )
             self._write(squad)
         paragraphs = [p for a in squad["data"] for p in a["paragraphs"]]
-        return {"id": qid, "file": self.path.name, "questions": sum(len(p["qas"]) for p in paragraphs),
-                "passages": len(paragraphs), "documents": len(squad["data"])}
+        return {
+            "id": qid,
+            "file": self.path.name,
+            "questions": sum(len(p["qas"]) for p in paragraphs),
+            "passages": len(paragraphs),
+            "documents": len(squad["data"]),
+        }
 
     def _write(self, squad: dict) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

@@ -40,8 +40,9 @@ class ClientLimits:
     (``rate=None``: no rate limit) and at most ``in_flight`` requests being answered at once
     (None: no limit). ``clock``: seconds, monotonic (tests pass a fake one)."""
 
-    def __init__(self, rate: float | None, burst: int, in_flight: int | None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, rate: float | None, burst: int, in_flight: int | None, clock: Callable[[], float] = time.monotonic
+    ):
         if rate is not None and rate <= 0:
             raise ValueError(f"rate must be above 0 requests a second, not {rate}")
         if burst < 1:

@@ -2,17 +2,17 @@
 from the server's :class:`~rckit.serve.config.ServeConfig`, and both ``/openapi.json`` and the
 checks come from it (``model_json_schema()`` states the rules that ``model_validate`` enforces).
 
-``POST /v1/answer`` takes one of two bodies, :class:`OneQuestion` or :class:`SeveralQuestions`
-(the schema's ``oneOf``); :meth:`Requests.parse_answer` is the one place that chooses between
-them. ``POST /v1/explain`` takes :class:`ExplainBody`, one question with the same fields and
-rules as :class:`OneQuestion` (:meth:`Requests.parse_explain`). Every body may name the served
-model that answers it (``model``, :func:`served`: one of the server's names, stated as the schema's
-``enum``; left out, the server's first model). A text field (:func:`text`) is checked by :func:`check_field`, which asks the reader's rule
-(:func:`rckit.answering.reader.text_problem`) and the field's length; the schema states the same
-rule as ``minLength``, ``pattern`` and ``maxLength`` (:data:`HAS_WORD`, made by
-:func:`letter_or_digit`: the characters ``str.isalnum`` accepts, spelled as JSON Schema's regular
-expressions read them). The answers' schema is :mod:`rckit.answering.answer`'s TypedDicts, their
-``Annotated`` descriptions carried over (:func:`model_of`).
+``POST /v1/answer`` takes one of two bodies, :class:`OneQuestion` or :class:`SeveralQuestions` (the
+schema's ``oneOf``); :meth:`Requests.parse_answer` is the one place that chooses between them.
+``POST /v1/explain`` takes :class:`ExplainBody`, one question with the same fields and rules as
+:class:`OneQuestion` (:meth:`Requests.parse_explain`). Every body may name the served model that
+answers it (``model``, :func:`served`: one of the server's names, stated as the schema's ``enum``;
+left out, the server's first model). A text field (:func:`text`) is checked by :func:`check_field`,
+which asks the reader's rule (:func:`rckit.answering.reader.text_problem`) and the field's length;
+the schema states the same rule as ``minLength``, ``pattern`` and ``maxLength`` (:data:`HAS_WORD`,
+made by :func:`letter_or_digit`: the characters ``str.isalnum`` accepts, spelled as JSON Schema's
+regular expressions read them). The answers' schema is :mod:`rckit.answering.answer`'s TypedDicts,
+their ``Annotated`` descriptions carried over (:func:`model_of`).
 
 A refused request is an :class:`ApiError`: one sentence naming the field (:func:`explain`), for
 the first mistake found in this order: the body is not a JSON object, a field is unknown,
@@ -70,10 +70,12 @@ def letter_or_digit() -> str:
 
 MAX_DOCUMENT_CHARS = 500  # a label's document name
 HAS_WORD = letter_or_digit()  # every text of a request must match it, as text_problem asks
-RANGES = {"top_k": (1, 20),
-          "max_answer_len": (1, 200),  # tokens; the decoder's cost grows with it
-          "passages": (1, 50),  # passages the retriever gives the reader for one question of POST /v1/ask
-          "steps": (1, 128)}  # integrated gradients' steps for POST /v1/explain: (steps + 1) copies read, with gradients
+RANGES = {
+    "top_k": (1, 20),
+    "max_answer_len": (1, 200),  # tokens; the decoder's cost grows with it
+    "passages": (1, 50),  # passages the retriever gives the reader for one question of POST /v1/ask
+    "steps": (1, 128),
+}  # integrated gradients' steps for POST /v1/explain: (steps + 1) copies read, with gradients
 
 
 class ApiError(Exception):
@@ -105,7 +107,9 @@ def check_field(text: str, max_chars: int, note: str = "") -> str:
     characters, else a validation error saying what is wrong (:func:`explain` names the field)."""
     problem = text_problem(text)
     if problem is None and len(text) > max_chars:
-        problem = f"has {len(text):,} characters; this server reads at most {max_chars:,}" + (f" ({note})" if note else "")
+        problem = f"has {len(text):,} characters; this server reads at most {max_chars:,}" + (
+            f" ({note})" if note else ""
+        )
     if problem:
         raise PydanticCustomError("text", "{problem}", {"problem": problem})
     return text
@@ -126,18 +130,30 @@ def check_model(name: str, models: tuple[str, ...]) -> str:
 def served(models: tuple[str, ...]) -> tuple[Any, Any]:
     """The optional ``model`` field of every body: one of ``models``, the server's, checked by
     :func:`check_model` and stated in the schema by the same rule (``enum``); None: the first."""
-    return (Annotated[str, AfterValidator(partial(check_model, models=models)),
-                      Field(json_schema_extra={"enum": list(models)})] | None,
-            Field(None, description=f"which served model answers: {', '.join(models)} (default: {models[0]}; "
-                  "GET /v1/models lists them)"))
+    return (
+        Annotated[
+            str, AfterValidator(partial(check_model, models=models)), Field(json_schema_extra={"enum": list(models)})
+        ]
+        | None,
+        Field(
+            None,
+            description=f"which served model answers: {', '.join(models)} (default: {models[0]}; "
+            "GET /v1/models lists them)",
+        ),
+    )
 
 
 def text(max_chars: int, what: str, note: str = "") -> Any:
     """A text field, checked by :func:`check_field` and stated in the schema by the same rule:
     at least one letter or digit (``minLength``, ``pattern``), at most ``max_chars`` characters."""
-    return Annotated[str, AfterValidator(partial(check_field, max_chars=max_chars, note=note)), Field(
-        description=f"{what}: at least one letter or digit, at most {max_chars:,} characters",
-        json_schema_extra={"minLength": 1, "maxLength": max_chars, "pattern": HAS_WORD})]
+    return Annotated[
+        str,
+        AfterValidator(partial(check_field, max_chars=max_chars, note=note)),
+        Field(
+            description=f"{what}: at least one letter or digit, at most {max_chars:,} characters",
+            json_schema_extra={"minLength": 1, "maxLength": max_chars, "pattern": HAS_WORD},
+        ),
+    ]
 
 
 class Body(BaseModel):
@@ -176,9 +192,13 @@ class LabelBody(Body):
 
 def answer_options() -> dict[str, Any]:
     """The fields both bodies of ``POST /v1/answer`` hold beside the context and the question(s)."""
-    return {"top_k": (ranged("top_k"), Field(1, description="how many answers per question, best first")),
-            "max_answer_len": (ranged("max_answer_len") | None, Field(
-                None, description="longest answer in tokens (default: the model's own setting)"))}
+    return {
+        "top_k": (ranged("top_k"), Field(1, description="how many answers per question, best first")),
+        "max_answer_len": (
+            ranged("max_answer_len") | None,
+            Field(None, description="longest answer in tokens (default: the model's own setting)"),
+        ),
+    }
 
 
 ANSWER_FIELDS = ("context", "question", "questions", *answer_options(), "model")
@@ -212,37 +232,77 @@ class Requests:
     def of(cls, config: ServeConfig, window: int, models: tuple[str, ...] = ()) -> Requests:
         one_chars, list_chars = context_chars(config, window), context_chars(config, window, config.max_questions)
         model = {"model": served(models)} if models else {}
-        one = create_model("OneQuestion", __base__=OneQuestion, __doc__=None,
-                           context=text(one_chars, "the passage to read"),
-                           question=text(config.max_question_chars, "one question"), **answer_options(), **model)
+        one = create_model(
+            "OneQuestion",
+            __base__=OneQuestion,
+            __doc__=None,
+            context=text(one_chars, "the passage to read"),
+            question=text(config.max_question_chars, "one question"),
+            **answer_options(),
+            **model,
+        )
         several = create_model(
-            "SeveralQuestions", __base__=SeveralQuestions, __doc__=None,
-            context=text(list_chars, "the passage to read (shorter than with one question: the model reads it "
-                         "once per question)", note=f"with 'questions'; one 'question' may ask about {one_chars:,}"),
-            questions=Annotated[list[text(config.max_question_chars, "a question")], Field(
-                min_length=1, max_length=config.max_questions,
-                description="several questions about the same context")],
-            **answer_options(), **model)
+            "SeveralQuestions",
+            __base__=SeveralQuestions,
+            __doc__=None,
+            context=text(
+                list_chars,
+                "the passage to read (shorter than with one question: the model reads it once per question)",
+                note=f"with 'questions'; one 'question' may ask about {one_chars:,}",
+            ),
+            questions=Annotated[
+                list[text(config.max_question_chars, "a question")],
+                Field(
+                    min_length=1,
+                    max_length=config.max_questions,
+                    description="several questions about the same context",
+                ),
+            ],
+            **answer_options(),
+            **model,
+        )
         ask = create_model(
-            "AskBody", __base__=AskBody, __doc__=None, question=text(config.max_question_chars, "the question"),
+            "AskBody",
+            __base__=AskBody,
+            __doc__=None,
+            question=text(config.max_question_chars, "the question"),
             top_k=(ranged("top_k"), Field(1, description="how many answers, best first")),
-            passages=(ranged("passages"), Field(DEFAULT_PASSAGES, description="how many passages the retriever "
-                                                "gives the reader")), **model)
+            passages=(
+                ranged("passages"),
+                Field(DEFAULT_PASSAGES, description="how many passages the retriever gives the reader"),
+            ),
+            **model,
+        )
         explaining = create_model(
-            "ExplainBody", __base__=ExplainBody, __doc__=None, context=text(one_chars, "the passage to read"),
+            "ExplainBody",
+            __base__=ExplainBody,
+            __doc__=None,
+            context=text(one_chars, "the passage to read"),
             question=text(config.max_question_chars, "one question"),
             max_answer_len=answer_options()["max_answer_len"],
-            steps=(ranged("steps"), Field(explanation.DEFAULT_STEPS, description="integrated gradients' steps from "
-                                          "all-zero word vectors: the model reads steps + 1 copies, with gradients")),
-            **model)
+            steps=(
+                ranged("steps"),
+                Field(
+                    explanation.DEFAULT_STEPS,
+                    description="integrated gradients' steps from "
+                    "all-zero word vectors: the model reads steps + 1 copies, with gradients",
+                ),
+            ),
+            **model,
+        )
         labelling = create_model(
-            "LabelBody", __base__=LabelBody, __doc__=None,
+            "LabelBody",
+            __base__=LabelBody,
+            __doc__=None,
             document=text(MAX_DOCUMENT_CHARS, "the document the passage comes from (the SQuAD article's title)"),
-            context=text(config.max_context_chars, "the passage"), question=text(config.max_question_chars,
-                                                                                "the question"),
+            context=text(config.max_context_chars, "the passage"),
+            question=text(config.max_question_chars, "the question"),
             answer=text(config.max_context_chars, "the answer: the passage's text from answer_start"),
-            answer_start=(Annotated[int, Field(ge=0), BeforeValidator(whole_number)], Field(
-                description="where the answer starts in the passage, in characters (Unicode code points)")))
+            answer_start=(
+                Annotated[int, Field(ge=0), BeforeValidator(whole_number)],
+                Field(description="where the answer starts in the passage, in characters (Unicode code points)"),
+            ),
+        )
         return cls(config, one, several, ask, explaining, labelling)
 
     def limits(self) -> str:
@@ -254,18 +314,24 @@ class Requests:
 
     def answer_schema(self) -> dict:
         """The JSON schema of ``POST /v1/answer``'s body: every rule :meth:`parse_answer` enforces."""
-        return {"oneOf": [self.one.model_json_schema(), self.several.model_json_schema()],
-                "description": f"One context and `question` or `questions`; {self.limits()}"}
+        return {
+            "oneOf": [self.one.model_json_schema(), self.several.model_json_schema()],
+            "description": f"One context and `question` or `questions`; {self.limits()}",
+        }
 
     def explain_schema(self) -> dict:
         """The JSON schema of ``POST /v1/explain``'s body: every rule :meth:`parse_explain` enforces."""
-        return {**self.explaining.model_json_schema(),
-                "description": f"One context and one `question` (no `questions`); {self.limits()}"}
+        return {
+            **self.explaining.model_json_schema(),
+            "description": f"One context and one `question` (no `questions`); {self.limits()}",
+        }
 
     def ask_schema(self) -> dict:
         """The JSON schema of ``POST /v1/ask``'s body: every rule :meth:`parse_ask` enforces."""
-        return {**self.ask.model_json_schema(), "description": f"One question; the whole body at most "
-                                                      f"{self.config.max_body_bytes:,} bytes (413 above)"}
+        return {
+            **self.ask.model_json_schema(),
+            "description": f"One question; the whole body at most {self.config.max_body_bytes:,} bytes (413 above)",
+        }
 
     def parse_answer(self, body: bytes) -> OneQuestion | SeveralQuestions:
         """The checked ``POST /v1/answer`` request, or an :class:`ApiError` naming what is wrong.
@@ -357,8 +423,10 @@ def explain(err: dict, fields: tuple[str, ...] = ANSWER_FIELDS) -> str:
     if kind == "too_short" and not given:
         return f"'{field}' is an empty list"
     if kind == "too_long":
-        return (f"'{field}' has {ctx['actual_length']} questions; this server takes at most {ctx['max_length']} "
-                "in one request")
+        return (
+            f"'{field}' has {ctx['actual_length']} questions; this server takes at most {ctx['max_length']} "
+            "in one request"
+        )
     if kind in ("greater_than_equal", "less_than_equal") and bounds:
         return f"'{field}' must be between {bounds[0]} and {bounds[1]}, not {given}"
     if kind == "model_type" or kind == "dict_type":
@@ -422,22 +490,26 @@ Explanation = with_models(explanation.Explanation)
 
 class AnswerResponse(BaseModel):
     answers: list[Answer] | list[list[Answer]] = Field(
-        description="for `question`: its answers, best first; for `questions`: one such list per question")
+        description="for `question`: its answers, best first; for `questions`: one such list per question"
+    )
     model: str
     ms: float = Field(description="time spent in the server, milliseconds")
 
 
 class AskResponse(BaseModel):
-    answers: list[FoundAnswer] = Field(description="best first; the answer \"\" where the reader found no answer "
-                                       "in any passage it read")
+    answers: list[FoundAnswer] = Field(
+        description='best first; the answer "" where the reader found no answer in any passage it read'
+    )
     model: str
     ms: float
 
 
 class ExplainResponse(BaseModel):
-    explanation: Explanation = Field(description="why the model gives its answer: the window read, the start and "
-                                     "end probabilities, the attention, DCN's decoder iterations, each word's "
-                                     "saliency (rckit.answering.explanation)")
+    explanation: Explanation = Field(
+        description="why the model gives its answer: the window read, the start and "
+        "end probabilities, the attention, DCN's decoder iterations, each word's "
+        "saliency (rckit.answering.explanation)"
+    )
     model: str
     ms: float = Field(description="time spent in the server, milliseconds")
 
@@ -447,8 +519,9 @@ class ErrorResponse(BaseModel):
 
 
 class ServedModel(BaseModel):
-    name: str = Field(description="what a request's `model` names it: an installed model's name, else its "
-                      "architecture's")
+    name: str = Field(
+        description="what a request's `model` names it: an installed model's name, else its architecture's"
+    )
     model: str = Field(description="its architecture (qanet, dcn, dcn_plus, deep_lstm_reader, ...)")
     file: str | None = Field(description="the file or run it was loaded from")
     backend: str | None = Field(description="what computes it: onnxruntime or torch")
@@ -456,8 +529,10 @@ class ServedModel(BaseModel):
     parameters: int | None = Field(description="its trained parameters")
     window: int = Field(description="the most context tokens it reads at once")
     dev_score: dict[str, Any] | None = Field(description="the F1 on the dev questions it was chosen by in training")
-    scores: list[dict[str, Any]] = Field(description="its recorded scores (`rckit evaluate FILE --record`): exact "
-                                         "match and F1 on a whole file, named with its checksum")
+    scores: list[dict[str, Any]] = Field(
+        description="its recorded scores (`rckit evaluate FILE --record`): exact "
+        "match and F1 on a whole file, named with its checksum"
+    )
 
 
 class ModelsResponse(BaseModel):

@@ -27,8 +27,9 @@ LR_SCALE = 0.1  # of the model's own learning rate
 EPOCHS = 4
 
 
-def adapt_train_config(train_config: dict, examples: int, epochs: int = EPOCHS,
-                       lr_scale: float = LR_SCALE) -> tuple[TrainConfig, int]:
+def adapt_train_config(
+    train_config: dict, examples: int, epochs: int = EPOCHS, lr_scale: float = LR_SCALE
+) -> tuple[TrainConfig, int]:
     """(the settings of the fine-tune, its number of steps) for ``examples`` training questions
     (the user's and the SQuAD ones mixed in), from the ``train_config`` a model was saved with."""
     if epochs < 1:
@@ -37,7 +38,18 @@ def adapt_train_config(train_config: dict, examples: int, epochs: int = EPOCHS,
         raise ValueError(f"the learning-rate scale must be positive, got {lr_scale}")
     cfg = from_dict(TrainConfig, train_config) if train_config else TrainConfig()
     per_epoch = max(1, math.ceil(examples / cfg.batch_size))
-    cfg = replace(cfg, lr=cfg.lr * lr_scale, warmup_steps=0, decay_from=0, decay_steps=0, decay_share=1.0,
-                  ema_decay=0.0, reward_from=0, eval_every=per_epoch, eval_questions=0,
-                  checkpoint_every=per_epoch, log_every=max(1, min(cfg.log_every, per_epoch)))
+    cfg = replace(
+        cfg,
+        lr=cfg.lr * lr_scale,
+        warmup_steps=0,
+        decay_from=0,
+        decay_steps=0,
+        decay_share=1.0,
+        ema_decay=0.0,
+        reward_from=0,
+        eval_every=per_epoch,
+        eval_questions=0,
+        checkpoint_every=per_epoch,
+        log_every=max(1, min(cfg.log_every, per_epoch)),
+    )
     return cfg, per_epoch * epochs

@@ -59,8 +59,18 @@ from rckit.training.tasks import ClozeTask, SpanTask, make_task
 SPAN_LENGTHS = {"max_c_len": 400, "max_q_len": 50}  # the training cut of every span row
 
 
-def bench_model(model_name: str, mcfg, tcfg: TrainConfig, decode: DecodeConfig, data, device, dtype,
-                train_steps: int = 20, n_questions: int = 1024, heap_limit_mb: float = 0.0) -> dict:
+def bench_model(
+    model_name: str,
+    mcfg,
+    tcfg: TrainConfig,
+    decode: DecodeConfig,
+    data,
+    device,
+    dtype,
+    train_steps: int = 20,
+    n_questions: int = 1024,
+    heap_limit_mb: float = 0.0,
+) -> dict:
     """Bench a fresh ``model_name`` (seeded) built on ``data``: prepared SQuAD, or the
     ``ClozeData`` of a cloze model, whose dev split gives the slice."""
     model_cls = MODELS[model_name][1]
@@ -70,13 +80,31 @@ def bench_model(model_name: str, mcfg, tcfg: TrainConfig, decode: DecodeConfig, 
     task = make_task(kind, data, tcfg, train_split="dev")
     torch.manual_seed(0)
     model = model_cls(mcfg, task.model_inputs(model_cls.contextual_of(mcfg))).to(device)
-    return bench(model, task, device, dtype, train_steps=train_steps, n_questions=n_questions,
-                 heap_limit_mb=heap_limit_mb, decode=decode)
+    return bench(
+        model,
+        task,
+        device,
+        dtype,
+        train_steps=train_steps,
+        n_questions=n_questions,
+        heap_limit_mb=heap_limit_mb,
+        decode=decode,
+    )
 
 
-def bench(model: ReadingModel, task: SpanTask | ClozeTask, device, dtype, batch_size=32, train_steps=20,
-          n_questions=1024, latency_questions=100, warmup=3, heap_limit_mb=0.0,
-          decode: DecodeConfig | None = None) -> dict:
+def bench(
+    model: ReadingModel,
+    task: SpanTask | ClozeTask,
+    device,
+    dtype,
+    batch_size=32,
+    train_steps=20,
+    n_questions=1024,
+    latency_questions=100,
+    warmup=3,
+    heap_limit_mb=0.0,
+    decode: DecodeConfig | None = None,
+) -> dict:
     """Time ``model`` on ``task`` (built with ``train_split="dev"``; its ``cfg`` is the training
     configuration: optimiser, schedule, EMA, clipping, the training cut of contexts).
     ``warmup``: untimed inference batches and questions; training warms up with a whole pass.
@@ -158,7 +186,9 @@ def _training_speed(model, task, idx, device, dtype, batch_size, steps, sync) ->
     sampler = BucketBatchSampler(task.lengths_for_training(idx), batch_size, seed=0)
     batches = [task.collate(idx[b]) for b in sampler if len(b) == batch_size]
     if not batches:
-        raise ValueError(f"{len(idx)} answerable questions in the bench's slice: not one training batch of {batch_size}")
+        raise ValueError(
+            f"{len(idx)} answerable questions in the bench's slice: not one training batch of {batch_size}"
+        )
 
     def train(n_steps):  # examples/s over ``n_steps`` steps, cycling through the batches
         sync()

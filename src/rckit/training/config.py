@@ -17,7 +17,9 @@ class TrainConfig:
     warmup_steps: int = 1000  # lr = lr * log(step + 1) / log(warmup_steps), then constant
     decay_from: int = 0  # with decay_steps > 0: the lr falls linearly from this step ...
     decay_steps: int = 0  # ... to 0 over this many steps (0: no decay placed by steps)
-    decay_share: float = 0.0  # else: the lr falls linearly to 0 over this last share of the run's time budget (or max_steps)
+    decay_share: float = (
+        0.0  # else: the lr falls linearly to 0 over this last share of the run's time budget (or max_steps)
+    )
     beta1: float = 0.8
     beta2: float = 0.999
     eps: float = 1e-7

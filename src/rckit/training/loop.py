@@ -62,8 +62,9 @@ def warmup_factor(step: int, warmup: int) -> float:
     return math.log(step + 1) / math.log(warmup)
 
 
-def lr_factor(step: int, cfg: TrainConfig, elapsed: float = 0.0, time_budget: float | None = None,
-              max_steps: int | None = None) -> float:
+def lr_factor(
+    step: int, cfg: TrainConfig, elapsed: float = 0.0, time_budget: float | None = None, max_steps: int | None = None
+) -> float:
     """The learning rate's multiplier for optimiser step ``step`` (``elapsed`` seconds of training
     so far): the warm-up, then constant, then a straight line down to 0 at the end of the run.
 
@@ -92,7 +93,9 @@ def set_learning_rate(opt: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls: type[ReadingModel] = ReadingModel) -> torch.dtype | None:
+def amp_dtype(
+    cfg: TrainConfig, device: torch.device, model_cls: type[ReadingModel] = ReadingModel
+) -> torch.dtype | None:
     """The autocast dtype of training. ``auto``: bf16 on CUDA with bf16 support; on CPU bf16 for
     the models whose class says it trains faster there (``cpu_bf16``, from the bf16 and fp32
     rows of BENCHMARKS.md), else fp32."""
@@ -109,11 +112,18 @@ def amp_dtype(cfg: TrainConfig, device: torch.device, model_cls: type[ReadingMod
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-                                weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(
+            params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
     if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.eps,
-                                   momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return torch.optim.RMSprop(
+            params,
+            lr=cfg.lr,
+            alpha=cfg.rmsprop_alpha,
+            eps=cfg.eps,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+        )
     raise ValueError(f"optimizer must be adam or rmsprop, got {cfg.optimizer!r}")
 
 
@@ -256,19 +266,33 @@ def train(
     if cfg.copy_steps and not isinstance(data, ClozeTask):  # before the run directory is made
         raise ValueError("train.copy_steps is a cloze readers' setting; this is a span run")
     if not 0.0 <= cfg.decay_share <= 1.0:
-        raise ValueError(f"train.decay_share is the share of the run over which the learning rate decays, "
-                         f"between 0 and 1; got {cfg.decay_share}")
+        raise ValueError(
+            f"train.decay_share is the share of the run over which the learning rate decays, "
+            f"between 0 and 1; got {cfg.decay_share}"
+        )
     if init_from is not None and resume:
-        raise ValueError("--init-from starts a new run from another run's weights and --resume continues this one; "
-                         "give one of them")
+        raise ValueError(
+            "--init-from starts a new run from another run's weights and --resume continues this one; give one of them"
+        )
     dist, device = start_processes(device, cfg)
     files = RunFiles(run_dir)
     if dist.is_main:
         open_run_dir(files, resume)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     task = data if isinstance(data, (SpanTask, ClozeTask)) else SpanTask(data, cfg)
-    run = Run(model_name, model_cfg, cfg, decode or DecodeConfig(), task, files, dist, device,
-              amp_dtype(cfg, device, model_cls), max_steps=max_steps, time_budget=time_budget)
+    run = Run(
+        model_name,
+        model_cfg,
+        cfg,
+        decode or DecodeConfig(),
+        task,
+        files,
+        dist,
+        device,
+        amp_dtype(cfg, device, model_cls),
+        max_steps=max_steps,
+        time_budget=time_budget,
+    )
     parts = set_up(run, model_cls)
     if init_from is not None:
         run.init_from = init_weights(run, parts, init_from)
@@ -278,9 +302,13 @@ def train(
     if dist.is_main:
         write_config(run)
         if cfg.decay_share > 0 and cfg.decay_steps == 0 and run.max_steps is None and run.time_budget is None:
-            print(f"rckit train: warning: train.decay_share={cfg.decay_share} places the learning rate's decay on the run's "
-                  "time budget or max steps, and this run has neither: the rate stays constant (give --time-budget "
-                  "or --max-steps)", file=sys.stderr, flush=True)
+            print(
+                f"rckit train: warning: train.decay_share={cfg.decay_share} places the learning rate's decay on the "
+                "run's time budget or max steps, and this run has neither: the rate stays constant (give "
+                "--time-budget or --max-steps)",
+                file=sys.stderr,
+                flush=True,
+            )
     net = data_parallel(parts.model, dist)
     bar = progress_bar(run.max_steps, state.step) if progress and dist.is_main else None
     sums = StepSums()
@@ -344,14 +372,21 @@ def set_up(run: Run, model_cls: type[ReadingModel]) -> Parts:
     cfg, dist = run.cfg, run.dist
     model = model_cls(run.model_cfg, run.task.model_inputs(model_cls.contextual_of(run.model_cfg))).to(run.device)
     run.task.check_model(model)
-    sampler = BucketBatchSampler(run.task.train_lengths, cfg.batch_size // dist.world_size, seed=cfg.seed,
-                                 pool_batches=cfg.pool_batches, num_replicas=dist.world_size, rank=dist.rank)
+    sampler = BucketBatchSampler(
+        run.task.train_lengths,
+        cfg.batch_size // dist.world_size,
+        seed=cfg.seed,
+        pool_batches=cfg.pool_batches,
+        num_replicas=dist.world_size,
+        rank=dist.rank,
+    )
     dev_rows = eval_subset(run.task.n_dev, cfg.eval_questions, cfg.seed)
     return optimisation(model, cfg, sampler, dev_rows)
 
 
-def optimisation(model: ReadingModel, cfg: TrainConfig, sampler: BucketBatchSampler | None = None,
-                 dev_rows: np.ndarray | None = None) -> Parts:
+def optimisation(
+    model: ReadingModel, cfg: TrainConfig, sampler: BucketBatchSampler | None = None, dev_rows: np.ndarray | None = None
+) -> Parts:
     """Adam/RMSProp over the trainable parameters and the EMA of ``model`` (the loop sets the
     learning rate before each step, :func:`lr_factor`); ``rckit bench`` times training steps
     with these, without a sampler or dev rows."""
@@ -370,9 +405,11 @@ def resume_from(run: Run, parts: Parts) -> RunState:
     written = {**asdict(type(run.model_cfg)()), **ckpt["model_config"]}
     if ckpt["model_name"] != run.model_name or written != asdict(run.model_cfg):
         was = {"model": ckpt["model_name"], **written}
-        raise CheckpointError(f"{path}: written by a different model or config (checkpoint -> now: "
-                              f"{differences(was, {'model': run.model_name, **asdict(run.model_cfg)})}); refusing to "
-                              "resume: give the run's --preset and --set again, or choose another --out")
+        raise CheckpointError(
+            f"{path}: written by a different model or config (checkpoint -> now: "
+            f"{differences(was, {'model': run.model_name, **asdict(run.model_cfg)})}); refusing to "
+            "resume: give the run's --preset and --set again, or choose another --out"
+        )
     run.task.check_resume(ckpt, path)
     parts.model.load_state_dict(ckpt["model"])
     parts.opt.load_state_dict(ckpt["optimizer"])  # the learning rate is a function of step and time
@@ -381,14 +418,22 @@ def resume_from(run: Run, parts: Parts) -> RunState:
     if run.max_steps is None and run.time_budget is None:  # --resume alone: the limits it was started with
         run.max_steps, run.time_budget = saved.get("max_steps"), saved.get("time_budget")
     elif run.dist.is_main and saved.get("time_budget") and run.time_budget != saved["time_budget"]:
-        print(f"--resume: the time budget was {format_duration(saved['time_budget'])}, now "
-              f"{format_duration(run.time_budget) if run.time_budget else 'none'}; the learning rate's "
-              "decay follows the new one", file=sys.stderr, flush=True)
+        print(
+            f"--resume: the time budget was {format_duration(saved['time_budget'])}, now "
+            f"{format_duration(run.time_budget) if run.time_budget else 'none'}; the learning rate's "
+            "decay follows the new one",
+            file=sys.stderr,
+            flush=True,
+        )
     _set_rng_state(ckpt["rng"], run.device)
     if run.dist.is_main:
         _trim_metrics(run.files.metrics, ckpt["step"])
-        print(f"resuming {run.files.root} from step {ckpt['step']} ({format_duration(ckpt['elapsed'])} of training "
-              f"so far)", file=sys.stderr, flush=True)
+        print(
+            f"resuming {run.files.root} from step {ckpt['step']} ({format_duration(ckpt['elapsed'])} of training "
+            f"so far)",
+            file=sys.stderr,
+            flush=True,
+        )
     return RunState(ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"], ckpt["elapsed"], ckpt["best_score"])
 
 
@@ -410,32 +455,51 @@ def init_weights(run: Run, parts: Parts, path: str | Path) -> dict:
     state, taken = run.task.weights_from(source["model"], source["vocab"], parts.model, path)
     extra = sorted(set(state) - set(own))
     if extra:
-        raise CheckpointError(f"{path}: --init-from holds weights this {run.model_name} model has no place for: "
-                              f"{', '.join(extra[:8])}{' ...' if len(extra) > 8 else ''}")
+        raise CheckpointError(
+            f"{path}: --init-from holds weights this {run.model_name} model has no place for: "
+            f"{', '.join(extra[:8])}{' ...' if len(extra) > 8 else ''}"
+        )
     for name, t in state.items():
         if t.shape != own[name].shape:
-            raise CheckpointError(f"{path}: --init-from: {name} is {tuple(t.shape)} there and {tuple(own[name].shape)} "
-                                  f"in this model (model config: "
-                                  f"{differences(source['model_config'], asdict(run.model_cfg))})")
+            raise CheckpointError(
+                f"{path}: --init-from: {name} is {tuple(t.shape)} there and {tuple(own[name].shape)} "
+                f"in this model (model config: "
+                f"{differences(source['model_config'], asdict(run.model_cfg))})"
+            )
     missing = sorted(set(own) - set(state))
     parts.model.load_state_dict(state, strict=False)
     parts.ema = EMA(parts.model, run.cfg.ema_decay)
     if run.dist.is_main:
-        mapped = "; ".join(f"{name}: {t['taken']:,} of {t['rows']:,} rows taken by word or character"
-                           for name, t in taken.items())
-        print(f"starting from the weights of {path} ({source['model_name']}, step {source['step']})"
-              + (f"; its vocabulary differs ({mapped})" if taken else "")
-              + (f"; kept at their initialisation: {', '.join(missing)}" if missing else ""), file=sys.stderr, flush=True)
-    return {"path": str(path), "model": source["model_name"], "step": source["step"], "initialised": missing,
-            **({"rows_taken": taken} if taken else {})}
+        mapped = "; ".join(
+            f"{name}: {t['taken']:,} of {t['rows']:,} rows taken by word or character" for name, t in taken.items()
+        )
+        print(
+            f"starting from the weights of {path} ({source['model_name']}, step {source['step']})"
+            + (f"; its vocabulary differs ({mapped})" if taken else "")
+            + (f"; kept at their initialisation: {', '.join(missing)}" if missing else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+    return {
+        "path": str(path),
+        "model": source["model_name"],
+        "step": source["step"],
+        "initialised": missing,
+        **({"rows_taken": taken} if taken else {}),
+    }
 
 
 def weights_at(path: str | Path) -> dict:
     """``model`` (state dict), ``vocab``, ``model_name``, ``model_config`` and ``step`` of a
     checkpoint (its raw weights) or an exported ``.safetensors`` file (its one set)."""
     model, _, meta = load_model(path, ema=False)
-    return {"model": model.state_dict(), "vocab": meta["vocab"], "model_name": meta["model"],
-            "model_config": meta["model_config"], "step": meta["step"]}
+    return {
+        "model": model.state_dict(),
+        "vocab": meta["vocab"],
+        "model_name": meta["model"],
+        "model_config": meta["model_config"],
+        "step": meta["step"],
+    }
 
 
 def format_duration(seconds: float) -> str:
@@ -456,11 +520,21 @@ def data_parallel(model: ReadingModel, dist: DistInfo) -> torch.nn.Module:
 
 
 def write_config(run: Run) -> None:
-    run.files.config.write_text(json.dumps(
-        {"model": run.model_name, "model_config": asdict(run.model_cfg), "train_config": asdict(run.cfg),
-         "decode": asdict(run.decode), "task": run.task.kind, "data": run.task.describe(),
-         "limits": {"max_steps": run.max_steps, "time_budget": run.time_budget},
-         **({"init_from": run.init_from} if run.init_from else {})}, indent=1))
+    run.files.config.write_text(
+        json.dumps(
+            {
+                "model": run.model_name,
+                "model_config": asdict(run.model_cfg),
+                "train_config": asdict(run.cfg),
+                "decode": asdict(run.decode),
+                "task": run.task.kind,
+                "data": run.task.describe(),
+                "limits": {"max_steps": run.max_steps, "time_budget": run.time_budget},
+                **({"init_from": run.init_from} if run.init_from else {}),
+            },
+            indent=1,
+        )
+    )
 
 
 # ------------------------------------------------------------------------------- one step
@@ -488,8 +562,15 @@ def set_phase(run: Run, model: ReadingModel, step: int) -> None:
     run.task.copy_on = step < run.cfg.copy_steps
 
 
-def train_step(net: torch.nn.Module, parts: Parts, task: SpanTask | ClozeTask, batch, cfg: TrainConfig,
-               device: torch.device, dtype: torch.dtype | None) -> tuple[torch.Tensor, dict]:
+def train_step(
+    net: torch.nn.Module,
+    parts: Parts,
+    task: SpanTask | ClozeTask,
+    batch,
+    cfg: TrainConfig,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> tuple[torch.Tensor, dict]:
     """Forward under autocast, the task's loss, backward, clip, optimiser step, EMA (the loop has
     set the learning rate).
 
@@ -556,11 +637,17 @@ def log(run: Run, record: dict) -> None:
 
 
 def log_steps(run: Run, sums: StepSums, state: RunState, lr: float, bar) -> None:
-    """One ``metrics.jsonl`` line of means over the steps since the last one (and the bar's postfix); the sums start again."""
+    """One ``metrics.jsonl`` line of means over the steps since the last one (and the bar's postfix); the sums
+    start again."""
     n_steps = run.cfg.log_every
-    rec = {"step": state.step, "time": round(state.elapsed, 2), "loss": sums.loss / n_steps, "lr": lr,
-           "examples_per_s": sums.n * run.dist.world_size / (time.perf_counter() - sums.t),
-           **{f"loss_{k}": v / sums.counts[k] for k, v in sums.terms.items()}}
+    rec = {
+        "step": state.step,
+        "time": round(state.elapsed, 2),
+        "loss": sums.loss / n_steps,
+        "lr": lr,
+        "examples_per_s": sums.n * run.dist.world_size / (time.perf_counter() - sums.t),
+        **{f"loss_{k}": v / sums.counts[k] for k, v in sums.terms.items()},
+    }
     log(run, rec)
     if bar is not None:
         post = {"loss": f"{rec['loss']:.3f}", "ex/s": f"{rec['examples_per_s']:.1f}"}
@@ -619,9 +706,14 @@ def progress_bar(max_steps: int | None, initial: int):
 
 
 def write_summary(run: Run, state: RunState, stopped_by: str, batches_per_epoch: int) -> dict:
-    summary = {"steps": state.step, "epochs": state.epoch + state.batch_in_epoch / max(1, batches_per_epoch),
-               "seconds": round(state.elapsed, 1), f"best_{run.task.score_key}": state.best_score,
-               "stopped_by": stopped_by, "run_dir": str(run.files.root)}
+    summary = {
+        "steps": state.step,
+        "epochs": state.epoch + state.batch_in_epoch / max(1, batches_per_epoch),
+        "seconds": round(state.elapsed, 1),
+        f"best_{run.task.score_key}": state.best_score,
+        "stopped_by": stopped_by,
+        "run_dir": str(run.files.root),
+    }
     if run.dist.is_main:
         run.files.summary.write_text(json.dumps(summary, indent=1))
     return summary
@@ -647,7 +739,7 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
         ax.plot([r[x] / scale for r in train], [r["loss"] for r in train], lw=1, label="loss")
         for key in terms:  # its parts (DCN+: ce, rl; the cloze copy task: answer, copy), where logged
             pts = [(r[x] / scale, r[key]) for r in train if key in r]
-            ax.plot(*zip(*pts), lw=1, label=key[len("loss_"):])
+            ax.plot(*zip(*pts), lw=1, label=key[len("loss_") :])
         ax.set_xlabel(label)
         ax.set_ylabel("training loss")
         ax.grid(alpha=0.3)
@@ -664,7 +756,7 @@ def plot_learning_curve(metrics_path: Path, out: Path) -> None:
             ax = axes[2, col]
             for key in weights:
                 pts = [(r[x] / scale, r[key]) for r in train if key in r]
-                ax.plot(*zip(*pts), lw=1, label=key[len("loss_"):])
+                ax.plot(*zip(*pts), lw=1, label=key[len("loss_") :])
             ax.set_xlabel(label)
             ax.set_ylabel("loss-term weight 1/(2 sigma^2)")
             ax.set_yscale("log")

@@ -82,14 +82,27 @@ def _apply(mcfg, tcfg, point: dict):
     bad = [k for k in point if not k.startswith(("model.", "train."))]
     if bad:
         raise ValueError(f"grid keys must start with model. or train.: {bad}")
-    m = {k[len("model."):]: v for k, v in point.items() if k.startswith("model.")}
-    t = {k[len("train."):]: v for k, v in point.items() if k.startswith("train.")}
+    m = {k[len("model.") :]: v for k, v in point.items() if k.startswith("model.")}
+    t = {k[len("train.") :]: v for k, v in point.items() if k.startswith("train.")}
     return apply_overrides(mcfg, m), apply_overrides(tcfg, t)
 
 
-def run_sweep(model_name: str, model_cls, mcfg, tcfg, make_task, out: str | Path, grid: dict[str, list],
-              trials: int | None, budget: float | None, max_steps: int | None, seed: int = 0,
-              device="cpu", progress: bool = True, decode=None) -> list[dict]:
+def run_sweep(
+    model_name: str,
+    model_cls,
+    mcfg,
+    tcfg,
+    make_task,
+    out: str | Path,
+    grid: dict[str, list],
+    trials: int | None,
+    budget: float | None,
+    max_steps: int | None,
+    seed: int = 0,
+    device="cpu",
+    progress: bool = True,
+    decode=None,
+) -> list[dict]:
     """Run (or resume) a sweep and return its results, best first.
 
     ``make_task(tcfg)`` builds the task for a trial's training config (the data is loaded
@@ -105,16 +118,39 @@ def run_sweep(model_name: str, model_cls, mcfg, tcfg, make_task, out: str | Path
         points = plan["trials"]
     else:
         points = plan_trials(grid, trials, seed)
-        plan_path.write_text(json.dumps({"model": model_name, "grid": grid, "trials": points, "seed": seed,
-                                         "budget_s": budget, "max_steps": max_steps}, indent=1))
+        plan_path.write_text(
+            json.dumps(
+                {
+                    "model": model_name,
+                    "grid": grid,
+                    "trials": points,
+                    "seed": seed,
+                    "budget_s": budget,
+                    "max_steps": max_steps,
+                },
+                indent=1,
+            )
+        )
     for i, point in enumerate(points):
         run_dir = out / f"trial-{i:03d}"
         if (run_dir / "summary.json").exists():
             continue
         m, t = _apply(mcfg, tcfg, point)
         print(f"trial {i + 1}/{len(points)}: {point}", flush=True)
-        train(model_name, model_cls, m, t, make_task(t), run_dir, max_steps=max_steps, time_budget=budget,
-              resume=(run_dir / "last.pt").exists(), device=device, progress=progress, decode=decode)
+        train(
+            model_name,
+            model_cls,
+            m,
+            t,
+            make_task(t),
+            run_dir,
+            max_steps=max_steps,
+            time_budget=budget,
+            resume=(run_dir / "last.pt").exists(),
+            device=device,
+            progress=progress,
+            decode=decode,
+        )
         write_results(out)
     return write_results(out)
 
@@ -128,8 +164,16 @@ def collect(out: Path) -> list[dict]:
             continue
         s = json.loads(summary_path.read_text())
         score_key = next(k for k in s if k.startswith("best_"))
-        rows.append({"trial": i, **point, "score": s[score_key], "metric": score_key[len("best_"):],
-                     "steps": s["steps"], "seconds": s["seconds"]})
+        rows.append(
+            {
+                "trial": i,
+                **point,
+                "score": s[score_key],
+                "metric": score_key[len("best_") :],
+                "steps": s["steps"],
+                "seconds": s["seconds"],
+            }
+        )
     return sorted(rows, key=lambda r: -r["score"])
 
 
@@ -141,11 +185,13 @@ def write_results(out: str | Path) -> list[dict]:
         return rows
     keys = [k for k in rows[0] if k not in ("trial", "score", "metric", "steps", "seconds")]
     metric = rows[0]["metric"]
-    lines = [f"| rank | trial | {' | '.join(keys)} | {metric} | steps | seconds |",
-             "|" + "---|" * (len(keys) + 5)]
+    lines = [f"| rank | trial | {' | '.join(keys)} | {metric} | steps | seconds |", "|" + "---|" * (len(keys) + 5)]
     for rank, r in enumerate(rows, 1):
-        lines.append(f"| {rank} | {r['trial']} | " + " | ".join(str(r[k]) for k in keys)
-                     + f" | {r['score']:.2f} | {r['steps']} | {r['seconds']:.0f} |")
+        lines.append(
+            f"| {rank} | {r['trial']} | "
+            + " | ".join(str(r[k]) for k in keys)
+            + f" | {r['score']:.2f} | {r['steps']} | {r['seconds']:.0f} |"
+        )
     (out / "results.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     _plot(rows, keys, metric, out / "results.png")

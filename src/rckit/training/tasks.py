@@ -46,10 +46,15 @@ from rckit.training.rewards import SpanF1Reward
 def embedding_shapes(info) -> dict:
     """What a model needs to rebuild its embedding tables before loading a state dict."""
     cv = info.char_vectors
-    return {"words": int(info.word_vectors.shape[0]), "word_dim": int(info.word_vectors.shape[1]),
-            "n_trainable_words": int(info.n_trainable_words), "n_chars": int(info.n_chars),
-            "char_vectors_dim": None if cv is None else int(cv.shape[1]), "n_entities": int(info.n_entities),
-            "contextual": info.contextual}
+    return {
+        "words": int(info.word_vectors.shape[0]),
+        "word_dim": int(info.word_vectors.shape[1]),
+        "n_trainable_words": int(info.n_trainable_words),
+        "n_chars": int(info.n_chars),
+        "char_vectors_dim": None if cv is None else int(cv.shape[1]),
+        "n_entities": int(info.n_entities),
+        "contextual": info.contextual,
+    }
 
 
 def training_indices(split, cfg) -> np.ndarray:
@@ -68,8 +73,11 @@ def training_indices(split, cfg) -> np.ndarray:
 
 def dev_metrics(scores: list[tuple[float, float]]) -> dict:
     """``dev_em``/``dev_f1`` (percent) and ``dev_questions`` of per-question (EM, F1) pairs."""
-    return {"dev_em": 100.0 * sum(e for e, _ in scores) / len(scores),
-            "dev_f1": 100.0 * sum(f for _, f in scores) / len(scores), "dev_questions": len(scores)}
+    return {
+        "dev_em": 100.0 * sum(e for e, _ in scores) / len(scores),
+        "dev_f1": 100.0 * sum(f for _, f in scores) / len(scores),
+        "dev_questions": len(scores),
+    }
 
 
 class SpanTask:
@@ -105,8 +113,13 @@ class SpanTask:
             root = self.prepared.states_root
             self.train_split = self.train_split.with_encoder(root, encoder, self.split_names[0])
             self.dev_split = self.dev_split.with_encoder(root, encoder, self.split_names[1])
-            self.contextual = {"name": name, "layers": list(layers), "digest": encoder.files.digest,
-                               "max_pieces": encoder.max_pieces, "dim": encoder.dim}
+            self.contextual = {
+                "name": name,
+                "layers": list(layers),
+                "digest": encoder.files.digest,
+                "max_pieces": encoder.max_pieces,
+                "dim": encoder.dim,
+            }
         return replace(info, contextual=self.contextual)
 
     def check_model(self, model) -> None:
@@ -114,8 +127,10 @@ class SpanTask:
         (their loss would be left out and the reader never learn to say "no answer")."""
         n = int((~self.train_split.a["answerable"]).sum())
         if n and not model.no_answer:
-            raise ValueError(f"the training data holds {n} unanswerable questions (SQuAD v2.0) but this "
-                             f"model has no no-answer score: add --set model.no_answer=true")
+            raise ValueError(
+                f"the training data holds {n} unanswerable questions (SQuAD v2.0) but this "
+                f"model has no no-answer score: add --set model.no_answer=true"
+            )
 
     def first_rows(self, n: int) -> np.ndarray:
         """The first ``n`` rows of the training split that can train (a question with an answer)."""
@@ -145,8 +160,12 @@ class SpanTask:
         return self.dev_split.collate(rows)  # whole contexts
 
     def decode(self, out, batch, decode: DecodeConfig):
-        return best_spans(out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy(),
-                          batch.c_mask.cpu().numpy(), decode.max_answer_len)
+        return best_spans(
+            out.start_logits.float().cpu().numpy(),
+            out.end_logits.float().cpu().numpy(),
+            batch.c_mask.cpu().numpy(),
+            decode.max_answer_len,
+        )
 
     def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
         """Official EM/F1 on ``rows`` of the dev file. A model that can abstain, evaluated on a
@@ -163,18 +182,26 @@ class SpanTask:
 
     def evaluate_with_threshold(self, model, rows, device, dtype, decode: DecodeConfig) -> dict:
         margins: dict[str, float] = {}
-        spans = predict_split(model, self.dev_split, rows, 32, replace(decode, no_answer_threshold=math.inf),
-                              device, dtype, None, margins)
+        spans = predict_split(
+            model, self.dev_split, rows, 32, replace(decode, no_answer_threshold=math.inf), device, dtype, None, margins
+        )
         raw = only_questions(self._dev_raw, set(spans))
         threshold = best_thresholds(raw, spans, margins)["best_f1_thresh"]
         per_q = per_question_scores(raw, abstaining(spans, margins, threshold), "2.0")
         return {**dev_metrics(list(per_q.values())), "no_answer_threshold": threshold}
 
     def checkpoint_fields(self) -> dict:
-        return {"task": self.kind, "vocab": self.prepared.vocabs.to_json(),
-                "embedding": embedding_shapes(replace(self.prepared.embedding_info(), contextual=self.contextual)),
-                "data": {"key": self.prepared.meta["key"], "prepared": str(self.prepared.root),
-                         "dev_file": self.dev_file, "dev_version": self.dev_version}}
+        return {
+            "task": self.kind,
+            "vocab": self.prepared.vocabs.to_json(),
+            "embedding": embedding_shapes(replace(self.prepared.embedding_info(), contextual=self.contextual)),
+            "data": {
+                "key": self.prepared.meta["key"],
+                "prepared": str(self.prepared.root),
+                "dev_file": self.dev_file,
+                "dev_version": self.dev_version,
+            },
+        }
 
     def check_resume(self, ckpt: dict, path) -> None:
         if ckpt["vocab"]["words"] != self.prepared.vocabs.words.itos:
@@ -264,8 +291,10 @@ class ClozeTask:
         if batch.copy_at is None:
             return loss, model.loss_terms
         if out.copy_logits is None:
-            raise ValueError(f"{type(model).__name__} has no copy task (train.copy_steps): it does not attend to "
-                             "document positions; set train.copy_steps=0")
+            raise ValueError(
+                f"{type(model).__name__} has no copy task (train.copy_steps): it does not attend to "
+                "document positions; set train.copy_steps=0"
+            )
         target, valid = copy_targets(batch)
         copy = cloze_loss(out.copy_logits, target, valid)
         return loss + self.cfg.copy_weight * copy, {"answer": loss.detach(), "copy": copy.detach()}
@@ -285,9 +314,12 @@ class ClozeTask:
         return {"dev_acc": 100.0 * float((pred == gold).mean()), "dev_questions": len(rows)}
 
     def checkpoint_fields(self) -> dict:
-        return {"task": self.kind, "vocab": self.data.vocab_json(),
-                "embedding": embedding_shapes(self.data.embedding_info()),
-                "data": self.data.describe()}
+        return {
+            "task": self.kind,
+            "vocab": self.data.vocab_json(),
+            "embedding": embedding_shapes(self.data.embedding_info()),
+            "data": self.data.describe(),
+        }
 
     def check_resume(self, ckpt: dict, path) -> None:
         if ckpt["vocab"] != self.data.vocab_json():

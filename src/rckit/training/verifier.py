@@ -81,8 +81,9 @@ def _questions(articles: list[dict]):
                 yield a, p, qa
 
 
-def training_pairs(v11_train: dict, v2_dev: dict, per_kind: int, seed: int = 0,
-                   dev_answerable: bool = True) -> list[Pair]:
+def training_pairs(
+    v11_train: dict, v2_dev: dict, per_kind: int, seed: int = 0, dev_answerable: bool = True
+) -> list[Pair]:
     """The training side (module docstring): ``per_kind`` answerable questions and as many made
     pairs of each kind, drawn with ``seed``, and every written unanswerable question of the v2.0
     dev training quarter."""
@@ -121,16 +122,25 @@ def training_pairs(v11_train: dict, v2_dev: dict, per_kind: int, seed: int = 0,
     for a, p, qa in _questions(train_quarter):
         if qa.get("is_impossible") or dev_answerable:
             kind = "written" if qa.get("is_impossible") else "dev_answerable"
-            pairs.append(Pair(train_quarter[a]["paragraphs"][p]["context"], qa["question"],
-                              bool(qa.get("is_impossible")), kind, qa["id"]))
+            pairs.append(
+                Pair(
+                    train_quarter[a]["paragraphs"][p]["context"],
+                    qa["question"],
+                    bool(qa.get("is_impossible")),
+                    kind,
+                    qa["id"],
+                )
+            )
     return pairs
 
 
 def tuning_pairs(v2_dev: dict) -> tuple[list[Pair], dict]:
     """Every question of the v2.0 dev tuning quarter, and that quarter as SQuAD JSON (for scoring)."""
     tune = split_v2_dev(v2_dev)[1]
-    pairs = [Pair(tune[a]["paragraphs"][p]["context"], qa["question"], bool(qa.get("is_impossible")), "tune", qa["id"])
-             for a, p, qa in _questions(tune)]
+    pairs = [
+        Pair(tune[a]["paragraphs"][p]["context"], qa["question"], bool(qa.get("is_impossible")), "tune", qa["id"])
+        for a, p, qa in _questions(tune)
+    ]
     return pairs, {"version": "v2.0", "data": tune}
 
 
@@ -139,7 +149,7 @@ def read_features(reader: Reader, pairs: list[Pair], progress=None) -> tuple[np.
     (windows of its length), the reader's evidence collected without a verifier."""
     xs, texts = [], []
     for lo in range(0, len(pairs), CHUNK):
-        chunk = pairs[lo: lo + CHUNK]
+        chunk = pairs[lo : lo + CHUNK]
         job = reader.plan([(p.context, p.question) for p in chunk])
         job.wants_evidence = True
         reader.read_all(job)
@@ -150,13 +160,18 @@ def read_features(reader: Reader, pairs: list[Pair], progress=None) -> tuple[np.
     return (np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)), np.float32)), texts
 
 
-def cached_features(reader: Reader, pairs: list[Pair], cache: Path | None, progress=None) -> tuple[np.ndarray, list[str]]:
+def cached_features(
+    reader: Reader, pairs: list[Pair], cache: Path | None, progress=None
+) -> tuple[np.ndarray, list[str]]:
     """:func:`read_features`, kept in ``cache`` (an ``.npz`` named by the reader's file and the
     pairs) so that comparing forms again does not read again."""
     if cache is None:
         return read_features(reader, pairs, progress)
-    key = hashlib.sha256(json.dumps([reader.info.get("source"), list(FEATURES), FEATURES_VERSION,
-                                     [(p.context[:50], p.question) for p in pairs]]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            [reader.info.get("source"), list(FEATURES), FEATURES_VERSION, [(p.context[:50], p.question) for p in pairs]]
+        ).encode()
+    ).hexdigest()[:16]
     path = cache / f"verifier-features-{key}.npz"
     if path.is_file():
         got = np.load(path)
@@ -169,8 +184,17 @@ def cached_features(reader: Reader, pairs: list[Pair], cache: Path | None, progr
     return x, texts
 
 
-def fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray, hidden: int, seed: int = 0, epochs: int = 40,
-        threshold: float = 0.5, record: dict | None = None, collection: bool = False) -> Verifier | CollectionVerifier:
+def fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    weight: np.ndarray,
+    hidden: int,
+    seed: int = 0,
+    epochs: int = 40,
+    threshold: float = 0.5,
+    record: dict | None = None,
+    collection: bool = False,
+) -> Verifier | CollectionVerifier:
     """A :class:`Verifier` (``collection``: a :class:`CollectionVerifier`) fitted to features
     ``x``, labels ``y`` (1: no answer) and example weights ``weight`` by weighted cross-entropy
     (AdamW, mini-batches of 256); ``hidden`` 0 is logistic regression."""
@@ -181,8 +205,11 @@ def fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray, hidden: int, seed: int
     xt = torch.from_numpy((x - mean) / scale).float()
     yt, wt = torch.from_numpy(y).float(), torch.from_numpy(weight / weight.mean()).float()
     n_in = x.shape[1]
-    net = (torch.nn.Linear(n_in, 1) if hidden == 0 else
-           torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)))
+    net = (
+        torch.nn.Linear(n_in, 1)
+        if hidden == 0
+        else torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+    )
     opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
     g = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
@@ -198,8 +225,9 @@ def fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray, hidden: int, seed: int
     return Verifier(mean, scale, layers, threshold, FEATURES, record)
 
 
-def tuned(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict,
-          threshold: float | None = None) -> dict:
+def tuned(
+    verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, threshold: float | None = None
+) -> dict:
     """The official v2.0 figures of ``verifier`` on the tuning quarter (``x``, ``texts`` the
     reader's features and best spans on its ``pairs``) at ``threshold``; None: at the threshold
     of the best F1, which is returned with them."""
@@ -210,12 +238,18 @@ def tuned(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair]
         best = best_thresholds(raw, spans, margins)
         threshold = float(min(max(best["best_f1_thresh"], 0.0), 1.0))
     at = score_predictions(raw, abstaining(spans, margins, threshold), "2.0")
-    return {"f1": at["f1"], "exact_match": at["exact_match"], "HasAns_f1": at.get("HasAns_f1"), "NoAns_f1": at.get("NoAns_f1"),
-            "threshold": threshold}
+    return {
+        "f1": at["f1"],
+        "exact_match": at["exact_match"],
+        "HasAns_f1": at.get("HasAns_f1"),
+        "NoAns_f1": at.get("NoAns_f1"),
+        "threshold": threshold,
+    }
 
 
-def keeping(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict,
-            keep: float = KEEP) -> float:
+def keeping(
+    verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, keep: float = KEEP
+) -> float:
     """The lowest threshold at which the answerable questions of the tuning quarter keep ``keep``
     of the F1 they score when the reader always answers: a reader used on ordinary questions,
     most of them answerable, should lose few answers to catch the texts without one."""
@@ -232,8 +266,7 @@ def keeping(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pai
     return 0.0
 
 
-def curve(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict,
-          more=()) -> list[dict]:
+def curve(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, more=()) -> list[dict]:
     """The tuning quarter's official figures at thresholds 0.1 ... 0.9, the verifier's own and
     ``more``: the trade a person makes with it."""
     thresholds = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, *more)
@@ -243,21 +276,32 @@ def curve(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair]
     rows = []
     for t in sorted({*thresholds, verifier.threshold}):
         at = score_predictions(raw, abstaining(spans, margins, t), "2.0")
-        rows.append({"threshold": round(t, 4), "f1": at["f1"], "HasAns_f1": at.get("HasAns_f1"),
-                     "NoAns_f1": at.get("NoAns_f1")})
+        rows.append(
+            {"threshold": round(t, 4), "f1": at["f1"], "HasAns_f1": at.get("HasAns_f1"), "NoAns_f1": at.get("NoAns_f1")}
+        )
     return rows
 
 
-def train_verifier(reader: Reader, v11_train: str | Path, v2_dev: str | Path, per_kind: int = 10_000, seed: int = 0,
-                   cache: str | Path | None = None, forms=FORMS, log=print,
-                   dev_answerable: bool = True) -> tuple[Verifier, dict]:
+def train_verifier(
+    reader: Reader,
+    v11_train: str | Path,
+    v2_dev: str | Path,
+    per_kind: int = 10_000,
+    seed: int = 0,
+    cache: str | Path | None = None,
+    forms=FORMS,
+    log=print,
+    dev_answerable: bool = True,
+) -> tuple[Verifier, dict]:
     """The verifier of ``reader`` (module docstring), and a report of every form compared."""
     t0 = time.time()
     train_raw, dev_raw = load_json(v11_train), load_json(v2_dev)
     pairs = training_pairs(train_raw, dev_raw, per_kind, seed, dev_answerable)
     tune, tune_raw = tuning_pairs(dev_raw)
-    counts = {k: sum(p.kind == k for p in pairs)
-              for k in ("answerable", "same_article", "other_article", "written", "dev_answerable")}
+    counts = {
+        k: sum(p.kind == k for p in pairs)
+        for k in ("answerable", "same_article", "other_article", "written", "dev_answerable")
+    }
     log(f"reading {len(pairs):,} training pairs {counts} and {len(tune):,} tuning questions")
     cache = Path(cache) if cache else None
     x, _ = cached_features(reader, pairs, cache)
@@ -283,18 +327,32 @@ def train_verifier(reader: Reader, v11_train: str | Path, v2_dev: str | Path, pe
         xa, xta = x.copy(), xt.copy()
         xa[:, cols] = 0.0
         xta[:, cols] = 0.0
-        ablations[name] = tuned(fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed),
-                                xta, texts, tune, tune_raw)
+        ablations[name] = tuned(
+            fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed), xta, texts, tune, tune_raw
+        )
         log(f"  {name}: tuning F1 {ablations[name]['f1']:.2f}")
     default = keeping(v, xt, texts, tune, tune_raw)
     at_default = tuned(v, xt, texts, tune, tune_raw, default)
-    log(f"  chosen: hidden {hidden}, written x{w:g}; best-F1 threshold {got['threshold']:.3f}, default "
-        f"(keeps {KEEP:.0%} of the answers' F1) {default:.3f}: tuning F1 {at_default['f1']:.2f}")
-    record = {"form": {"hidden": hidden, "written_weight": w}, "trained_on": counts, "seed": seed,
-              "tuning": {"file": Path(v2_dev).name, "positions": "2, 6, 10, ...", "questions": len(tune),
-                         "best_f1": got, "default": {**at_default, "keeps": KEEP}},
-              "compared": tried, "ablations": ablations, "read_seconds": round(read_s, 1),
-              "reader": Path(str(reader.info.get("source"))).name}
+    log(
+        f"  chosen: hidden {hidden}, written x{w:g}; best-F1 threshold {got['threshold']:.3f}, default "
+        f"(keeps {KEEP:.0%} of the answers' F1) {default:.3f}: tuning F1 {at_default['f1']:.2f}"
+    )
+    record = {
+        "form": {"hidden": hidden, "written_weight": w},
+        "trained_on": counts,
+        "seed": seed,
+        "tuning": {
+            "file": Path(v2_dev).name,
+            "positions": "2, 6, 10, ...",
+            "questions": len(tune),
+            "best_f1": got,
+            "default": {**at_default, "keeps": KEEP},
+        },
+        "compared": tried,
+        "ablations": ablations,
+        "read_seconds": round(read_s, 1),
+        "reader": Path(str(reader.info.get("source"))).name,
+    }
     verifier = Verifier(v.mean, v.scale, v.layers, default, FEATURES, record)
     verifier.record["curve"] = curve(verifier, xt, texts, tune, tune_raw, (got["threshold"],))
     return verifier, verifier.record

@@ -103,13 +103,23 @@ def rst_sections(text: str) -> list[tuple[int, str]]:
         over = _adornment(line)
         if over and n + 2 < len(lines) and blank_before:  # an overline, a title, an underline
             title = lines[n + 1][1]
-            if (title.strip() and _adornment(title) is None and lines[n + 2][1].rstrip() == line.rstrip()
-                    and len(line.rstrip()) >= len(title.rstrip())):
+            if (
+                title.strip()
+                and _adornment(title) is None
+                and lines[n + 2][1].rstrip() == line.rstrip()
+                and len(line.rstrip()) >= len(title.rstrip())
+            ):
                 sections.append((start, title.strip()))
                 n += 3
                 continue
-        if (under and blank_before and line.strip() and line == line.lstrip() and over is None
-                and len(lines[n + 1][1].rstrip()) >= len(line.rstrip())):
+        if (
+            under
+            and blank_before
+            and line.strip()
+            and line == line.lstrip()
+            and over is None
+            and len(lines[n + 1][1].rstrip()) >= len(line.rstrip())
+        ):
             sections.append((start, line.strip()))
             n += 2
             continue

@@ -51,21 +51,27 @@ from urllib.parse import unquote
 # Extracted text: (title or None, text, regions as (start, page, section)).
 Extracted = tuple[str | None, str, list[tuple[int, int | None, str | None]]]
 
-SKIPPED = frozenset("""
+SKIPPED = frozenset(
+    """
 script style noscript template svg math canvas iframe object embed audio video head title meta link
 nav aside button select input textarea label
-""".split())
-BOILERPLATE = frozenset("""
+""".split()
+)
+BOILERPLATE = frozenset(
+    """
 nav navbar navigation nav-panel navheader navfooter menu breadcrumb breadcrumbs sidebar footer header
 cookie cookies cookie-banner cookie-notice skip-link skiplink toc section-toc table-of-contents
-""".split())
+""".split()
+)
 PERMALINKS = frozenset({"#", "¶", "§", "🔗"})  # the text of a link to a heading, beside it
 CHROME_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
-BLOCKS = frozenset("""
+BLOCKS = frozenset(
+    """
 address article aside blockquote body center dd details dialog dir div dl dt fieldset figcaption figure
 footer form header hgroup hr html legend li main menu nav ol p section summary ul caption tr td th
 tbody thead tfoot
-""".split())
+""".split()
+)
 HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none", re.I)
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
@@ -80,7 +86,7 @@ def decode(data: bytes) -> str:
     """The page's text (see the module docstring for how its encoding is found)."""
     for bom, encoding in ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be")):
         if data.startswith(bom):
-            return data[len(bom):].decode(encoding, errors="replace")
+            return data[len(bom) :].decode(encoding, errors="replace")
     head = data[:4096]
     m = _XML_ENCODING.match(head) or _META_CHARSET.search(head)
     if m:
@@ -120,8 +126,7 @@ def _skipped(el, book: bool) -> bool:
     if not book:
         if el.get("role", "").strip().lower() in CHROME_ROLES:
             return True
-        if tag in ("header", "footer") and not any(
-                a.tag in ("article", "main", "section") for a in el.iterancestors()):
+        if tag in ("header", "footer") and not any(a.tag in ("article", "main", "section") for a in el.iterancestors()):
             return True
     tokens = _tokens(el) & BOILERPLATE
     if tokens == {"header"}:  # a heading's own part (mdBook's anchor) or holder (Javadoc's title) is kept
@@ -352,8 +357,15 @@ def read_epub(data: bytes) -> Extracted:
             if root is not None:
                 body = root.find("body")
                 blocks.extend(_blocks(root if body is None else body, book=True))
-    except (zipfile.BadZipFile, KeyError, RuntimeError, EOFError, NotImplementedError, zlib.error,
-            lxml.etree.LxmlError) as e:
+    except (
+        zipfile.BadZipFile,
+        KeyError,
+        RuntimeError,
+        EOFError,
+        NotImplementedError,
+        zlib.error,
+        lxml.etree.LxmlError,
+    ) as e:
         raise ValueError(f"not a readable EPUB ({e})") from None
     text, regions = _joined(blocks)
     return next((t for t in titles if t), None), text, regions
