@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from rckit.model_files.metadata import read_metadata
 from rckit.model_files.source import installed_models, installed_path
 from rckit.serve.app import create_app, sources
 from rckit.serve.config import ServeConfig
@@ -83,7 +84,8 @@ def test_v1_models_lists_both_the_default_marked(two):
     qanet, dcn = models
     assert qanet["backend"] in ("onnxruntime", "torch") and dcn["backend"] == "torch"
     assert dcn["file"].endswith("dcn-squad.safetensors") and dcn["parameters"] > qanet["parameters"] > 0
-    assert (qanet["window"], dcn["window"]) == (400, 600)
+    trained = read_metadata(dcn["file"])["train_config"]["max_c_len"]  # each reads windows of its training length
+    assert (qanet["window"], dcn["window"]) == (400, trained) and trained != 400
     assert all(0 < m["dev_score"]["dev_f1"] < 100 and isinstance(m["scores"], list) for m in models)
     # GET /v1/model: the default's description, or the one named.
     assert call(two, "v1/model")[1]["model"] == "qanet"
