@@ -42,8 +42,9 @@ HMNs score like a token; the decoder starts there (s_0 = e_0 = 0 is the null), a
 question's targets are the null at every iteration, and ``p(no answer)`` shares the last
 iteration's softmaxes with the spans. DCN+'s reward counts answerable questions only (null F1 0).
 
-Presets: ``paper`` the papers' sizes (l 200, pool 16, 4 iterations), ``cpu-small`` smaller for 45
-minutes on 2 cores. Why: docs/investigations/model-design-notes.md; measured: RESULTS.md.
+Presets: ``paper`` the papers' sizes (l 200, pool 16, 4 iterations); ``cpu-small`` smaller for 45
+minutes on 2 cores; ``contextual-cpu`` as small, reading all-MiniLM-L6-v2's states (the installed
+``dcn``). Why: docs/investigations/model-design-notes.md; measured: RESULTS.md.
 """
 
 from __future__ import annotations
