@@ -14,6 +14,10 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 DESCRIPTION = """\
 rckit: neural machine reading comprehension on SQuAD and cloze data.
@@ -80,11 +84,11 @@ OPTIONAL = {
 class Parser(argparse.ArgumentParser):
     """argparse with the CLI's error rule: one line ``rckit COMMAND: message``, exit status 2."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser(chosen: str | None = None):
+def build_parser(chosen: str | None = None) -> tuple[Parser, ModuleType | None]:
     """The parser of every command's name and help; ``chosen``: the command whose module adds its
     arguments (the others are never parsed). Returns the parser and that module (None without one)."""
     parser = Parser(

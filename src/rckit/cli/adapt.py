@@ -10,6 +10,7 @@ the new words' GloVe rows added; the model's weights start a short run at a low 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -19,7 +20,7 @@ from rckit.cli.arguments import model_option
 from rckit.training import memory
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Fine-tune a trained reader (default: the installed default) on your own labelled questions "
         "(a SQuAD-layout file, e.g. from `rckit serve --labels`): split by document into train and dev, "
@@ -65,7 +66,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def squad_train_file(args) -> Path | None:
+def squad_train_file(args: argparse.Namespace) -> Path | None:
     """The SQuAD v1.1 train file mixed in: given, or found on disk (never downloaded here)."""
     if args.squad_mix == 0:
         return None
@@ -83,7 +84,7 @@ def squad_train_file(args) -> Path | None:
         ) from None
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     memory.use_huge_pages()  # before torch is imported
     from rckit.answering.decoding import decode_config_of
     from rckit.config import from_dict

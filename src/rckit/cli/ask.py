@@ -7,6 +7,7 @@ answer marked (``**`` around it, or bold where stdout is a terminal and NO_COLOR
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -14,11 +15,15 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rckit.answering.questions import read_records, write_records
 from rckit.answering.reader import Reader
 from rckit.cli.arguments import abstain_options
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, Collection
+
+if TYPE_CHECKING:
+    from rckit.answering.answer import FoundAnswer
 
 CONTEXT_WORDS = 30  # words of the passage shown on each side of the answer
 INDENT = "    "
@@ -26,7 +31,7 @@ _WORD = re.compile(r"\S+")
 _SPACES = re.compile(r"\s+")  # a PDF's line breaks, runs of spaces: one space each when shown
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Retrieve the best passages for a question from an index (`rckit index`), read them with a "
         "model in one batch, and print the best answer with its document and offsets."
@@ -54,7 +59,7 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="auto")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if (args.question is None) == (args.questions is None):
         raise ValueError("give a question, or --questions FILE")
     if not Path(args.index).is_file():
@@ -99,7 +104,7 @@ def run(args) -> int:
     return 0
 
 
-def location(answer) -> str:
+def location(answer: FoundAnswer) -> str:
     """Where an answer is, for a person: its file's name (and record), and its page or section."""
     where = [Path(answer["source"]).name + (f" [{answer['key']}]" if answer["key"] else "")]
     if answer["page"] is not None:

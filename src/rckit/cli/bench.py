@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from rckit.cli.arguments import data_arguments, data_source, model_argument, preset_arguments
@@ -9,7 +10,7 @@ from rckit.presets import data_overrides, run_configs
 from rckit.training import memory
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Training examples/s, inference examples/s (batch 32), single-question latency and peak "
         "memory on a fixed slice of SQuAD dev (cloze models: of the --cloze-data dev split)."
@@ -43,7 +44,7 @@ def add_arguments(p) -> None:
     data_arguments(p)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     memory.use_huge_pages()  # before torch is imported
     import torch  # and the library below: after the allocator is set
 

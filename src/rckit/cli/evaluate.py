@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -10,7 +11,7 @@ from rckit.evaluation.evaluate import evaluate
 from rckit.model_files.source import open_model
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Predict every question of a SQuAD file with a trained run (or an exported .safetensors "
         "file and --data) and print the official EM/F1; for a cloze run, the accuracy over every "
@@ -41,7 +42,7 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=32)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     args.run = model_source(args)
     if args.run is None:
         raise ValueError("give the model to evaluate: RUN|FILE or --model NAME")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from rckit.cli.arguments import model_option, model_source
 from rckit.model_files.source import names_installed, pytorch_source
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Explain a span model's answer to a question about a context: the window read, the start and end "
         "probabilities of every token, the model's attention (QANet's context-query attention, DCN's coattention), "
@@ -69,7 +70,7 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="auto")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.out is not None and Path(args.out).suffix.lower() not in (".png", ".html", ".json"):
         raise ValueError(f"--out {args.out}: the explanation is written as .png, .html or .json")
     if args.example is not None:
@@ -89,7 +90,7 @@ def run(args) -> int:
     return 0
 
 
-def explain_example(args) -> int:
+def explain_example(args: argparse.Namespace) -> int:
     """``--example``: a cloze run's attention over one document of its data."""
     from rckit.evaluation.cloze_explain import explain_cloze, write_cloze
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rckit.cli.arguments import model_option, model_source
 from rckit.model_files.source import export_format, pytorch_source
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Write the model of a run, a checkpoint or an exported .safetensors file ('bundled': the "
         "installed model) with its vocabulary and settings to one file that `rckit predict`, `rckit serve` and "
@@ -49,7 +51,7 @@ def add_arguments(p) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     fmt = export_format(args.out, args.format)
     if fmt != "onnx" and (args.int8 or args.check_data or args.encoder_int8):
         raise ValueError("--int8, --encoder-int8 and --check-data are for --format onnx")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
 from rckit.retrieval.store import PassageStore
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Cut documents into passages and keep them in one SQLite file with a BM25 full-text index. "
         "Reads plain UTF-8 text (any name), Markdown (.md), reStructuredText (.rst), JSON Lines (.jsonl: "
@@ -32,7 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"{out.parent}: no such directory for the index")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -25,7 +26,7 @@ from rckit.model_files.source import (
 SPEED = INSTALLED / "speed.json"  # one question's milliseconds per installed model (benchmarks/installed_models.py)
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "List the models installed with rckit (use one with --model NAME: predict, evaluate, serve, ask, "
         "explain, export, train --init-from) with their dev EM/F1, size and speed; say which model "
@@ -35,7 +36,7 @@ def add_arguments(p) -> None:
     p.add_argument("dir", nargs="?", help="a directory of exported models")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         found = open_model(None)
         where = "RCKIT_MODEL" if os.environ.get("RCKIT_MODEL") else "installed with rckit"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -13,7 +14,7 @@ from rckit.cli.arguments import MODEL_HELP, abstain_options, model_option, model
 from rckit.model_files.source import model_names, names_several
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Answer a question about a context (--context, --question), or every record of a file "
         '(--questions FILE.json|.jsonl of {"id", "context", "question"}, answers to --out in the same order). '
@@ -56,7 +57,7 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="auto")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     source = model_source(args)
     several = names_several(source)
     if several and args.questions:
@@ -95,7 +96,7 @@ def run(args) -> int:
     return 0
 
 
-def side_by_side(args, names: list[str]) -> int:
+def side_by_side(args: argparse.Namespace, names: list[str]) -> int:
     """Each installed model of ``names`` answers the question: one table (``--json``: a list), each
     answer with its model's milliseconds for it, timed on a second call (the first warms it up)."""
     rows = []

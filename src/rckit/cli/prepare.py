@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rckit.cli.arguments import data_arguments, data_source
 from rckit.data.no_answer import build_no_answer_data
 from rckit.data.sources import prepare_data, squad_files
 
+if TYPE_CHECKING:
+    from rckit.data.prepare import Prepared
 
-def add_arguments(p) -> None:
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Read SQuAD, tokenize with character offsets, build vocabularies from the training split, "
         "attach pretrained vectors and write indexed arrays to a cache directory keyed by every setting that "
@@ -83,7 +88,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the full summary as JSON")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.dataset == "squad-cloze":
         return prepare_squad_cloze(args)
     if args.dataset == "squad-no-answer":
@@ -119,7 +124,7 @@ def run(args) -> int:
     return 0
 
 
-def print_prepared(prepared, seconds: float) -> None:
+def print_prepared(prepared: Prepared, seconds: float) -> None:
     """What ``rckit prepare squad`` built or loaded: vocabulary, alignment, coverage, lengths."""
     meta = prepared.meta
     how = "loaded from cache" if prepared.from_cache else "built"
@@ -154,7 +159,7 @@ def print_prepared(prepared, seconds: float) -> None:
     print(f"  details: {prepared.root / 'meta.json'}")
 
 
-def prepare_no_answer(args) -> int:
+def prepare_no_answer(args: argparse.Namespace) -> int:
     if not args.out:
         raise ValueError("squad-no-answer needs --out DIR")
     train, dev = squad_files(data_source(args), versions=("1.1", "2.0"))  # --train is v1.1 train, --dev v2.0 dev
@@ -181,7 +186,7 @@ def prepare_no_answer(args) -> int:
     return 0
 
 
-def prepare_squad_cloze(args) -> int:
+def prepare_squad_cloze(args: argparse.Namespace) -> int:
     from rckit.data.squad_cloze import prepare_squad_cloze as build  # imports PyTorch
 
     if not args.out:
@@ -202,7 +207,7 @@ def prepare_squad_cloze(args) -> int:
     return 0
 
 
-def prepare_cloze_synthetic(args) -> int:
+def prepare_cloze_synthetic(args: argparse.Namespace) -> int:
     from rckit.data.cloze_synthetic import write_synthetic_cloze  # imports PyTorch
 
     if not args.out:

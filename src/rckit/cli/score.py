@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from rckit.evaluation.squad_metrics import score_files
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Score PREDICTIONS ({question id: answer text}) against DATASET with the official SQuAD rules. "
         "Every question of the dataset counts; a missing prediction scores 0. Prints one JSON line."
@@ -17,6 +18,6 @@ def add_arguments(p) -> None:
     p.add_argument("--version", choices=["1.1", "2.0"], help="scoring rules (default: the dataset's version field)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     print(json.dumps(score_files(args.dataset, args.predictions, args.version)))
     return 0

@@ -6,6 +6,7 @@ is the field's name with dashes, its default, help text, choices and metavar the
 
 from __future__ import annotations
 
+import argparse
 import os
 import typing
 from dataclasses import fields
@@ -13,7 +14,7 @@ from dataclasses import fields
 from rckit.serve.config import ServeConfig
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Serve a model, or several, over HTTP (POST /v1/answer, GET /v1/models); concurrent requests are batched."
     )
@@ -42,12 +43,12 @@ def add_arguments(p) -> None:
         p.add_argument(flag, type=kind, default=f.default, help=f.metadata["help"], **shown)
 
 
-def value_type(annotation) -> type:
+def value_type(annotation: object) -> type:
     """``int`` of ``int | None``; a plain type as it is."""
     return next((t for t in typing.get_args(annotation) if t is not type(None)), annotation)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from rckit.serve.app import serve  # the HTTP server (and PyTorch, for a PyTorch model): not for --help
 
     given = {f.name: vars(args)[f.name] for f in fields(ServeConfig)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from rckit.presets import data_overrides, run_configs
 from rckit.training import memory
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Train one time-boxed run per grid point (or a seeded random subset) into OUT/trial-NNN; "
         "results.md and results.png summarise them. Run it again with the same --out to resume. The "
@@ -37,7 +38,7 @@ def add_arguments(p) -> None:
     data_arguments(p)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     memory.use_huge_pages()  # before torch is imported
     from rckit.device import pick_device  # these import PyTorch: after the allocator is set
     from rckit.models import MODELS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from rckit.presets import data_overrides, run_configs, saved_configs
 from rckit.training import memory
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Train MODEL on SQuAD (or on cloze data with --cloze-data). Checkpoints, metrics.jsonl and a "
         "learning-curve plot go to --out; --resume continues a stopped run from its last checkpoint."
@@ -61,7 +62,7 @@ def add_arguments(p) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     memory.use_huge_pages()  # before torch is imported
     if args.heap_limit_mb > 0:
         memory.limit_heap_growth(int(args.heap_limit_mb * 2**20))

@@ -3,15 +3,20 @@ exported model files (:mod:`rckit.answering.verifier`, :mod:`rckit.training.veri
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rckit.cli.arguments import model_option, model_source
 from rckit.model_files.source import export_format
 
+if TYPE_CHECKING:
+    from rckit.answering.verifier import Verifier
 
-def add_arguments(p) -> None:
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Train a verifier beside a frozen span reader (SOURCE or --model NAME): it reads the reader's evidence and "
         "the question's words against the text, and says whether the text holds the answer. Trained on SQuAD v1.1 "
@@ -62,7 +67,7 @@ def _found(data_dir: str | None, given: str | None, folder: str, pattern: str) -
     return hits[0]
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from rckit.answering.verifier import Verifier
 
     if args.remove:
@@ -112,7 +117,7 @@ def run(args) -> int:
     return 0
 
 
-def put_into(files: list[str], verifier) -> None:
+def put_into(files: list[str], verifier: Verifier | None) -> None:
     """``verifier`` (None: none) into each file, the .safetensors files first, so that an ONNX file
     exported from one of them still names its digest."""
     from rckit.data.prepare import file_digest

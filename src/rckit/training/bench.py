@@ -42,6 +42,7 @@ import resource
 import statistics
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -56,17 +57,21 @@ from rckit.training.config import TrainConfig
 from rckit.training.loop import optimisation, train_step
 from rckit.training.tasks import ClozeTask, SpanTask, make_task
 
+if TYPE_CHECKING:
+    from rckit.data.cloze_data import ClozeData
+    from rckit.data.prepare import Prepared
+
 SPAN_LENGTHS = {"max_c_len": 400, "max_q_len": 50}  # the training cut of every span row
 
 
 def bench_model(
     model_name: str,
-    mcfg,
+    mcfg: Any,
     tcfg: TrainConfig,
     decode: DecodeConfig,
-    data,
-    device,
-    dtype,
+    data: Prepared | ClozeData,
+    device: torch.device | str,
+    dtype: torch.dtype | None,
     train_steps: int = 20,
     n_questions: int = 1024,
     heap_limit_mb: float = 0.0,
@@ -95,14 +100,14 @@ def bench_model(
 def bench(
     model: ReadingModel,
     task: SpanTask | ClozeTask,
-    device,
-    dtype,
-    batch_size=32,
-    train_steps=20,
-    n_questions=1024,
-    latency_questions=100,
-    warmup=3,
-    heap_limit_mb=0.0,
+    device: torch.device | str,
+    dtype: torch.dtype | None,
+    batch_size: int = 32,
+    train_steps: int = 20,
+    n_questions: int = 1024,
+    latency_questions: int = 100,
+    warmup: int = 3,
+    heap_limit_mb: float = 0.0,
     decode: DecodeConfig | None = None,
 ) -> dict:
     """Time ``model`` on ``task`` (built with ``train_split="dev"``; its ``cfg`` is the training

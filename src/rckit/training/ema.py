@@ -10,9 +10,13 @@ Only parameters are averaged; fixed buffers (the GloVe table) never change.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 class EMA:
@@ -30,7 +34,7 @@ class EMA:
         torch._foreach_lerp_(shadows, params, 1.0 - d)
 
     @contextmanager
-    def swapped_in(self, model: nn.Module):
+    def swapped_in(self, model: nn.Module) -> Iterator[nn.Module]:
         """Evaluate with the averaged weights; the training weights come back afterwards."""
         backup = {}
         with torch.no_grad():

@@ -31,10 +31,10 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -53,6 +53,11 @@ from rckit.training.config import TrainConfig
 from rckit.training.distributed import DistInfo, barrier, init_distributed, largest
 from rckit.training.ema import EMA
 from rckit.training.tasks import ClozeTask, SpanTask
+
+if TYPE_CHECKING:
+    from rckit.data.batching import Batch
+    from rckit.data.cloze import ClozeBatch
+    from rckit.data.prepare import Prepared
 
 
 def warmup_factor(step: int, warmup: int) -> float:
@@ -110,7 +115,7 @@ def amp_dtype(
     raise ValueError(f"amp must be bf16, fp32 or auto, got {cfg.amp!r}")
 
 
-def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
         return torch.optim.Adam(
             params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay
@@ -238,10 +243,10 @@ class RunState:
 
 def train(
     model_name: str,
-    model_cls,
-    model_cfg,
+    model_cls: type[ReadingModel],
+    model_cfg: Any,
     cfg: TrainConfig,
-    data,
+    data: Prepared | SpanTask | ClozeTask,
     run_dir: str | Path,
     max_steps: int | None = None,
     time_budget: float | None = None,
@@ -540,7 +545,7 @@ def write_config(run: Run) -> None:
 # ------------------------------------------------------------------------------- one step
 
 
-def training_batches(sampler: BucketBatchSampler, rows: np.ndarray, state: RunState):
+def training_batches(sampler: BucketBatchSampler, rows: np.ndarray, state: RunState) -> Iterator[np.ndarray]:
     """Training rows, batch after batch and epoch after epoch, from ``state``'s place in the epoch.
 
     The caller counts ``state.batch_in_epoch`` up after each batch; the order of an epoch is a
@@ -566,7 +571,7 @@ def train_step(
     net: torch.nn.Module,
     parts: Parts,
     task: SpanTask | ClozeTask,
-    batch,
+    batch: Batch | ClozeBatch,
     cfg: TrainConfig,
     device: torch.device,
     dtype: torch.dtype | None,
@@ -636,7 +641,7 @@ def log(run: Run, record: dict) -> None:
             fh.write(json.dumps(record) + "\n")
 
 
-def log_steps(run: Run, sums: StepSums, state: RunState, lr: float, bar) -> None:
+def log_steps(run: Run, sums: StepSums, state: RunState, lr: float, bar: tqdm | None) -> None:
     """One ``metrics.jsonl`` line of means over the steps since the last one (and the bar's postfix); the sums
     start again."""
     n_steps = run.cfg.log_every
@@ -657,7 +662,7 @@ def log_steps(run: Run, sums: StepSums, state: RunState, lr: float, bar) -> None
     sums.reset()
 
 
-def evaluate_and_keep_best(run: Run, parts: Parts, state: RunState, bar) -> dict:
+def evaluate_and_keep_best(run: Run, parts: Parts, state: RunState, bar: tqdm | None) -> dict:
     """Dev metrics with the EMA weights swapped in, logged; ``best.pt`` when the score improves."""
     with parts.ema.swapped_in(parts.model):
         result = run.task.evaluate(parts.model, parts.dev_rows, run.device, run.dtype, run.decode)
@@ -701,7 +706,7 @@ def checkpoint(run: Run, parts: Parts, state: RunState, path: Path) -> None:
     )
 
 
-def progress_bar(max_steps: int | None, initial: int):
+def progress_bar(max_steps: int | None, initial: int) -> tqdm:
     return tqdm(total=max_steps, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr)
 
 

@@ -21,11 +21,22 @@ import itertools
 import json
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
 from rckit.config import apply_overrides
 from rckit.training.loop import train
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    from rckit.answering.decoding import DecodeConfig
+    from rckit.models.contract import ReadingModel
+    from rckit.training.config import TrainConfig
+    from rckit.training.tasks import ClozeTask, SpanTask
 
 DEEP_LSTM_READER_GRID = {
     "model.hidden": [64, 128, 256],
@@ -89,19 +100,19 @@ def _apply(mcfg, tcfg, point: dict):
 
 def run_sweep(
     model_name: str,
-    model_cls,
-    mcfg,
-    tcfg,
-    make_task,
+    model_cls: type[ReadingModel],
+    mcfg: Any,
+    tcfg: TrainConfig,
+    make_task: Callable[[TrainConfig], SpanTask | ClozeTask],
     out: str | Path,
     grid: dict[str, list],
     trials: int | None,
     budget: float | None,
     max_steps: int | None,
     seed: int = 0,
-    device="cpu",
+    device: torch.device | str = "cpu",
     progress: bool = True,
-    decode=None,
+    decode: DecodeConfig | None = None,
 ) -> list[dict]:
     """Run (or resume) a sweep and return its results, best first.
 

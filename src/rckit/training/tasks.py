@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -42,8 +43,22 @@ from rckit.model_files.checkpoint import CheckpointError
 from rckit.models.losses import cloze_loss
 from rckit.training.rewards import SpanF1Reward
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
 
-def embedding_shapes(info) -> dict:
+    from rckit.answering.decoding import SpanPrediction
+    from rckit.data.batching import Batch
+    from rckit.data.cloze import ClozeBatch
+    from rckit.data.cloze_data import ClozeData
+    from rckit.data.embeddings import EmbeddingInfo
+    from rckit.data.prepare import Prepared
+    from rckit.data.split import SquadSplit
+    from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput
+    from rckit.training.config import TrainConfig
+
+
+def embedding_shapes(info: EmbeddingInfo) -> dict:
     """What a model needs to rebuild its embedding tables before loading a state dict."""
     cv = info.char_vectors
     return {
@@ -57,7 +72,7 @@ def embedding_shapes(info) -> dict:
     }
 
 
-def training_indices(split, cfg) -> np.ndarray:
+def training_indices(split: SquadSplit, cfg: TrainConfig) -> np.ndarray:
     """SQuAD examples with a usable answer inside the training context limit, and the
     unanswerable questions of SQuAD v2.0 data (nothing to cut off; a v1.1 split has none)."""
     a = split.a
@@ -87,7 +102,7 @@ class SpanTask:
     score_key = "dev_f1"
     metric_keys = ("dev_em", "dev_f1")
 
-    def __init__(self, prepared, cfg, train_split: str = "train"):
+    def __init__(self, prepared: Prepared, cfg: TrainConfig, train_split: str = "train"):
         self.prepared, self.cfg = prepared, cfg
         self.train_split, self.dev_split = prepared.split(train_split), prepared.split("dev")
         self.split_names = (train_split, "dev")
@@ -101,7 +116,7 @@ class SpanTask:
         self._dev_raw = None  # parsed on first evaluation (rank 0 only)
         self._reward = None
 
-    def model_inputs(self, contextual: tuple[str, tuple[int, ...]] | None = None):
+    def model_inputs(self, contextual: tuple[str, tuple[int, ...]] | None = None) -> EmbeddingInfo:
         info = self.prepared.embedding_info()
         if contextual is None:
             return info
@@ -122,7 +137,7 @@ class SpanTask:
             }
         return replace(info, contextual=self.contextual)
 
-    def check_model(self, model) -> None:
+    def check_model(self, model: ReadingModel) -> None:
         """Refuse to train a model that cannot abstain on data with unanswerable questions
         (their loss would be left out and the reader never learn to say "no answer")."""
         n = int((~self.train_split.a["answerable"]).sum())
@@ -137,10 +152,10 @@ class SpanTask:
         idx = np.arange(min(n, len(self.train_split)))
         return idx[self.train_split.a["y_start"][idx] >= 0]
 
-    def lengths_for_training(self, rows) -> np.ndarray:
+    def lengths_for_training(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
         return np.minimum(self.train_split.c_len[rows], self.cfg.max_c_len)
 
-    def collate(self, ids):
+    def collate(self, ids: np.ndarray | Sequence[int]) -> Batch:
         return self.train_split.collate(ids, self.cfg.max_c_len, self.cfg.max_q_len)
 
     def reward_fn(self) -> SpanF1Reward:
@@ -149,17 +164,17 @@ class SpanTask:
             self._reward = SpanF1Reward(self.train_split)
         return self._reward
 
-    def loss(self, model, out, batch) -> tuple[torch.Tensor, dict]:
+    def loss(self, model: ReadingModel, out: SpanOutput, batch: Batch) -> tuple[torch.Tensor, dict]:
         loss = model.loss(out, batch, reward_fn=self.reward_fn() if model.uses_reward else None)
         return loss, model.loss_terms
 
-    def eval_lengths(self, rows) -> np.ndarray:
+    def eval_lengths(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
         return self.dev_split.c_len[rows]
 
-    def eval_batch(self, rows):
+    def eval_batch(self, rows: np.ndarray | Sequence[int]) -> Batch:
         return self.dev_split.collate(rows)  # whole contexts
 
-    def decode(self, out, batch, decode: DecodeConfig):
+    def decode(self, out: SpanOutput, batch: Batch, decode: DecodeConfig) -> SpanPrediction:
         return best_spans(
             out.start_logits.float().cpu().numpy(),
             out.end_logits.float().cpu().numpy(),
@@ -167,7 +182,14 @@ class SpanTask:
             decode.max_answer_len,
         )
 
-    def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
+    def evaluate(
+        self,
+        model: ReadingModel,
+        rows: np.ndarray | Sequence[int],
+        device: torch.device | str,
+        dtype: torch.dtype | None,
+        decode: DecodeConfig | None = None,
+    ) -> dict:
         """Official EM/F1 on ``rows`` of the dev file. A model that can abstain, evaluated on a
         v2.0 file (the tuning slice), is scored at the no-answer threshold that maximises F1 on
         those rows, returned as ``no_answer_threshold`` (the loop saves it with ``best.pt``)."""
@@ -180,7 +202,14 @@ class SpanTask:
         per_q = per_question_scores(self._dev_raw, preds, self.dev_version)
         return dev_metrics([per_q[self.dev_split.qids[i]] for i in rows])
 
-    def evaluate_with_threshold(self, model, rows, device, dtype, decode: DecodeConfig) -> dict:
+    def evaluate_with_threshold(
+        self,
+        model: ReadingModel,
+        rows: np.ndarray | Sequence[int],
+        device: torch.device | str,
+        dtype: torch.dtype | None,
+        decode: DecodeConfig,
+    ) -> dict:
         margins: dict[str, float] = {}
         spans = predict_split(
             model, self.dev_split, rows, 32, replace(decode, no_answer_threshold=math.inf), device, dtype, None, margins
@@ -203,11 +232,11 @@ class SpanTask:
             },
         }
 
-    def check_resume(self, ckpt: dict, path) -> None:
+    def check_resume(self, ckpt: dict, path: str | Path) -> None:
         if ckpt["vocab"]["words"] != self.prepared.vocabs.words.itos:
             raise CheckpointError(f"{path}: vocabulary differs from the prepared data; refusing to load its weights")
 
-    def weights_from(self, state: dict, vocab: dict, model: torch.nn.Module, path) -> tuple[dict, dict]:
+    def weights_from(self, state: dict, vocab: dict, model: torch.nn.Module, path: str | Path) -> tuple[dict, dict]:
         """Another run's model weights ``state``, over its vocabularies ``vocab`` (as
         :meth:`Vocabularies.to_json`), fitted to this data's: each row of a word table
         (:class:`PartiallyFrozenEmbedding`, trained and fixed rows alike) or character table
@@ -253,7 +282,7 @@ class ClozeTask:
     score_key = "dev_acc"
     metric_keys = ("dev_acc",)
 
-    def __init__(self, data, cfg, train_split: str = "train"):
+    def __init__(self, data: ClozeData, cfg: TrainConfig, train_split: str = "train"):
         self.data, self.cfg = data, cfg
         self.train_split = data.dev if train_split == "dev" else data.train
         self.dev_split = data.dev
@@ -262,7 +291,7 @@ class ClozeTask:
         self.n_dev = len(self.dev_split)
         self.copy_on = False  # the engine sets it for the steps before train.copy_steps
 
-    def model_inputs(self, contextual=None):
+    def model_inputs(self, contextual: tuple[str, tuple[int, ...]] | None = None) -> EmbeddingInfo:
         if contextual is not None:
             raise ValueError("contextual states are for span models on SQuAD; cloze documents are anonymised")
         return self.data.embedding_info()
@@ -271,20 +300,20 @@ class ClozeTask:
         """The first ``n`` rows of the training split (every answer is an entity of its document)."""
         return np.arange(min(n, len(self.train_split)))
 
-    def lengths_for_training(self, rows) -> np.ndarray:
+    def lengths_for_training(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
         return np.minimum(np.asarray(self.train_split.lengths)[rows], self.cfg.max_c_len + self.cfg.max_q_len)
 
-    def check_model(self, model) -> None:
+    def check_model(self, model: ReadingModel) -> None:
         """Cloze data always has an answer among the candidates: nothing to check."""
 
-    def collate(self, ids):
+    def collate(self, ids: np.ndarray | Sequence[int]) -> ClozeBatch:
         batch = self.train_split.collate(ids, self.cfg.max_c_len)
         # torch's generator: its state is in every checkpoint, so a resumed run draws the same numbers
         if self.cfg.renumber_entities:
             batch = renumber_entities(batch)
         return with_copy_positions(batch) if self.copy_on else batch
 
-    def loss(self, model, out, batch) -> tuple[torch.Tensor, dict]:
+    def loss(self, model: ReadingModel, out: ClozeOutput, batch: ClozeBatch) -> tuple[torch.Tensor, dict]:
         """The model's loss (cross-entropy of the answer); while the copy task runs, plus
         ``copy_weight`` times its cross-entropy (the entity at ``batch.copy_at``), both logged."""
         loss = model.loss(out, batch)
@@ -299,16 +328,23 @@ class ClozeTask:
         copy = cloze_loss(out.copy_logits, target, valid)
         return loss + self.cfg.copy_weight * copy, {"answer": loss.detach(), "copy": copy.detach()}
 
-    def eval_lengths(self, rows) -> np.ndarray:
+    def eval_lengths(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
         return np.asarray(self.dev_split.lengths)[rows]
 
-    def eval_batch(self, rows):
+    def eval_batch(self, rows: np.ndarray | Sequence[int]) -> ClozeBatch:
         return self.dev_split.collate(rows)  # whole documents
 
-    def decode(self, out, batch, decode: DecodeConfig | None = None):
+    def decode(self, out: ClozeOutput, batch: ClozeBatch, decode: DecodeConfig | None = None) -> torch.Tensor:
         return out.logits.float().argmax(-1)  # (B,) entity numbers; non-candidates sit at the bottom
 
-    def evaluate(self, model, rows, device, dtype, decode: DecodeConfig | None = None) -> dict:
+    def evaluate(
+        self,
+        model: ReadingModel,
+        rows: np.ndarray | Sequence[int],
+        device: torch.device | str,
+        dtype: torch.dtype | None,
+        decode: DecodeConfig | None = None,
+    ) -> dict:
         pred = predict(model, self.dev_split, rows, 64, device, dtype, decode)
         gold = self.dev_split.a["answer"][np.asarray(rows)]
         return {"dev_acc": 100.0 * float((pred == gold).mean()), "dev_questions": len(rows)}
@@ -321,11 +357,11 @@ class ClozeTask:
             "data": self.data.describe(),
         }
 
-    def check_resume(self, ckpt: dict, path) -> None:
+    def check_resume(self, ckpt: dict, path: str | Path) -> None:
         if ckpt["vocab"] != self.data.vocab_json():
             raise CheckpointError(f"{path}: vocabulary differs from the cloze data; refusing to load its weights")
 
-    def weights_from(self, state: dict, vocab: dict, model: torch.nn.Module, path) -> tuple[dict, dict]:
+    def weights_from(self, state: dict, vocab: dict, model: torch.nn.Module, path: str | Path) -> tuple[dict, dict]:
         """Another run's weights, refused unless its vocabulary is this data's."""
         self.check_resume({"vocab": vocab}, path)
         return state, {}
@@ -334,7 +370,9 @@ class ClozeTask:
         return self.data.describe()
 
 
-def make_task(kind: str, data, cfg, train_split: str = "train") -> SpanTask | ClozeTask:
+def make_task(
+    kind: str, data: Prepared | ClozeData, cfg: TrainConfig, train_split: str = "train"
+) -> SpanTask | ClozeTask:
     """The task of a model's ``task_of(config)``: ``data`` is prepared SQuAD or ``ClozeData``."""
     tasks = {"span": SpanTask, "cloze": ClozeTask}
     if kind not in tasks:

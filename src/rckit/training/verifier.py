@@ -37,6 +37,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -55,6 +56,9 @@ from rckit.answering.verifier import (
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json, normalize_answer
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, per_question_scores, score_predictions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 # (hidden units, weight of a written unanswerable question): the forms compared on the tuning quarter.
 FORMS = ((0, 1.0), (0, 10.0), (0, 30.0), (16, 30.0), (32, 10.0), (32, 30.0))
@@ -144,7 +148,9 @@ def tuning_pairs(v2_dev: dict) -> tuple[list[Pair], dict]:
     return pairs, {"version": "v2.0", "data": tune}
 
 
-def read_features(reader: Reader, pairs: list[Pair], progress=None) -> tuple[np.ndarray, list[str]]:
+def read_features(
+    reader: Reader, pairs: list[Pair], progress: Callable[[int], object] | None = None
+) -> tuple[np.ndarray, list[str]]:
     """(features (n, len(FEATURES)), best span text) of each pair, read as the reader answers
     (windows of its length), the reader's evidence collected without a verifier."""
     xs, texts = [], []
@@ -161,7 +167,7 @@ def read_features(reader: Reader, pairs: list[Pair], progress=None) -> tuple[np.
 
 
 def cached_features(
-    reader: Reader, pairs: list[Pair], cache: Path | None, progress=None
+    reader: Reader, pairs: list[Pair], cache: Path | None, progress: Callable[[int], object] | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """:func:`read_features`, kept in ``cache`` (an ``.npz`` named by the reader's file and the
     pairs) so that comparing forms again does not read again."""
@@ -266,7 +272,9 @@ def keeping(
     return 0.0
 
 
-def curve(verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, more=()) -> list[dict]:
+def curve(
+    verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, more: Iterable[float] = ()
+) -> list[dict]:
     """The tuning quarter's official figures at thresholds 0.1 ... 0.9, the verifier's own and
     ``more``: the trade a person makes with it."""
     thresholds = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, *more)
@@ -289,8 +297,8 @@ def train_verifier(
     per_kind: int = 10_000,
     seed: int = 0,
     cache: str | Path | None = None,
-    forms=FORMS,
-    log=print,
+    forms: Iterable[tuple[int, float]] = FORMS,
+    log: Callable[[str], object] = print,
     dev_answerable: bool = True,
 ) -> tuple[Verifier, dict]:
     """The verifier of ``reader`` (module docstring), and a report of every form compared."""
