@@ -13,6 +13,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 NEEDS = {
     "realdata": "the real SQuAD files in ../shared/data (clone the project beside ../shared)",
     "browser": "headless Chromium and its driver (as root: apt-get install -y chromium chromium-driver)",
+    "spacy": "spaCy and an English pipeline (pip install -e '.[test]', which has rckit[unanswerable])",
 }
 
 

@@ -1,0 +1,109 @@
+"""Unanswerable questions made by rule (issue 52): each rule on hand-made sentences makes a
+question that differs from its source and keeps the source's answer as plausible; a missing
+library skips its rule with a note; the same seed makes the same questions."""
+
+import pytest
+
+from rckit.data import unanswerable as U
+from rckit.data.squad import read_squad
+from tests.conftest import need, write_json
+
+P0 = (
+    "The Denver Broncos defeated the Carolina Panthers in Super Bowl 50, played in 2016 at Levi's Stadium in "
+    "Santa Clara. Peyton Manning was the quarterback of the Broncos."
+)
+PANTHERS = {"text": "the Carolina Panthers", "answer_start": 28}
+ARTICLE = {
+    "title": "Super Bowl",
+    "paragraphs": [
+        {
+            "context": P0,
+            "qas": [
+                {"id": "q1", "question": "Which team was defeated by the Broncos in 2016?", "answers": [PANTHERS]},
+                {
+                    "id": "q2",
+                    "question": "Who was the quarterback of the Broncos?",
+                    "answers": [{"text": "Peyton Manning", "answer_start": 117}],
+                },
+                {"id": "q3", "question": "Which team did not win Super Bowl 50?", "answers": [PANTHERS]},
+                {"id": "q4", "question": "Which team did the Broncos beat in Santa Clara?", "answers": [PANTHERS]},
+            ],
+        },
+        {
+            "context": "Super Bowl 51 was won by the New England Patriots in 2017 in Houston, with Tom Brady named "
+            "the most valuable player.",
+            "qas": [],
+        },
+        {
+            "context": "The Panthers had beaten the Arizona Cardinals to reach the final, their second Super Bowl.",
+            "qas": [],
+        },
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    pipeline, why = U.load_pipeline()
+    need("spacy", pipeline is not None, why or "")
+    return pipeline
+
+
+def made(nlp, rules, seed=0):
+    return U.make_unanswerable([ARTICLE], seed=seed, rules=rules, nlp=nlp)
+
+
+def by_source(out, source):
+    return {m.rule: m for m in out.made if m.source == source}
+
+
+def test_the_article_is_what_the_tests_say():
+    for p in ARTICLE["paragraphs"]:
+        for qa in p["qas"]:
+            a = qa["answers"][0]
+            assert p["context"][a["answer_start"] :].startswith(a["text"])
+
+
+def test_entity_swap_names_another_entity_of_the_article_absent_from_the_paragraph(nlp):
+    m = by_source(made(nlp, ["entity_swap"]), "q4")["entity_swap"]
+    # "Santa Clara" (a place) -> Houston: the article's other place, Denver, is named in the paragraph
+    assert m.question == "Which team did the Broncos beat in Houston?"
+    assert m.context == P0 and m.plausible == [PANTHERS]
+
+
+def test_number_swap_changes_the_year_to_one_the_paragraph_does_not_hold(nlp):
+    m = by_source(made(nlp, ["number_swap"]), "q1")["number_swap"]
+    assert m.question == "Which team was defeated by the Broncos in 2017?" and m.plausible == [PANTHERS]
+
+
+def test_negation_goes_in_before_the_verb_or_after_a_copula_and_comes_out(nlp):
+    out = made(nlp, ["negation"])
+    assert by_source(out, "q1")["negation"].question == "Which team was not defeated by the Broncos in 2016?"
+    assert by_source(out, "q2")["negation"].question == "Who was not the quarterback of the Broncos?"
+    assert by_source(out, "q3")["negation"].question == "Which team did win Super Bowl 50?"
+    assert by_source(out, "q4")["negation"].question == "Which team did the Broncos not beat in Santa Clara?"
+    assert all(m.plausible and m.context == P0 for m in out.made)
+
+
+def test_other_paragraph_asks_the_nearest_paragraph_without_the_answer():
+    out = U.make_unanswerable([ARTICLE], rules=["other_paragraph"])  # needs no spaCy
+    m = by_source(out, "q2")["other_paragraph"]
+    assert m.question == "Who was the quarterback of the Broncos?"
+    assert m.context != P0 and "Peyton Manning" not in m.context and m.plausible == []
+
+
+def test_a_missing_library_skips_its_rules_with_a_note(monkeypatch):
+    monkeypatch.setattr(U, "load_pipeline", lambda: (None, "no spaCy English pipeline is installed"))
+    out = U.make_unanswerable([ARTICLE])
+    assert {m.rule for m in out.made} == {"other_paragraph"}
+    assert any("skipped entity_swap, number_swap, negation: no spaCy" in n for n in out.notes)
+    assert any(n.startswith("skipped antonym") for n in out.notes)
+    assert out.counts()["entity_swap"] == 0 and set(out.tried) == {"other_paragraph"}
+
+
+def test_seeded_output_is_identical_twice_and_reads_as_squad_v2(nlp, tmp_path):
+    first, again = made(nlp, U.RULES, seed=3), made(nlp, U.RULES, seed=3)
+    assert first.squad() == again.squad() and len(first.made) >= 7
+    ds = read_squad(write_json(tmp_path / "made.json", first.squad()))
+    assert ds.report.version == "2.0" and len(ds.examples) == len(first.made)
+    assert all(not e.answers for e in ds.examples)
