@@ -2,6 +2,8 @@
 question that differs from its source and keeps the source's answer as plausible; a missing
 library skips its rule with a note; the same seed makes the same questions."""
 
+import json
+
 import pytest
 
 from rckit.data import unanswerable as U
@@ -27,6 +29,11 @@ ARTICLE = {
                 },
                 {"id": "q3", "question": "Which team did not win Super Bowl 50?", "answers": [PANTHERS]},
                 {"id": "q4", "question": "Which team did the Broncos beat in Santa Clara?", "answers": [PANTHERS]},
+                {
+                    "id": "q5",
+                    "question": "In what year did the Broncos win this game?",
+                    "answers": [{"text": "2016", "answer_start": 78}],
+                },
             ],
         },
         {
@@ -76,6 +83,11 @@ def test_number_swap_changes_the_year_to_one_the_paragraph_does_not_hold(nlp):
     assert m.question == "Which team was defeated by the Broncos in 2017?" and m.plausible == [PANTHERS]
 
 
+def test_the_words_a_question_asks_with_are_not_swapped(nlp):
+    out = made(nlp, ["number_swap", "entity_swap"])
+    assert by_source(out, "q5") == {}  # "what year" and "this game" are how it asks, not what it states
+
+
 def test_negation_goes_in_before_the_verb_or_after_a_copula_and_comes_out(nlp):
     out = made(nlp, ["negation"])
     assert by_source(out, "q1")["negation"].question == "Which team was not defeated by the Broncos in 2016?"
@@ -107,3 +119,18 @@ def test_seeded_output_is_identical_twice_and_reads_as_squad_v2(nlp, tmp_path):
     ds = read_squad(write_json(tmp_path / "made.json", first.squad()))
     assert ds.report.version == "2.0" and len(ds.examples) == len(first.made)
     assert all(not e.answers for e in ds.examples)
+
+
+def test_rckit_prepare_squad_unanswerable_writes_the_set_and_its_report(nlp, tmp_path, capsys):
+    from rckit.cli import main
+
+    train = write_json(tmp_path / "train-v1.1.json", {"version": "1.1", "data": [ARTICLE]})
+    out = tmp_path / "made"
+    args = ["prepare", "squad-unanswerable", "--train", str(train), "--out", str(out), "--no-progress", "--seed", "3"]
+    assert main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["made"] == made(nlp, U.RULES, seed=3).counts() and report["tried"]["negation"] == 5
+    assert "negation: 5 made of 5 questions tried" in capsys.readouterr().out
+    assert read_squad(out / "made.json").report.version == "2.0"
+    assert main([*args[:-2], "--rules", "entity_swap,guess"]) == 2
+    assert "--rules: unknown guess" in capsys.readouterr().err

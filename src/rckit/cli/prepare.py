@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from rckit.cli.arguments import data_arguments, data_source
 from rckit.data.no_answer import build_no_answer_data
 from rckit.data.sources import prepare_data, squad_files
+from rckit.data.unanswerable import RULES as UNANSWERABLE_RULES
 
 if TYPE_CHECKING:
     from rckit.data.prepare import Prepared
@@ -25,10 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "dataset",
-        choices=["squad", "squad-no-answer", "squad-cloze", "cloze-synthetic"],
+        choices=["squad", "squad-no-answer", "squad-unanswerable", "squad-cloze", "cloze-synthetic"],
         help="squad: the SQuAD cache; squad-no-answer: SQuAD v2.0 training, tuning and evaluation files "
         "(v1.1 train with unanswerable pairs made from it, v2.0 dev split by article position; --train is "
-        "v1.1 train, --dev v2.0 dev); squad-cloze: an entity-anonymised cloze set from SQuAD v1.1; "
+        "v1.1 train, --dev v2.0 dev); squad-unanswerable: unanswerable questions made by rule from SQuAD "
+        "v1.1 train's answerable ones (entity and number swaps, negation, the nearest other paragraph; "
+        "docs/no-answer.md; pip install 'rckit[unanswerable]'); squad-cloze: an entity-anonymised cloze set "
+        "from SQuAD v1.1; "
         "cloze-synthetic: a small generated cloze task (find the entity after the query's marker word)",
     )
     data_arguments(p)
@@ -83,6 +87,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="L,L",
         help="squad --contextual: the encoder's layers kept, as the model's contextual_layers (default 4,6)",
     )
+    p.add_argument(
+        "--rules",
+        default=",".join(UNANSWERABLE_RULES),
+        metavar="RULE,RULE",
+        help=f"squad-unanswerable: the rules tried on each question (default {','.join(UNANSWERABLE_RULES)})",
+    )
+    p.add_argument("--no-progress", action="store_true", help="squad-unanswerable: no progress bar")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
     p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
     p.add_argument("--json", action="store_true", help="print the full summary as JSON")
@@ -95,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return prepare_no_answer(args)
     if args.dataset == "cloze-synthetic":
         return prepare_cloze_synthetic(args)
+    if args.dataset == "squad-unanswerable":
+        return prepare_unanswerable(args)
     t0 = time.perf_counter()
     prepared = prepare_data(data_source(args), args.set, args.out, rebuild=args.rebuild)
     if args.contextual:
@@ -183,6 +196,57 @@ def prepare_no_answer(args: argparse.Namespace) -> int:
             f"{r['unanswerable']} unanswerable"
         )
     print(f"  details: {Path(args.out) / 'report.json'}")
+    return 0
+
+
+def prepare_unanswerable(args: argparse.Namespace) -> int:
+    """``rckit prepare squad-unanswerable``: ``OUT/made.json`` (SQuAD v2.0) and ``OUT/report.json``."""
+    from tqdm import tqdm
+
+    from rckit.data.squad import load_json, read_squad
+    from rckit.data.unanswerable import make_unanswerable
+
+    if not args.out:
+        raise ValueError("squad-unanswerable needs --out DIR")
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()]
+    unknown = sorted(set(rules) - set(UNANSWERABLE_RULES))
+    if unknown:
+        raise ValueError(f"--rules: unknown {', '.join(unknown)} (known: {', '.join(UNANSWERABLE_RULES)})")
+    if args.train:
+        train = Path(args.train)
+    else:  # only train is read: its file alone is looked for
+        from rckit.data.download import resolve_squad_files
+
+        train = resolve_squad_files("1.1", data_dir=args.data_dir, cache_dir=args.cache_dir, splits=("train",))["train"]
+    read_squad(train)  # a broken file is named here, before any work
+    articles = load_json(train)["data"]
+    t0 = time.perf_counter()
+    total = sum(len(a["paragraphs"]) for a in articles)
+    with tqdm(total=total, unit="paragraph", disable=args.no_progress, desc="making questions") as bar:
+        made = make_unanswerable(articles, seed=args.seed, rules=rules, progress=bar.update)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "made.json.tmp"
+    tmp.write_text(json.dumps(made.squad(), ensure_ascii=False), encoding="utf-8")
+    tmp.replace(out / "made.json")
+    report = {
+        "source": str(train),
+        "seed": args.seed,
+        "made": made.counts(),
+        "tried": made.tried,
+        "notes": made.notes,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"squad-unanswerable written to {out / 'made.json'} in {report['seconds']}s")
+    for rule, n in made.counts().items():
+        if rule in made.tried:
+            print(f"  {rule}: {n} made of {made.tried[rule]} questions tried")
+    for note in made.notes:
+        print(f"  {note}")
     return 0
 
 

