@@ -36,6 +36,15 @@ def shared_data_present() -> bool:
     return (SHARED / "squad-v1.1" / "dev-v1.1.json.gz").is_file()
 
 
+def spacy_present() -> bool:
+    """spaCy and one of the English pipelines rckit.data.unanswerable loads, installed (not imported)."""
+    from importlib.util import find_spec
+
+    from rckit.data.unanswerable import PIPELINES
+
+    return find_spec("spacy") is not None and any(find_spec(p) is not None for p in PIPELINES)
+
+
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
@@ -48,7 +57,7 @@ def chromium() -> str | None:
 def pytest_collection_modifyitems(items):
     """A test that reads ../shared/data through the fixture is a ``realdata`` test. Tests whose
     resource is missing (and not required) are skipped here, before their fixtures are built."""
-    present = {"realdata": shared_data_present(), "browser": chromium() is not None}
+    present = {"realdata": shared_data_present(), "browser": chromium() is not None, "spacy": spacy_present()}
     for item in items:
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.realdata)

@@ -57,7 +57,8 @@ def adapt(model: str, n: int | None, args) -> dict:
 
 
 def predictions(model_file: str, data: Path, out: Path) -> dict:
-    """Every question of ``data`` answered by ``model_file`` (``rckit evaluate --out``), kept in ``out``."""
+    """Every question of ``data`` answered by ``model_file``: ``out`` as ``rckit adapt`` wrote it (runs made before it
+    wrote them: ``rckit evaluate --out``)."""
     if not out.exists():
         subprocess.run(
             [
@@ -125,8 +126,9 @@ def main() -> None:
     results = {"model": args.model, "runs": []}
     for n in (int(s) for s in args.sizes.split(",")):
         r = adapt(args.model, n or None, args)
-        before = predictions(r["model"], args.dev, args.out / "dev-before.json")
-        after = predictions(r["model_file"], args.dev, Path(r["model_file"]).with_name("dev-predictions.json"))
+        run = Path(r["model_file"]).parent  # rckit adapt keeps each question's answer before and after there
+        before = predictions(r["model"], args.dev, run / "dev-before.json")
+        after = predictions(r["model_file"], args.dev, run / "dev-predictions.json")
         results["runs"].append(
             {
                 "gain_95": gain_interval(before, after, args.dev),

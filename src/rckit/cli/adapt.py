@@ -5,7 +5,8 @@ questions are mixed into train (:mod:`rckit.data.adapt`); the vocabulary is the 
 the new words' GloVe rows added; the model's weights start a short run at a low learning rate
 (:mod:`rckit.training.adapt`), the best epoch on the user's dev is exported to
 ``OUT/model.safetensors``, and the dev F1 before and after is printed and kept in
-``OUT/adapt.json`` (and in the file, for ``rckit models``). A killed run goes on with ``--resume``.
+``OUT/adapt.json`` (and in the file, for ``rckit models``), each question's answer before and after in
+``OUT/dev-before.json`` and ``OUT/dev-predictions.json``. A killed run goes on with ``--resume``.
 """
 
 from __future__ import annotations
@@ -145,11 +146,10 @@ def run(args: argparse.Namespace) -> int:
     )
     device = pick_device(args.device)
 
-    def dev_f1(model_file) -> dict:  # every question answered: the labels are answerable
-        r = evaluate(model_file, files.dev, always_answer=True, device=device, progress=progress)
-        return {"exact_match": r["exact_match"], "f1": r["f1"]}
+    def dev_scores(model_file: Path, predictions: Path) -> dict:  # every question answered: labels have answers
+        return evaluate(model_file, files.dev, always_answer=True, device=device, progress=progress, out=predictions)
 
-    before = dev_f1(source)
+    before = dev_scores(source, out / "dev-before.json")
     summary = train(
         meta["model"],
         model_cls,
@@ -166,8 +166,8 @@ def run(args: argparse.Namespace) -> int:
     )
     model_file = out / "model.safetensors"
     export_run(run_dir, model_file)
-    after = dev_f1(model_file)
-    record_score(model_file, files.dev, {**after, "total": c["dev_questions"]})
+    after = dev_scores(model_file, out / "dev-predictions.json")
+    record_score(model_file, files.dev, after)
     report = {
         "model": str(source),
         "labels": str(args.labels),
@@ -175,8 +175,8 @@ def run(args: argparse.Namespace) -> int:
         "epochs": args.epochs,
         "steps": summary["steps"],
         "lr": tcfg.lr,
-        "dev_before": before,
-        "dev_after": after,
+        "dev_before": {k: before[k] for k in ("exact_match", "f1")},
+        "dev_after": {k: after[k] for k in ("exact_match", "f1")},
         "model_file": str(model_file),
         "seconds": round(time.perf_counter() - t0, 1),
     }
