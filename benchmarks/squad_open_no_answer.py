@@ -37,7 +37,7 @@ from rckit.data.squad import load_json
 from rckit.evaluation.squad_metrics import score_predictions
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, rank
 from rckit.retrieval.store import PassageStore
-from rckit.retrieval.verifier_training import read_questions
+from rckit.training.collection_verifier import read_questions
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 

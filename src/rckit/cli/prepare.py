@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,6 +94,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="RULE,RULE",
         help=f"squad-unanswerable: the rules tried on each question (default {','.join(UNANSWERABLE_RULES)})",
     )
+    p.add_argument(
+        "--articles",
+        type=int,
+        metavar="N",
+        help="squad-unanswerable: make questions from a seeded random N of the training articles (default all)",
+    )
+    p.add_argument(
+        "--filter-with",
+        metavar="MODEL",
+        help="squad-unanswerable: keep only the made questions this reader (an installed name, a run or a file; "
+        "read always answering) still answers with confidence -- adversarial filtering",
+    )
+    p.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.3,
+        metavar="P",
+        help="squad-unanswerable --filter-with: the best span's probability a kept question needs (default 0.3)",
+    )
+    p.add_argument(
+        "--features-cache",
+        metavar="DIR",
+        help="squad-unanswerable --filter-with: keep the reader's features of each question here "
+        "(rckit verifier --cache DIR then does not read them again; a killed filter goes on)",
+    )
+    p.add_argument("--device", default="cpu", help="squad-unanswerable --filter-with: where the reader runs")
     p.add_argument("--no-progress", action="store_true", help="squad-unanswerable: no progress bar")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
     p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
@@ -218,12 +245,32 @@ def prepare_unanswerable(args: argparse.Namespace) -> int:
         from rckit.data.download import resolve_squad_files
 
         train = resolve_squad_files("1.1", data_dir=args.data_dir, cache_dir=args.cache_dir, splits=("train",))["train"]
+    if args.min_confidence is not None and not 0.0 <= args.min_confidence <= 1.0:
+        raise ValueError(f"--min-confidence {args.min_confidence}: a probability, 0 to 1")
+    reader = None
+    if args.filter_with:  # loaded first: a wrong name fails before the making
+        from rckit.answering.reader import Reader
+
+        reader = Reader.load(args.filter_with, args.device, always_answer=True)
     read_squad(train)  # a broken file is named here, before any work
     articles = load_json(train)["data"]
+    if args.articles is not None:
+        if args.articles < 1:
+            raise ValueError(f"--articles {args.articles}: at least 1")
+        chosen = sorted(random.Random(args.seed).sample(range(len(articles)), min(args.articles, len(articles))))
+        articles = [articles[i] for i in chosen]
     t0 = time.perf_counter()
     total = sum(len(a["paragraphs"]) for a in articles)
     with tqdm(total=total, unit="paragraph", disable=args.no_progress, desc="making questions") as bar:
         made = make_unanswerable(articles, seed=args.seed, rules=rules, progress=bar.update)
+    counts = made.counts()
+    filtered = None
+    if reader is not None:
+        from rckit.training.made_filter import adversarial_filter, reader_confidences
+
+        with tqdm(total=len(made.made), unit="question", disable=args.no_progress, desc="reading them") as bar:
+            confidence = reader_confidences(reader, made, args.features_cache, progress=bar.update)
+        filtered = adversarial_filter(made, confidence, args.min_confidence, Path(reader.info["source"]).name)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "made.json.tmp"
@@ -232,7 +279,10 @@ def prepare_unanswerable(args: argparse.Namespace) -> int:
     report = {
         "source": str(train),
         "seed": args.seed,
-        "made": made.counts(),
+        "articles": len(articles),
+        "made": counts,
+        "kept": made.counts(),
+        "filtered": filtered,
         "tried": made.tried,
         "notes": made.notes,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -242,9 +292,12 @@ def prepare_unanswerable(args: argparse.Namespace) -> int:
         print(json.dumps(report))
         return 0
     print(f"squad-unanswerable written to {out / 'made.json'} in {report['seconds']}s")
-    for rule, n in made.counts().items():
+    for rule, n in counts.items():
         if rule in made.tried:
-            print(f"  {rule}: {n} made of {made.tried[rule]} questions tried")
+            kept = f", {report['kept'][rule]} kept by {filtered['reader']}" if filtered else ""
+            print(f"  {rule}: {n} made of {made.tried[rule]} questions tried{kept}")
+    if filtered:
+        print(f"  kept: the reader's best span at probability >= {args.min_confidence} (adversarial filter)")
     for note in made.notes:
         print(f"  {note}")
     return 0

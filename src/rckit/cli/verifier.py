@@ -20,10 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Train a verifier beside a frozen span reader (SOURCE or --model NAME): it reads the reader's evidence and "
         "the question's words against the text, and says whether the text holds the answer. Trained on SQuAD v1.1 "
-        "train, pairs made from it and the training quarter of SQuAD v2.0 dev; its threshold is chosen on the "
-        "tuning quarter; the evaluation half (odd articles) is never read. --into puts it into exported model files "
-        "(.safetensors, .onnx), which then abstain by default. --from puts a saved verifier into files; --remove takes "
-        "it out."
+        "train, pairs made from it (and, with --made, questions made by rule), the training quarter of SQuAD "
+        "v2.0 dev; its threshold is the tuning quarter's best F1; the evaluation half (odd articles) is never read. "
+        "--into puts it into exported model files (.safetensors, .onnx), which then abstain by default. --from puts "
+        "a saved verifier into files; --remove takes it out."
     )
     p.add_argument("run", nargs="?", metavar="SOURCE", help="the reader: a run, an exported file, or an installed name")
     model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
@@ -40,6 +40,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=10_000,
         metavar="N",
         help="answerable questions, and pairs of each made kind, drawn from v1.1 train (default 10000)",
+    )
+    p.add_argument(
+        "--made",
+        metavar="MADE.json",
+        help="unanswerable questions made by rule (rckit prepare squad-unanswerable) to train on besides, "
+        "up to --per-kind of each rule",
+    )
+    p.add_argument(
+        "--default-threshold",
+        choices=["best-f1", "keep"],
+        default="best-f1",
+        help="the threshold the verifier carries: the tuning quarter's best F1 (default), or the lowest that "
+        "keeps 98%% of the answers' F1 there (abstains less)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", metavar="DIR", help="keep the reader's features here, for another training")
@@ -90,11 +103,19 @@ def run(args: argparse.Namespace) -> int:
         v2_dev = _found(args.data_dir, args.v2_dev, "squad-v2.0", "dev-v2.0*.json*")
         reader = Reader.load(source, args.device, always_answer=True)
         verifier, report = train_verifier(
-            reader, train, v2_dev, args.per_kind, args.seed, args.cache, log=lambda m: print(m, file=sys.stderr)
+            reader,
+            train,
+            v2_dev,
+            args.per_kind,
+            args.seed,
+            args.cache,
+            log=lambda m: print(m, file=sys.stderr),
+            made=args.made,
+            default=args.default_threshold.replace("-", "_"),
         )
         print(json.dumps({k: report[k] for k in ("form", "trained_on", "tuning", "ablations")}))
         if args.collection:
-            from rckit.retrieval.verifier_training import train_collection_verifier
+            from rckit.training.collection_verifier import train_collection_verifier
 
             asking = Reader(
                 reader.model,

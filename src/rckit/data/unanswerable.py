@@ -66,6 +66,7 @@ class Made:
     context: str
     question: str
     plausible: list[dict]  # the source's answers (text, answer_start); none for other_paragraph
+    confidence: float | None = None  # the filtering reader's best-span probability, where one filtered
 
 
 @dataclass
@@ -93,6 +94,8 @@ class MadeSet:
                 "rule": m.rule,
                 "source": m.source,
             }
+            if m.confidence is not None:
+                qa["reader_confidence"] = m.confidence
             articles.setdefault(m.title, {}).setdefault(m.context, []).append(qa)
         return {
             "version": "v2.0",

@@ -10,6 +10,10 @@ positions, is never read here):
   holds none of its answers, the one sharing the most words with it (same topic, the hardest
   such pair), and beside the paragraph of other articles that shares the most words with it
   (what a retriever would bring back from a collection without the answer);
+- **made by rule** (``--made``, :mod:`rckit.data.unanswerable`): v1.1 train questions changed so
+  that their paragraph no longer answers them (an entity or number swapped, a negation put in or
+  taken out, asked of the nearest other paragraph), kept where the reader still answered them
+  with confidence (:mod:`rckit.training.made_filter`);
 - **the v2.0 dev training quarter** (positions 0, 4, 8, ...): its 1,458 written unanswerable
   questions, the only ones like SQuAD 2.0's, and (``dev_answerable``, the default) its 1,462
   answerable ones beside the same paragraphs, each weighed ``written_weight`` times. The
@@ -18,15 +22,15 @@ positions, is never read here):
   question (tuning F1 56.75 without them, 57.6 with). They are v1.1 dev questions, so v1.1 dev
   figures are given with and without them (RESULTS.md).
 
-Every candidate form (:data:`FORMS`: logistic regression, and one hidden layer of 32 or 64
+Every candidate form (:data:`FORMS`: logistic regression, and one hidden layer of 16 or 32
 ReLUs, each at some weights of the written questions) is trained on the same features and
 judged on the **tuning quarter** of v2.0 dev (positions 2, 6, ...: real written unanswerable
 questions and answerable ones the reader never saw) by the official v2.0 F1 at its best
-threshold. The winner's default threshold is the lowest that keeps 98 % of the answers' F1 on
-that quarter (:func:`keeping`): the tuning quarter is half unanswerable, a person's questions
-mostly are not, and its best-F1 threshold turns away about half of the answers (recorded, with
-the quarter's curve, for those who want it: ``--no-answer-threshold``). The features of each pair are computed once and
-may be kept in a cache file (they depend on the reader and the data only).
+threshold. The winner carries that best-F1 threshold by default; the lowest threshold that keeps
+98 % of the answers' F1 on the quarter (:func:`keeping`, the default before the made questions:
+it abstains far less) is recorded beside it with the quarter's curve, for those who want it
+(``--no-answer-threshold``). The features of each pair are computed once and may be kept in a
+cache (:class:`FeatureCache`: they depend on the reader and the pair only).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import hashlib
 import json
 import random
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,11 +91,17 @@ def _questions(articles: list[dict]):
 
 
 def training_pairs(
-    v11_train: dict, v2_dev: dict, per_kind: int, seed: int = 0, dev_answerable: bool = True
+    v11_train: dict,
+    v2_dev: dict,
+    per_kind: int,
+    seed: int = 0,
+    dev_answerable: bool = True,
+    made_set: dict | None = None,
 ) -> list[Pair]:
     """The training side (module docstring): ``per_kind`` answerable questions and as many made
-    pairs of each kind, drawn with ``seed``, and every written unanswerable question of the v2.0
-    dev training quarter."""
+    pairs of each kind, drawn with ``seed``, every written unanswerable question of the v2.0
+    dev training quarter, and, given ``made_set`` (``rckit prepare squad-unanswerable``'s SQuAD v2.0
+    file), up to ``per_kind`` of its questions of each rule (kind ``made_<rule>``)."""
     rng = random.Random(seed)
     articles = v11_train["data"]
     qas = list(_questions(articles))
@@ -122,6 +133,8 @@ def training_pairs(
             b, j = max(places, key=lambda bj: (len(asked & stems[bj[0]][bj[1]]), rng.random()))
             pairs.append(Pair(articles[b]["paragraphs"][j]["context"], qa["question"], True, kind, qa["id"]))
             made += 1
+    if made_set is not None:
+        pairs += made_pairs(made_set, per_kind, rng)
     train_quarter = split_v2_dev(v2_dev)[0]
     for a, p, qa in _questions(train_quarter):
         if qa.get("is_impossible") or dev_answerable:
@@ -136,6 +149,26 @@ def training_pairs(
                 )
             )
     return pairs
+
+
+def made_pairs(made: dict, per_kind: int, rng: random.Random) -> list[Pair]:
+    """Up to ``per_kind`` unanswerable questions of each rule of a made set (drawn with ``rng``
+    where a rule has more), as pairs of kind ``made_<rule>``."""
+    by_rule: dict[str, list[Pair]] = {}
+    for article in made["data"]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                if not qa.get("is_impossible"):
+                    raise ValueError(
+                        f"made question {qa.get('id')}: not marked is_impossible (made sets hold no other)"
+                    )
+                kind = f"made_{qa.get('rule', 'other')}"
+                by_rule.setdefault(kind, []).append(Pair(para["context"], qa["question"], True, kind, qa["id"]))
+    out = []
+    for kind in sorted(by_rule):
+        got = by_rule[kind]
+        out += got if len(got) <= per_kind else rng.sample(got, per_kind)
+    return out
 
 
 def tuning_pairs(v2_dev: dict) -> tuple[list[Pair], dict]:
@@ -166,28 +199,79 @@ def read_features(
     return (np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)), np.float32)), texts
 
 
+def reader_key(reader: Reader) -> str:
+    """What names a reader's features in a cache: the model, its settings, the training step it was
+    exported at and its dev figures (another run's file differs), the backend and contextual encoder
+    it reads with, and the features' version. Not the file's path or digest: putting a verifier into
+    a file, or installing it under another name, does not change what it reads."""
+    info = reader.info
+    named = [info.get(k) for k in ("model", "format", "config", "step", "dev_score", "backend", "contextual")]
+    return hashlib.sha256(json.dumps([named, list(FEATURES), FEATURES_VERSION], default=str).encode()).hexdigest()[:16]
+
+
+def pair_key(pair: Pair) -> str:
+    return hashlib.sha1(f"{pair.context}\0{pair.question}".encode()).hexdigest()
+
+
+class FeatureCache:
+    """The features and best span of each (context, question) pair one reader has read, kept in
+    ``DIR/verifier-features-<reader key>.npz`` and grown as new pairs are read: preparing the made
+    questions (its adversarial filter) and training the verifier read each pair once between them.
+    Saved whole (temporary file and rename) after every block read, so a killed run keeps what it read."""
+
+    BLOCK = 2048
+
+    def __init__(self, folder: Path, reader: Reader):
+        self.reader = reader
+        self.path = Path(folder) / f"verifier-features-{reader_key(reader)}.npz"
+        self.rows: dict[str, int] = {}
+        self.x = np.zeros((0, len(FEATURES)), np.float32)
+        self.texts: list[str] = []
+        if self.path.is_file():
+            try:
+                got = np.load(self.path)
+                keys, x, texts = [str(k) for k in got["keys"]], got["x"], [str(t) for t in got["texts"]]
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+                raise ValueError(f"{self.path}: not a verifier feature cache ({e}); remove it") from e
+            if x.shape != (len(keys), len(FEATURES)) or len(texts) != len(keys):
+                raise ValueError(f"{self.path}: its arrays disagree in length; remove it")
+            self.rows = {k: i for i, k in enumerate(keys)}
+            self.x, self.texts = x.astype(np.float32), texts
+
+    def features(
+        self, pairs: list[Pair], progress: Callable[[int], object] | None = None
+    ) -> tuple[np.ndarray, list[str]]:
+        """(features, best span text) of ``pairs``: those not kept yet are read, then kept."""
+        missing = list({pair_key(p): p for p in pairs if pair_key(p) not in self.rows}.items())
+        for lo in range(0, len(missing), self.BLOCK):
+            block = missing[lo : lo + self.BLOCK]
+            x, texts = read_features(self.reader, [p for _, p in block], progress)
+            for k, _ in block:
+                self.rows[k] = len(self.rows)
+            self.x = np.concatenate([self.x, x])
+            self.texts += texts
+            self.save()
+        if progress is not None and not missing:
+            progress(0)
+        rows = [self.rows[pair_key(p)] for p in pairs]
+        return self.x[rows], [self.texts[r] for r in rows]
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp.npz")
+        keys = sorted(self.rows, key=self.rows.get)
+        np.savez(tmp, keys=np.asarray(keys), x=self.x, texts=np.asarray(self.texts, dtype=object).astype(str))
+        tmp.replace(self.path)
+
+
 def cached_features(
     reader: Reader, pairs: list[Pair], cache: Path | None, progress: Callable[[int], object] | None = None
 ) -> tuple[np.ndarray, list[str]]:
-    """:func:`read_features`, kept in ``cache`` (an ``.npz`` named by the reader's file and the
-    pairs) so that comparing forms again does not read again."""
+    """:func:`read_features`, kept in ``cache`` (:class:`FeatureCache`) where one is given, so that
+    comparing forms again, or training after the made questions were filtered, does not read again."""
     if cache is None:
         return read_features(reader, pairs, progress)
-    key = hashlib.sha256(
-        json.dumps(
-            [reader.info.get("source"), list(FEATURES), FEATURES_VERSION, [(p.context[:50], p.question) for p in pairs]]
-        ).encode()
-    ).hexdigest()[:16]
-    path = cache / f"verifier-features-{key}.npz"
-    if path.is_file():
-        got = np.load(path)
-        return got["x"], [str(t) for t in got["texts"]]
-    x, texts = read_features(reader, pairs, progress)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, x=x, texts=np.asarray(texts, dtype=object).astype(str))
-    tmp.replace(path)
-    return x, texts
+    return FeatureCache(Path(cache), reader).features(pairs, progress)
 
 
 def fit(
@@ -300,16 +384,23 @@ def train_verifier(
     forms: Iterable[tuple[int, float]] = FORMS,
     log: Callable[[str], object] = print,
     dev_answerable: bool = True,
+    made: str | Path | None = None,
+    default: str = "best_f1",
 ) -> tuple[Verifier, dict]:
-    """The verifier of ``reader`` (module docstring), and a report of every form compared."""
+    """The verifier of ``reader`` (module docstring), and a report of every form compared.
+    ``made``: a made set (``rckit prepare squad-unanswerable``) to train on besides; ``default``:
+    the threshold the verifier carries, ``best_f1`` (the tuning quarter's best F1) or ``keep``
+    (the lowest keeping :data:`KEEP` of the answers' F1 there)."""
+    if default not in ("best_f1", "keep"):
+        raise ValueError(f"default threshold {default!r}: best_f1 or keep")
     t0 = time.time()
     train_raw, dev_raw = load_json(v11_train), load_json(v2_dev)
-    pairs = training_pairs(train_raw, dev_raw, per_kind, seed, dev_answerable)
+    made_raw = load_json(made) if made else None
+    pairs = training_pairs(train_raw, dev_raw, per_kind, seed, dev_answerable, made_raw)
     tune, tune_raw = tuning_pairs(dev_raw)
-    counts = {
-        k: sum(p.kind == k for p in pairs)
-        for k in ("answerable", "same_article", "other_article", "written", "dev_answerable")
-    }
+    counts: dict[str, int] = {}
+    for p in pairs:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
     log(f"reading {len(pairs):,} training pairs {counts} and {len(tune):,} tuning questions")
     cache = Path(cache) if cache else None
     x, _ = cached_features(reader, pairs, cache)
@@ -339,11 +430,13 @@ def train_verifier(
             fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed), xta, texts, tune, tune_raw
         )
         log(f"  {name}: tuning F1 {ablations[name]['f1']:.2f}")
-    default = keeping(v, xt, texts, tune, tune_raw)
-    at_default = tuned(v, xt, texts, tune, tune_raw, default)
+    keep = keeping(v, xt, texts, tune, tune_raw)
+    at_keep = {**tuned(v, xt, texts, tune, tune_raw, keep), "keeps": KEEP}
+    threshold, at_default = (got["threshold"], got) if default == "best_f1" else (keep, at_keep)
     log(
-        f"  chosen: hidden {hidden}, written x{w:g}; best-F1 threshold {got['threshold']:.3f}, default "
-        f"(keeps {KEEP:.0%} of the answers' F1) {default:.3f}: tuning F1 {at_default['f1']:.2f}"
+        f"  chosen: hidden {hidden}, written x{w:g}; best-F1 threshold {got['threshold']:.3f} (tuning F1 "
+        f"{got['f1']:.2f}), keeping {KEEP:.0%} of the answers' F1 {keep:.3f} (tuning F1 {at_keep['f1']:.2f}); "
+        f"default: {threshold:.3f}"
     )
     record = {
         "form": {"hidden": hidden, "written_weight": w},
@@ -354,13 +447,15 @@ def train_verifier(
             "positions": "2, 6, 10, ...",
             "questions": len(tune),
             "best_f1": got,
-            "default": {**at_default, "keeps": KEEP},
+            "keeping": at_keep,
+            "default": {**at_default, "rule": default},
         },
         "compared": tried,
         "ablations": ablations,
         "read_seconds": round(read_s, 1),
         "reader": Path(str(reader.info.get("source"))).name,
+        "made": None if made is None else Path(made).name,
     }
-    verifier = Verifier(v.mean, v.scale, v.layers, default, FEATURES, record)
-    verifier.record["curve"] = curve(verifier, xt, texts, tune, tune_raw, (got["threshold"],))
+    verifier = Verifier(v.mean, v.scale, v.layers, threshold, FEATURES, record)
+    verifier.record["curve"] = curve(verifier, xt, texts, tune, tune_raw, (got["threshold"], keep))
     return verifier, verifier.record

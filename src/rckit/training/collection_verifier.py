@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from rckit.retrieval.collection import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGH
 from rckit.retrieval.store import PassageStore
 from rckit.training.verifier import fit
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 FORMS = (0, 16)
 
 
@@ -44,7 +48,13 @@ def _asked(articles: list[dict], half: str) -> list[tuple[dict, str]]:
     return [(qa, half) for art in articles for p in art["paragraphs"] for qa in p["qas"]]
 
 
-def read_questions(reader: Reader, index: PassageStore, qs: list[tuple[dict, str]], passages: int, progress=None):
+def read_questions(
+    reader: Reader,
+    index: PassageStore,
+    qs: list[tuple[dict, str]],
+    passages: int,
+    progress: Callable[[int, int], object] | None = None,
+) -> list[list[tuple[dict, list]]]:
     """Each question of ``qs`` (``(qa, "in"|"out")``) read as ``rckit ask`` reads it: its
     ``passages`` best passages, each ``(hit, the reader's answers)``."""
     out = []
@@ -96,7 +106,7 @@ def train_collection_verifier(
     tune_per_half: int = 500,
     passages: int = DEFAULT_PASSAGES,
     seed: int = 0,
-    log=print,
+    log: Callable[[str], object] = print,
 ) -> tuple[CollectionVerifier, dict]:
     """The collection verifier of ``reader`` (module docstring); ``work``: where the index goes."""
     if reader.verifier is None:
