@@ -203,6 +203,17 @@ TINY_QANET = dict(
     model_enc_kernel=3,
     emb_enc_kernel=3,
 )
+# (model, task): the one table of model settings small enough for a unit test; a test that needs
+# other sizes says so where it changes them (``{**TINY[...], "hidden": 12}``).
+TINY = {
+    ("qanet", "span"): TINY_QANET,
+    ("dcn", "span"): {"hidden": 8, "pool": 2, "iterations": 2},
+    ("dcn_plus", "span"): {"hidden": 8, "pool": 2, "iterations": 2, "n_experts": 2},
+    ("deep_lstm_reader", "span"): {"head": "span", "hidden": 8, "depth": 2, "skip_dim": 4},
+    ("deep_lstm_reader", "cloze"): {"head": "cloze", "hidden": 8, "depth": 2, "skip_dim": 4},
+    ("attentive_reader", "cloze"): {"hidden": 8, "attention": 8},
+    ("impatient_reader", "cloze"): {"hidden": 8, "attention": 8},
+}
 TINY_QANET_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=100, eval_questions=0, checkpoint_every=1)
 GREEK = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 

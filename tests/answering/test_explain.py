@@ -31,7 +31,7 @@ from rckit.models import MODELS
 from rckit.models.contract import ReadingModel, SpanOutput
 from rckit.models.dcn import DynamicDecoder
 from tests.answering.test_reader import FILLER, marker_vocabs
-from tests.models.test_contract import TINY
+from tests.conftest import TINY
 
 KEYS = {
     "model",

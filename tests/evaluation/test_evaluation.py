@@ -17,7 +17,7 @@ from rckit.evaluation.predict import predict, predict_cloze, predict_split
 from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
 from rckit.model_files.load import load_model
 from rckit.models import MODELS
-from tests.conftest import GLOVE_WORDS, squad_json, write_json
+from tests.conftest import GLOVE_WORDS, TINY, squad_json, write_json
 from tests.conftest import GREEK as WORDS
 from tests.conftest import TINY_QANET as TINY_MODEL
 from tests.conftest import TINY_QANET_TRAIN as TINY_TRAIN
@@ -151,7 +151,8 @@ def test_predict_on_a_cloze_split_picks_entities(tmp_path):
     data = load_cloze_data(write_synthetic_cloze(tmp_path / "syn", 40, 20, seed=0), embeddings=None)
     cfg_cls, model_cls = MODELS["deep_lstm_reader"]
     torch.manual_seed(0)
-    model = model_cls(cfg_cls(head="cloze", hidden=8, depth=1, skip_dim=4, dropout=0.0), data.embedding_info())
+    config = cfg_cls(**{**TINY[("deep_lstm_reader", "cloze")], "depth": 1, "dropout": 0.0})
+    model = model_cls(config, data.embedding_info())
     got = predict(model, data.dev)
     assert isinstance(got, np.ndarray) and got.dtype == np.int64 and got.shape == (len(data.dev),)
     assert np.array_equal(got, predict_cloze(model, data.dev, np.arange(len(data.dev))))

@@ -13,12 +13,13 @@ from rckit.cli import main
 from rckit.data.cloze import ENTITY_OFFSET, ClozeExample, ClozeSplit, ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.attentive_reader import AttentiveReader, AttentiveReaderConfig, ImpatientReader, ImpatientReaderConfig
-from tests.conftest import check_cloze_contract, cloze_overfit_accuracy
+from tests.conftest import TINY, check_cloze_contract, cloze_overfit_accuracy
 
 WORDS = [f"w{k}" for k in range(30)]
 MARKERS = [f"m{k}" for k in range(6)]
 N_ENT = 6
-TINY = {"hidden": 12, "attention": 10, "dropout": 0.0}
+# The tests' tiny attentive reader, with its two sizes apart (12, 10) so a shape mix-up shows, no dropout.
+TINY_ATTENTIVE = {**TINY[("attentive_reader", "cloze")], "hidden": 12, "attention": 10, "dropout": 0.0}
 READERS = {"attentive": (AttentiveReaderConfig, AttentiveReader), "impatient": (ImpatientReaderConfig, ImpatientReader)}
 
 
@@ -64,7 +65,7 @@ def split_and_emb(n: int, seed: int):
 def make(kind: str, emb: EmbeddingInfo, seed: int = 0, **fields):
     cfg_cls, model_cls = READERS[kind]
     torch.manual_seed(seed)
-    return model_cls(cfg_cls(**{**TINY, **fields}), emb)
+    return model_cls(cfg_cls(**{**TINY_ATTENTIVE, **fields}), emb)
 
 
 @pytest.mark.parametrize("kind", READERS)
@@ -100,7 +101,7 @@ def test_query_summary_is_last_forward_state_and_first_backward_state():
     batch = split.collate(range(5))
     with torch.no_grad():
         e = model.encode(batch)
-    H = TINY["hidden"]
+    H = TINY_ATTENTIVE["hidden"]
     last = batch.q_mask.sum(1) - 1  # (B,)
     fwd = e.y_q[torch.arange(5), last, :H]  # (B, H)
     bwd = e.y_q[:, 0, H:]  # (B, H)

@@ -10,7 +10,8 @@ import torch
 
 from rckit.data.batching import Batch
 from rckit.models import MODELS
-from tests.models.test_contract import TINY, emb_info, span_batch
+from tests.conftest import TINY
+from tests.models.test_contract import emb_info, span_batch
 
 K, D = 2, 8
 CONTEXTUAL = {"name": "tiny", "layers": [1, 2], "digest": "0" * 16, "max_pieces": 64, "dim": D}

@@ -14,20 +14,10 @@ from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models import MODELS
 from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput
-from tests.conftest import TINY_QANET
+from tests.conftest import TINY, TINY_QANET
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "rckit"
 N_ENTITIES, V = 5, 40
-
-TINY = {  # (model, task): model settings small enough for a unit test
-    ("qanet", "span"): TINY_QANET,
-    ("dcn", "span"): {"hidden": 8, "pool": 2, "iterations": 2},
-    ("dcn_plus", "span"): {"hidden": 8, "pool": 2, "iterations": 2, "n_experts": 2},
-    ("deep_lstm_reader", "span"): {"head": "span", "hidden": 8, "depth": 2, "skip_dim": 4},
-    ("deep_lstm_reader", "cloze"): {"head": "cloze", "hidden": 8, "depth": 2, "skip_dim": 4},
-    ("attentive_reader", "cloze"): {"hidden": 8, "attention": 8},
-    ("impatient_reader", "cloze"): {"hidden": 8, "attention": 8},
-}
 
 
 def emb_info() -> EmbeddingInfo:
@@ -127,7 +117,8 @@ def test_the_default_loss_is_the_tasks_cross_entropy():
     b = span_batch()
     out = qanet(b)
     torch.testing.assert_close(qanet.loss(out, b), span_loss(out.start_logits, out.end_logits, b.y_start, b.y_end))
-    reader = MODELS["attentive_reader"][1](MODELS["attentive_reader"][0](hidden=8, attention=8), emb_info()).eval()
+    cfg_cls, model_cls = MODELS["attentive_reader"]
+    reader = model_cls(cfg_cls(**TINY[("attentive_reader", "cloze")]), emb_info()).eval()
     c = cloze_batch()
     out = reader(c)
     torch.testing.assert_close(reader.loss(out, c), cloze_loss(out.logits, c.answer, ~c.answer_cut))

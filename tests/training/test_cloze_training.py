@@ -16,9 +16,10 @@ from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig
 from rckit.training.loop import TrainConfig, train
 from rckit.training.sweep import plan_trials
 from rckit.training.tasks import ClozeTask
+from tests.conftest import TINY
 
 WORDS = "red green blue cyan pink gold grey teal lime navy plum rust sand snow".split()
-TINY_READER = {"hidden": 8, "depth": 2, "skip_dim": 4, "dropout": 0.0}
+TINY_READER = {**{k: v for k, v in TINY[("deep_lstm_reader", "cloze")].items() if k != "head"}, "dropout": 0.0}
 TINY_TRAIN = {
     "optimizer": "rmsprop",
     "lr": 0.003,
@@ -217,7 +218,7 @@ def test_dcn_models_train_with_their_own_loss(model, extra, tmp_path, tiny_squad
     preset.write_text(
         json.dumps(
             {
-                "model": {"hidden": 8, "pool": 2, "iterations": 2, "dropout": 0.0, **extra},
+                "model": {**TINY[("dcn", "span")], "dropout": 0.0, **extra},
                 "train": {**TINY_TRAIN, "optimizer": "adam"},
             }
         )
@@ -287,7 +288,7 @@ def test_copy_steps_add_the_copy_task_then_stop(cloze_dir, tmp_path, tiny_glove)
     train(
         "attentive_reader",
         AttentiveReader,
-        AttentiveReaderConfig(hidden=8, attention=8, dropout=0.0),
+        AttentiveReaderConfig(**TINY[("attentive_reader", "cloze")], dropout=0.0),
         cfg,
         ClozeTask(data, cfg),
         tmp_path / "ar",

@@ -15,18 +15,8 @@ from rckit.data.prepare import PrepareConfig, prepare_squad
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rckit.models.qanet import QANet, QANetConfig
 from rckit.training.loop import TrainConfig, lr_factor, train, warmup_factor
-from tests.conftest import squad_json, write_json
+from tests.conftest import TINY, TINY_QANET, squad_json, write_json
 
-TINY_MODEL = dict(
-    d_model=16,
-    n_heads=2,
-    char_dim=8,
-    emb_enc_convs=1,
-    model_enc_blocks=1,
-    model_enc_convs=1,
-    model_enc_kernel=3,
-    emb_enc_kernel=3,
-)
 TINY_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=3, eval_questions=0, checkpoint_every=2)
 
 
@@ -56,7 +46,7 @@ def prepared(tmp_path, tiny_glove):
 def _train(prepared, run, steps, resume=False, **over):
     cfg = TrainConfig(**{**TINY_TRAIN, **over})
     return train(
-        "qanet", QANet, QANetConfig(**TINY_MODEL), cfg, prepared, run, max_steps=steps, resume=resume, progress=False
+        "qanet", QANet, QANetConfig(**TINY_QANET), cfg, prepared, run, max_steps=steps, resume=resume, progress=False
     )
 
 
@@ -111,7 +101,7 @@ def test_a_resumed_budgeted_run_continues_the_same_schedule(prepared, tmp_path):
     """Ten seconds of budget, one second a step, the decay over the last 40 %: a run stopped at
     step 5 and resumed with --resume alone logs the learning rates of an uninterrupted run."""
     cfg = TrainConfig(**{**TINY_TRAIN, "warmup_steps": 0, "decay_share": 0.4})
-    model = ("qanet", QANet, QANetConfig(**TINY_MODEL))
+    model = ("qanet", QANet, QANetConfig(**TINY_QANET))
     whole = train(*model, cfg, prepared, tmp_path / "a", time_budget=10.0, progress=False, clock=_ticking())
     assert whole["stopped_by"] == "time_budget" and whole["steps"] == 10
     train(*model, cfg, prepared, tmp_path / "b", time_budget=10.0, max_steps=5, progress=False, clock=_ticking())
@@ -197,7 +187,7 @@ def test_resume_refuses_other_config(prepared, tmp_path):
         train(
             "qanet",
             QANet,
-            QANetConfig(**{**TINY_MODEL, "d_model": 32}),
+            QANetConfig(**{**TINY_QANET, "d_model": 32}),
             TrainConfig(**TINY_TRAIN),
             prepared,
             tmp_path / "r",
@@ -261,7 +251,7 @@ def cli_data(tmp_path, tiny_glove):
     train_f = write_json(tmp_path / "train.json", squad_json(paras))
     dev_f = write_json(tmp_path / "dev.json", squad_json(paras[:3]))
     preset = tmp_path / "tiny.json"
-    preset.write_text(json.dumps({"model": TINY_MODEL, "train": TINY_TRAIN}))
+    preset.write_text(json.dumps({"model": TINY_QANET, "train": TINY_TRAIN}))
     common = [
         "--train",
         str(train_f),
@@ -312,7 +302,7 @@ def test_resume_without_the_preset_continues_with_the_runs_own_settings(cli_data
     assert main(["train", "qanet", "--out", str(run), "--max-steps", "3", "--resume", *data]) == 0
     ckpt = load_checkpoint(run / "last.pt")
     assert ckpt["step"] == 3 and ckpt["train_config"]["lr"] == 0.002
-    assert ckpt["model_config"]["d_model"] == TINY_MODEL["d_model"]
+    assert ckpt["model_config"]["d_model"] == TINY_QANET["d_model"]
     capsys.readouterr()
     assert main(["train", "dcn", "--out", str(run), "--max-steps", "4", "--resume", *data]) == 2
     assert "this run trains 'qanet', not 'dcn'" in capsys.readouterr().err
@@ -401,7 +391,7 @@ def test_bench_reports_every_figure_with_and_without_the_heap_limit(prepared, he
     from rckit.training.tasks import SpanTask
 
     torch.manual_seed(0)
-    model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
+    model = QANet(QANetConfig(**TINY_QANET), prepared.embedding_info())
     task = SpanTask(prepared, TrainConfig(**SPAN_LENGTHS), train_split="dev")
     res = bench(
         model,
@@ -428,7 +418,7 @@ def test_bench_with_no_training_steps_times_inference_on_untouched_weights(prepa
     from rckit.training.tasks import SpanTask
 
     torch.manual_seed(0)
-    model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info())
+    model = QANet(QANetConfig(**TINY_QANET), prepared.embedding_info())
     before = {k: v.clone() for k, v in model.state_dict().items()}
     res = bench(
         model,
@@ -452,7 +442,7 @@ def test_a_models_loss_terms_reach_metrics_and_the_learning_curve(prepared, tmp_
     """DCN+'s mixed objective leaves its two terms and learned weights; the log averages them per window."""
     from rckit.models.dcn import DCNPlus, DCNPlusConfig
 
-    model_cfg = DCNPlusConfig(hidden=8, pool=2, iterations=2, dropout=0.0, word_dropout=0.0, n_experts=2)
+    model_cfg = DCNPlusConfig(**{**TINY[("dcn_plus", "span")], "dropout": 0.0, "word_dropout": 0.0})
     cfg = TrainConfig(**{**TINY_TRAIN, "log_every": 2, "warmup_steps": 0})
     train("dcn_plus", DCNPlus, model_cfg, cfg, prepared, tmp_path / "r", max_steps=4, progress=False)
     recs = [json.loads(ln) for ln in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
@@ -468,7 +458,7 @@ def test_reward_from_trains_on_cross_entropy_alone_until_that_step(prepared, tmp
     """Before train.reward_from DCN+ is exactly its cross-entropy-only twin; from it on, the reward term is in."""
     from rckit.models.dcn import DCNPlus, DCNPlusConfig
 
-    small = dict(hidden=8, pool=2, iterations=2, dropout=0.0, word_dropout=0.0, n_experts=2)
+    small = {**TINY[("dcn_plus", "span")], "dropout": 0.0, "word_dropout": 0.0}
     cfg = TrainConfig(**{**TINY_TRAIN, "log_every": 1, "warmup_steps": 0, "reward_from": 3})
     train("dcn_plus", DCNPlus, DCNPlusConfig(**small), cfg, prepared, tmp_path / "mixed", max_steps=5, progress=False)
     logged = [json.loads(ln) for ln in (tmp_path / "mixed" / "metrics.jsonl").read_text().splitlines()]
@@ -503,7 +493,7 @@ def test_train_saves_its_decode_settings_beside_the_train_config(prepared, tmp_p
     train(
         "qanet",
         QANet,
-        QANetConfig(**TINY_MODEL),
+        QANetConfig(**TINY_QANET),
         TrainConfig(**TINY_TRAIN),
         prepared,
         tmp_path / "r",
@@ -524,7 +514,7 @@ def test_bench_decodes_spans_with_the_decode_settings(prepared):
     from rckit.training.tasks import SpanTask
 
     torch.manual_seed(0)
-    model = QANet(QANetConfig(**TINY_MODEL), prepared.embedding_info()).eval()
+    model = QANet(QANetConfig(**TINY_QANET), prepared.embedding_info()).eval()
     task = SpanTask(prepared, TrainConfig(), train_split="dev")
     one = DecodeConfig(max_answer_len=1)
     batch = task.eval_batch(task.first_rows(8))
@@ -554,7 +544,7 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(prepared, tmp_path
     s = train(
         "qanet",
         QANet,
-        QANetConfig(**TINY_MODEL),
+        QANetConfig(**TINY_QANET),
         cfg,
         prepared,
         tmp_path / "b",
@@ -572,7 +562,7 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(prepared, tmp_path
     train(
         "qanet",
         QANet,
-        QANetConfig(**TINY_MODEL),
+        QANetConfig(**TINY_QANET),
         cfg,
         prepared,
         tmp_path / "b",
@@ -589,7 +579,7 @@ def test_init_from_refuses_a_checkpoint_of_another_shape(prepared, tmp_path):
         train(
             "qanet",
             QANet,
-            QANetConfig(**{**TINY_MODEL, "d_model": 32}),
+            QANetConfig(**{**TINY_QANET, "d_model": 32}),
             TrainConfig(**TINY_TRAIN),
             prepared,
             tmp_path / "b",
@@ -601,7 +591,7 @@ def test_init_from_refuses_a_checkpoint_of_another_shape(prepared, tmp_path):
         train(
             "qanet",
             QANet,
-            QANetConfig(**TINY_MODEL),
+            QANetConfig(**TINY_QANET),
             TrainConfig(**TINY_TRAIN),
             prepared,
             tmp_path / "a",
@@ -616,7 +606,7 @@ def test_init_from_starts_dcn_plus_mixed_objective_from_a_cross_entropy_run(prep
     """Self-critical training started from a cross-entropy model: sigma, absent there, keeps its start."""
     from rckit.models.dcn import DCNPlus, DCNPlusConfig
 
-    small = dict(hidden=8, pool=2, iterations=2, dropout=0.0, word_dropout=0.0, n_experts=2)
+    small = {**TINY[("dcn_plus", "span")], "dropout": 0.0, "word_dropout": 0.0}
     cfg = TrainConfig(**{**TINY_TRAIN, "warmup_steps": 0})
     train(
         "dcn_plus",
@@ -672,7 +662,7 @@ def test_init_from_an_exported_file_takes_word_and_char_rows_by_word(tmp_path, t
     train(
         "qanet",
         QANet,
-        QANetConfig(**TINY_MODEL, no_answer=True),
+        QANetConfig(**TINY_QANET, no_answer=True),
         cfg,
         other,
         tmp_path / "b",
@@ -682,7 +672,7 @@ def test_init_from_an_exported_file_takes_word_and_char_rows_by_word(tmp_path, t
     )
     b = load_checkpoint(tmp_path / "b" / "last.pt")["model"]
     torch.manual_seed(cfg.seed)  # as the run does before it builds the model
-    fresh = QANet(QANetConfig(**TINY_MODEL, no_answer=True), other.embedding_info()).state_dict()
+    fresh = QANet(QANetConfig(**TINY_QANET, no_answer=True), other.embedding_info()).state_dict()
     theirs = src.state_dict()
     table = lambda st, key: torch.cat([st[f"{key}.trainable"], st[f"{key}.frozen"]])  # noqa: E731
     for vocab, src_itos, key, rows in (
@@ -719,7 +709,7 @@ def test_resume_reads_a_setting_added_since_the_checkpoint_as_its_default(prepar
         train(
             "qanet",
             QANet,
-            QANetConfig(**TINY_MODEL, layer_dropout="batch"),
+            QANetConfig(**TINY_QANET, layer_dropout="batch"),
             TrainConfig(**TINY_TRAIN),
             prepared,
             tmp_path / "r",

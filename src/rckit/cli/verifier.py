@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Train a verifier beside a frozen span reader (SOURCE or --model NAME): it reads the reader's evidence and "
         "the question's words against the text, and says whether the text holds the answer. Trained on SQuAD v1.1 "
         "train, pairs made from it (and, with --made, questions made by rule), the training quarter of SQuAD "
-        "v2.0 dev; its threshold is the tuning quarter's best F1; the evaluation half (odd articles) is never read. "
+        "v2.0 dev; its threshold is chosen on the tuning quarter; the evaluation half (odd articles) is never read. "
         "--into puts it into exported model files (.safetensors, .onnx), which then abstain by default. --from puts "
         "a saved verifier into files; --remove takes it out."
     )
@@ -49,10 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--default-threshold",
-        choices=["best-f1", "keep"],
-        default="best-f1",
-        help="the threshold the verifier carries: the tuning quarter's best F1 (default), or the lowest that "
-        "keeps 98%% of the answers' F1 there (abstains less)",
+        choices=["keep", "best-f1"],
+        default="keep",
+        help="the threshold the verifier carries: the lowest that keeps 98%% of the answers' F1 on the tuning "
+        "quarter (default), or the quarter's best F1 (half its questions are unanswerable: it turns away most "
+        "answers of ordinary questions; docs/no-answer.md)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", metavar="DIR", help="keep the reader's features here, for another training")
