@@ -37,7 +37,7 @@ from rckit.data.squad import load_json
 from rckit.evaluation.squad_metrics import score_predictions
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, rank
 from rckit.retrieval.store import PassageStore
-from rckit.training.collection_verifier import read_questions
+from rckit.training.collection_verifier import halves_as_squad, read_questions
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -82,25 +82,7 @@ def main() -> None:
         )
     print(file=sys.stderr)
     res["questions_per_s"] = round(len(qs) / (time.perf_counter() - t0), 2)
-    raw = {
-        "version": "v2.0",
-        "data": [
-            {
-                "paragraphs": [
-                    {
-                        "qas": [
-                            {
-                                "id": qa["id"],
-                                "answers": qa["answers"] if half == "in" else [],
-                                "is_impossible": half == "out",
-                            }
-                            for qa, half in qs
-                        ]
-                    }
-                ]
-            }
-        ],
-    }
+    raw = halves_as_squad(qs)
 
     def at(threshold: float | None, collection=None) -> dict:
         preds = {}

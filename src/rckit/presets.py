@@ -1,6 +1,6 @@
 """Presets: finding, listing and resolving them, with ``--set`` overrides.
 
-A preset is a small JSON (or TOML) file ``presets/<model>-<name>.json`` of the form
+A preset is a small JSON (or TOML) file ``preset_files/<model>-<name>.json`` of the form
 ``{"model": {config fields}, "train": {TrainConfig fields}, "decode": {DecodeConfig fields}}``
 (``decode`` optional); ``--set model.x=..``, ``--set train.y=..``, ``--set decode.z=..`` or
 ``--set data.w=..`` (data preparation, :class:`rckit.data.prepare.PrepareConfig`) overrides
@@ -21,7 +21,7 @@ from rckit.answering.decoding import DecodeConfig
 from rckit.config import apply_overrides, from_dict, load_preset
 from rckit.training.config import TrainConfig
 
-PRESET_DIR = Path(__file__).resolve().parent / "presets"
+PRESET_DIR = Path(__file__).resolve().parent / "preset_files"
 SECTIONS = ("model", "train", "decode")
 
 

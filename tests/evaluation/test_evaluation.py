@@ -13,7 +13,7 @@ from rckit.data.cloze_data import load_cloze_data
 from rckit.data.cloze_synthetic import write_synthetic_cloze
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
-from rckit.evaluation.predict import predict, predict_cloze, predict_split
+from rckit.evaluation.split_answers import predict, predict_cloze, predict_split
 from rckit.model_files.checkpoint import load_checkpoint, save_checkpoint
 from rckit.model_files.load import load_model
 from rckit.models import MODELS

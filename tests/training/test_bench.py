@@ -11,7 +11,7 @@ import torch
 from rckit.cli import main
 from rckit.data.cloze_data import load_cloze_data
 from rckit.data.cloze_synthetic import write_synthetic_cloze
-from rckit.evaluation.predict import predict_cloze
+from rckit.evaluation.split_answers import predict_cloze
 from rckit.models import MODELS
 from rckit.training.bench import bench
 from rckit.training.config import TrainConfig

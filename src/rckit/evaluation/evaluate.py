@@ -9,7 +9,7 @@ ONNX file, told apart by :func:`rckit.model_files.source.open_model` alone:
 - an exported file holds one set of weights (the run's EMA weights) and no data paths, so it is
   scored on a SQuAD file given with ``data``: a ``.safetensors`` file in PyTorch, an ONNX file
   through :class:`rckit.answering.reader.Reader` on onnxruntime. This module imports no
-  PyTorch; the PyTorch side (:mod:`rckit.evaluation.predict`) is imported for the
+  PyTorch; the PyTorch side (:mod:`rckit.evaluation.split_answers`) is imported for the
   other kinds only, so an ONNX file is evaluated where PyTorch is not installed.
 
 Both sides answer alike: each context read whole, each question's best span and, for a model
@@ -93,7 +93,7 @@ def evaluate(
             raise ValueError(f"{found.path}: --no-answer-threshold is for an exported file with a verifier")
         # These import PyTorch: only for a model that needs it.
         from rckit.device import pick_device
-        from rckit.evaluation.predict import cloze_scores, squad_spans
+        from rckit.evaluation.split_answers import cloze_scores, squad_spans
         from rckit.model_files.load import load_model
 
         device = pick_device(device)

@@ -37,7 +37,7 @@ al. 2016, the authors' code) keeps or skips a sublayer for the whole batch, draw
 Readings taken where the paper is loose: model-encoder convs use kernel 5 (Sec. 3.1.1; the model
 section's "same as before" would give 7), the embedding encoder 7; the char CNN has width 5 and
 keeps the char width (200), so the highway runs at 300 + 200 = 500, the paper's "500 -> 128".
-Presets (``src/rckit/presets/qanet-*.json``): ``paper`` has the paper's sizes (d 128, 8 heads,
+Presets (``src/rckit/preset_files/qanet-*.json``): ``paper`` has the paper's sizes (d 128, 8 heads,
 1 x 4 embedding convs, 7 x 2 model blocks, warm-up 1000, EMA 0.9999); ``cpu-small`` fits 45
 minutes on 2 cores: d 64, 4 heads, char dim 64, 1 x 2 and 3 x 2 blocks, warm-up 500, no
 stochastic depth, no EMA (so slow an average lags the raw weights in so short a run).

@@ -74,7 +74,7 @@ from rckit.serve.schema import (
     ExplainResponse,
     ModelsResponse,
     Requests,
-    explain,
+    error_sentence,
     not_served,
 )
 
@@ -214,7 +214,7 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, e: RequestValidationError):
-        return error(422, explain(e.errors()[0]))
+        return error(422, error_sentence(e.errors()[0]))
 
     @app.post(
         "/v1/answer",

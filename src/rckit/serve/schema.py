@@ -396,10 +396,10 @@ def validated(model: type[Body], data: dict) -> Any:
         return model.model_validate(data)
     except ValidationError as e:
         errors = sorted(e.errors(), key=lambda err: {"too_short": 1, "too_long": 1, "text": 2}.get(err["type"], 0))
-        raise ApiError(422, explain(errors[0], tuple(model.model_fields))) from None
+        raise ApiError(422, error_sentence(errors[0], tuple(model.model_fields))) from None
 
 
-def explain(err: dict, fields: tuple[str, ...] = ANSWER_FIELDS) -> str:
+def error_sentence(err: dict, fields: tuple[str, ...] = ANSWER_FIELDS) -> str:
     """One sentence for one of pydantic's validation errors, naming the field (``fields``: the
     body's, listed for an unknown one)."""
     loc = [str(p) for p in err.get("loc", ()) if p != "body"]
@@ -474,7 +474,7 @@ def model_of(typed: type) -> type[BaseModel]:
 def with_models(kind: Any) -> Any:
     """``kind`` with each TypedDict in it (alone or in a union) as its :func:`model_of`."""
     if is_typeddict(kind):
-        return MODELS.setdefault(kind, model_of(kind))
+        return RESPONSE_MODELS.setdefault(kind, model_of(kind))
     if get_origin(kind) in (Union, types.UnionType):
         return Union[tuple(with_models(k) for k in get_args(kind))]  # noqa: UP007 (built at run time)
     if get_origin(kind) is list:
@@ -482,7 +482,7 @@ def with_models(kind: Any) -> Any:
     return kind
 
 
-MODELS: dict[type, type[BaseModel]] = {}  # each TypedDict's model, made once
+RESPONSE_MODELS: dict[type, type[BaseModel]] = {}  # each TypedDict's pydantic model, made once
 Answer = with_models(answer.Answer)
 FoundAnswer = with_models(answer.FoundAnswer)
 Explanation = with_models(explanation.Explanation)

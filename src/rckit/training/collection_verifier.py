@@ -76,7 +76,8 @@ def evidence(question: str, read: list) -> tuple[np.ndarray, str] | None:
     return collection_evidence(question, read, best), best["answer"]
 
 
-def _raw(qs: list[tuple[dict, str]]) -> dict:
+def halves_as_squad(qs: list[tuple[dict, str]]) -> dict:
+    """Questions of the two halves (``(qa, "in"|"out")``) as SQuAD v2.0 for scoring: "out" ones unanswerable."""
     return {
         "version": "v2.0",
         "data": [
@@ -142,7 +143,7 @@ def train_collection_verifier(
     x = np.stack([r[0] for _, r in kept])
     y = np.asarray([half == "out" for (_, half), _ in kept], np.float32)
     spans = {qa["id"]: (r[1] if r is not None else "") for (qa, _), r in zip(tune, got_tune)}
-    tune_raw = _raw(tune)
+    tune_raw = halves_as_squad(tune)
     tried, best = [], None
     for hidden in FORMS:
         v = fit(x, y, np.ones(len(y), np.float32), hidden, seed, collection=True)

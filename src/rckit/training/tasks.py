@@ -14,7 +14,7 @@ SQuAD span extraction and cloze questions is small and lives here, behind one sh
   given the F1 reward when the model ``uses_reward``, plus the cloze copy task while it runs;
   returns the loss and its named parts for the log;
 - ``evaluate(model, rows, device, dtype, decode)``: dev metrics for the given dev rows, from
-  :func:`rckit.evaluation.predict.predict` with the run's :class:`DecodeConfig`, as a dict
+  :func:`rckit.evaluation.split_answers.predict` with the run's :class:`DecodeConfig`, as a dict
   whose ``score_key`` entry picks the best checkpoint (``dev_f1`` for spans, ``dev_acc`` for
   cloze); ``eval_batch``/``eval_lengths``/``decode`` are the same reading, a batch at a time,
   for ``rckit bench``'s timings;
@@ -36,7 +36,7 @@ import torch
 from rckit.answering.decoding import DecodeConfig, best_spans
 from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
-from rckit.evaluation.predict import predict, predict_split
+from rckit.evaluation.split_answers import predict, predict_split
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, per_question_scores
 from rckit.layers.embedding import CharCNN, PartiallyFrozenEmbedding
 from rckit.model_files.checkpoint import CheckpointError
