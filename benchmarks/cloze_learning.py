@@ -1,7 +1,7 @@
 """Does a cloze reader learn the synthetic task, and how fast? The diagnosis in
 docs/investigations/cloze-readers.md, "The diagnosis, on a synthetic cloze task".
 
-Trains one reader on a synthetic cloze set (:mod:`rckit.data.cloze_synthetic`) with the
+Trains one reader on a synthetic cloze set (:mod:`rckit.data.cloze.synthetic`) with the
 library's own model, loss and renumbering, and prints dev accuracy every ``--every`` steps and
 the first step at which it passes 95 %. The switches undo one fix each:
 
@@ -27,9 +27,9 @@ import time
 import numpy as np
 import torch
 
-from rckit.data.cloze import ClozeSplit, ClozeVocab, renumber_entities
-from rckit.data.cloze_data import cloze_vectors
-from rckit.data.cloze_synthetic import SyntheticClozeConfig, synthetic_cloze
+from rckit.data.cloze.dataset import cloze_vectors
+from rckit.data.cloze.examples import ClozeSplit, ClozeVocab, renumber_entities
+from rckit.data.cloze.synthetic import SyntheticClozeConfig, synthetic_cloze
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models import MODELS
 from rckit.models.losses import cloze_loss

@@ -50,7 +50,8 @@ import numpy as np
 import torch
 
 import rckit.models.attentive_reader as attentive
-from rckit.data.cloze import (
+from rckit.data.cloze.dataset import load_cloze_data
+from rckit.data.cloze.examples import (
     ENTITY_OFFSET,
     PLACEHOLDER_ID,
     copy_targets,
@@ -58,7 +59,6 @@ from rckit.data.cloze import (
     renumber_entities,
     with_copy_positions,
 )
-from rckit.data.cloze_data import load_cloze_data
 from rckit.models import MODELS
 from rckit.models.losses import cloze_loss
 

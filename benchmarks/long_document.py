@@ -47,9 +47,8 @@ def stand_in_reader(context: str):
     from rckit.answering.reader import Reader
     from rckit.answering.torch_backend import TorchModel
     from rckit.data.embeddings import EmbeddingInfo
-    from rckit.data.prepare import Vocabularies
     from rckit.data.tokenize import tokenize
-    from rckit.data.vocab import SPECIALS, Vocab
+    from rckit.data.vocab import SPECIALS, Vocab, Vocabularies
     from rckit.models.qanet import QANet
     from rckit.presets import run_configs
 

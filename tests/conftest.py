@@ -14,6 +14,7 @@ NEEDS = {
     "realdata": "the real SQuAD files in ../shared/data (clone the project beside ../shared)",
     "browser": "headless Chromium and its driver (as root: apt-get install -y chromium chromium-driver)",
     "spacy": "spaCy and an English pipeline (pip install -e '.[test]', which has rckit[unanswerable])",
+    "ray": "Ray (pip install -e '.[test]', which has rckit[ray])",
 }
 
 
@@ -45,6 +46,12 @@ def spacy_present() -> bool:
     return find_spec("spacy") is not None and any(find_spec(p) is not None for p in PIPELINES)
 
 
+def ray_present() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("ray") is not None
+
+
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
@@ -57,7 +64,12 @@ def chromium() -> str | None:
 def pytest_collection_modifyitems(items):
     """A test that reads ../shared/data through the fixture is a ``realdata`` test. Tests whose
     resource is missing (and not required) are skipped here, before their fixtures are built."""
-    present = {"realdata": shared_data_present(), "browser": chromium() is not None, "spacy": spacy_present()}
+    present = {
+        "realdata": shared_data_present(),
+        "browser": chromium() is not None,
+        "spacy": spacy_present(),
+        "ray": ray_present(),
+    }
     for item in items:
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.realdata)

@@ -413,7 +413,7 @@ def test_without_a_model_rckit_explain_takes_the_installed_models_pytorch_file(m
 @pytest.mark.parametrize("model", ["attentive_reader", "impatient_reader"])
 def test_rckit_explain_example_shows_a_cloze_readers_attention_over_a_document(model, tmp_path, tiny_glove, capsys):
     """Hermann et al.'s Figure 3 for a run trained here: the attention over one dev document."""
-    from rckit.data.cloze import write_cloze_jsonl
+    from rckit.data.cloze.examples import write_cloze_jsonl
     from tests.training.test_cloze_training import cloze_examples
 
     root = tmp_path / "cloze"

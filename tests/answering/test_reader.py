@@ -16,8 +16,7 @@ import rckit
 from rckit import kernels
 from rckit.answering.reader import Reader, windows
 from rckit.answering.torch_backend import TorchModel
-from rckit.data.prepare import Vocabularies
-from rckit.data.vocab import SPECIALS, Vocab
+from rckit.data.vocab import SPECIALS, Vocab, Vocabularies
 from rckit.layers.masking import mask_logits
 from rckit.models.contract import ReadingModel, SpanOutput
 

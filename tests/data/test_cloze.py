@@ -2,7 +2,14 @@ import pytest
 import torch
 
 from rckit.data.batching import BucketBatchSampler
-from rckit.data.cloze import (
+from rckit.data.cloze.baselines import (
+    exclusive_frequency,
+    maximum_frequency,
+    placeholder_position,
+    score_baselines,
+    word_distance,
+)
+from rckit.data.cloze.examples import (
     DELIMITER,
     ENTITY_OFFSET,
     PLACEHOLDER,
@@ -17,13 +24,6 @@ from rckit.data.cloze import (
     read_question_dir,
     read_question_file,
     write_cloze_jsonl,
-)
-from rckit.data.cloze_baselines import (
-    exclusive_frequency,
-    maximum_frequency,
-    placeholder_position,
-    score_baselines,
-    word_distance,
 )
 
 QUESTION = """http://www.cnn.com/2015/01/01/story.html
@@ -236,7 +236,7 @@ def test_word_distance_penalty_cap():
 
 
 def test_renumber_entities_renames_consistently_and_changes_nothing_else():
-    from rckit.data.cloze import ENTITY_OFFSET, renumber_entities
+    from rckit.data.cloze.examples import ENTITY_OFFSET, renumber_entities
 
     examples = [
         ClozeExample(

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from rckit.cli import main
-from rckit.data.cloze import ClozeSplit, ClozeVocab, entity_number, renumber_entities
-from rckit.data.cloze_data import cloze_vectors, load_cloze_data
-from rckit.data.cloze_synthetic import SyntheticClozeConfig, synthetic_cloze
+from rckit.data.cloze.dataset import cloze_vectors, load_cloze_data
+from rckit.data.cloze.examples import ClozeSplit, ClozeVocab, entity_number, renumber_entities
+from rckit.data.cloze.synthetic import SyntheticClozeConfig, synthetic_cloze
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.attentive_reader import AttentiveReader, AttentiveReaderConfig
 from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig

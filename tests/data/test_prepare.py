@@ -122,7 +122,8 @@ def test_the_answering_path_indexes_texts_as_featurize_does(tiny_squad, tiny_glo
     """The Reader's lean path (tokenize_texts + a FormIndex that keeps each form's row) gives the
     same word and character ids as featurize, across calls that share words and after the
     table starts afresh at its limit."""
-    from rckit.data.prepare import FormIndex, tokenize_texts
+    from rckit.data.prepare import tokenize_texts
+    from rckit.data.vocab import FormIndex
 
     p = _prep(tiny_squad, tiny_glove, tmp_path / "out")
     texts = [
@@ -145,7 +146,7 @@ def test_the_answering_path_indexes_texts_as_featurize_does(tiny_squad, tiny_glo
         assert len(index.index) <= 12
     assert len(index.index) > 0
     words, chars = index.rows(["Oslo", "Oslo", "cold", "Oslo"])  # a form twice: rows as form_rows gives them
-    from rckit.data.prepare import form_rows
+    from rckit.data.vocab import form_rows
 
     want_words, want_chars = form_rows(["Oslo", "Oslo", "cold", "Oslo"], p.vocabs)
     np.testing.assert_array_equal(words, want_words)

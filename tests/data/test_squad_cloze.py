@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from rckit.data.cloze import ENTITY_RE
-from rckit.data.cloze_baselines import score_baselines
+from rckit.data.cloze.baselines import score_baselines
+from rckit.data.cloze.examples import ENTITY_RE
+from rckit.data.cloze.from_squad import build_squad_cloze, find_entity_runs, load_cloze_jsonl, write_squad_cloze
 from rckit.data.squad import read_squad
-from rckit.data.squad_cloze import build_squad_cloze, find_entity_runs, load_cloze_jsonl, write_squad_cloze
 from rckit.data.tokenize import tokenize
 from tests.conftest import squad_json, write_json
 

@@ -9,8 +9,8 @@ import torch
 
 from rckit.answering.decoding import DecodeConfig, decode_config_of
 from rckit.cli import main
-from rckit.data.cloze_data import load_cloze_data
-from rckit.data.cloze_synthetic import write_synthetic_cloze
+from rckit.data.cloze.dataset import load_cloze_data
+from rckit.data.cloze.synthetic import write_synthetic_cloze
 from rckit.data.prepare import featurize
 from rckit.data.squad import read_squad
 from rckit.evaluation.split_answers import predict, predict_cloze, predict_split

@@ -26,7 +26,7 @@ from rckit.models.dcn import DCN
 from rckit.models.losses import span_loss
 from rckit.models.qanet import EncoderBlock
 from tests.models.test_attentive_reader import N_ENT
-from tests.models.test_attentive_reader import TINY as TINY_READER
+from tests.models.test_attentive_reader import TINY_ATTENTIVE as TINY_READER
 from tests.models.test_dcn import TINY_DCN, TINY_PLUS
 from tests.models.test_dcn import make_model as make_dcn
 from tests.models.test_deep_lstm_reader import CLOZE, SPAN

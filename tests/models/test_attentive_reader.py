@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rckit.cli import main
-from rckit.data.cloze import ENTITY_OFFSET, ClozeExample, ClozeSplit, ClozeVocab
+from rckit.data.cloze.examples import ENTITY_OFFSET, ClozeExample, ClozeSplit, ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.attentive_reader import AttentiveReader, AttentiveReaderConfig, ImpatientReader, ImpatientReaderConfig
 from tests.conftest import TINY, check_cloze_contract, cloze_overfit_accuracy
@@ -195,7 +195,7 @@ def test_presets_build_cloze_models(name, preset):
 def test_copy_task_scores_the_head_with_all_attention_on_one_position(monkeypatch):
     """The Attentive Reader's copy logits are its answer logits when s is one-hot at copy_at."""
     import rckit.models.attentive_reader as ar
-    from rckit.data.cloze import copy_targets, with_copy_positions
+    from rckit.data.cloze.examples import copy_targets, with_copy_positions
 
     split, emb = split_and_emb(8, seed=3)
     model = make("attentive", emb).eval()
@@ -215,7 +215,7 @@ def test_copy_task_scores_the_head_with_all_attention_on_one_position(monkeypatc
 def test_copy_task_gradient_reaches_the_answer_path(kind):
     split, emb = split_and_emb(6, seed=4)
     model = make(kind, emb).train()
-    from rckit.data.cloze import copy_targets, with_copy_positions
+    from rckit.data.cloze.examples import copy_targets, with_copy_positions
     from rckit.models.losses import cloze_loss
 
     batch = with_copy_positions(split.collate(range(6)))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rckit.data.batching import Batch
-from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
+from rckit.data.cloze.examples import ENTITY_OFFSET, ClozeBatch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models import MODELS
 from rckit.models.contract import ClozeOutput, ReadingModel, SpanOutput

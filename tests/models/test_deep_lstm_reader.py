@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rckit.data.cloze import ENTITY_OFFSET, ClozeBatch
+from rckit.data.cloze.examples import ENTITY_OFFSET, ClozeBatch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig, join_sequences
 from rckit.models.losses import cloze_loss, span_loss

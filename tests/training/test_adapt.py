@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from rckit.data.adapt import adapt_files, split_documents, squad_sample
-from rckit.data.prepare import PrepareConfig, Vocabularies, prepare_squad
+from rckit.data.prepare import PrepareConfig, prepare_squad
 from rckit.data.squad import read_squad
-from rckit.data.vocab import Pretrained, Vocab, extend_word_vocab
+from rckit.data.vocab import Pretrained, Vocab, Vocabularies, extend_word_vocab
 from rckit.training.adapt import adapt_train_config
 from tests.conftest import GREEK, greek_paragraphs, squad_json, write_json
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rckit.cli import main
-from rckit.data.cloze_data import load_cloze_data
-from rckit.data.cloze_synthetic import write_synthetic_cloze
+from rckit.data.cloze.dataset import load_cloze_data
+from rckit.data.cloze.synthetic import write_synthetic_cloze
 from rckit.evaluation.split_answers import predict_cloze
 from rckit.models import MODELS
 from rckit.training.bench import bench

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rckit.cli import main
-from rckit.data.cloze import ClozeExample, write_cloze_jsonl
-from rckit.data.cloze_data import load_cloze_data
+from rckit.data.cloze.dataset import load_cloze_data
+from rckit.data.cloze.examples import ClozeExample, write_cloze_jsonl
 from rckit.model_files.checkpoint import load_checkpoint
 from rckit.models.deep_lstm_reader import DeepLSTMReader, DeepLSTMReaderConfig
 from rckit.training.loop import TrainConfig, train
@@ -257,7 +257,7 @@ def test_dcn_models_train_with_their_own_loss(model, extra, tmp_path, tiny_squad
 
 
 def test_copy_positions_are_entity_mentions_drawn_uniformly():
-    from rckit.data.cloze import ENTITY_OFFSET, ClozeSplit, ClozeVocab, copy_targets, with_copy_positions
+    from rckit.data.cloze.examples import ENTITY_OFFSET, ClozeSplit, ClozeVocab, copy_targets, with_copy_positions
 
     exs = cloze_examples(3, 5, "c") + [
         ClozeExample("none", ["red", "@entity1", "blue"], ["@placeholder"], "@entity1", ["@entity1"])

@@ -49,7 +49,8 @@ from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
 from rckit.answering.verifier import FEATURES, ReaderEvidence, Verifier, features_of, window_evidence
 from rckit.data.padding import answer_inputs, merge_answer_inputs
-from rckit.data.prepare import FormIndex, Vocabularies, tokenize_texts
+from rckit.data.prepare import tokenize_texts
+from rckit.data.vocab import FormIndex, Vocabularies
 from rckit.model_files.source import open_model
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel

@@ -102,3 +102,31 @@ def abstain_options(p: argparse.ArgumentParser) -> None:
         help='a model with a verifier says "no answer" where its probability of that is above P '
         "(0..1; default: the model's, chosen on held-out data; lower: more abstentions; docs/no-answer.md)",
     )
+
+
+def ray_options(p: argparse.ArgumentParser, what: str, blocks: bool = False) -> None:
+    """``--ray [ADDRESS]``, ``--workers N``, ``--cpus-per-worker C`` (and with ``blocks``
+    ``--ray-block N``): ``what`` on a Ray cluster (:mod:`rckit.cluster`), by Ray's own convention
+    for the address."""
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help=f"{what} on a Ray cluster (pip install 'rckit[ray]'): ADDRESS joins that cluster, 'auto' (or "
+        "$RAY_ADDRESS) the one running here, none starts a local instance on this machine's cores",
+    )
+    p.add_argument(
+        "--workers", type=int, default=2, metavar="N", help="with --ray: actors, each with its own model (default 2)"
+    )
+    p.add_argument(
+        "--cpus-per-worker", type=float, default=1.0, metavar="C", help="with --ray: cores each actor takes (default 1)"
+    )
+    if blocks:
+        p.add_argument(
+            "--ray-block",
+            type=int,
+            default=256,
+            metavar="N",
+            help="with --ray: questions an actor answers in one call, and between flushes of the output (default 256)",
+        )

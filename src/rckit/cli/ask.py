@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from rckit.answering.questions import read_records, write_records
 from rckit.answering.reader import Reader
-from rckit.cli.arguments import abstain_options
+from rckit.cli.arguments import abstain_options, ray_options
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, Collection
 
 if TYPE_CHECKING:
@@ -57,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON: answers with their document and offsets")
     abstain_options(p)
     p.add_argument("--device", default="auto")
+    ray_options(
+        p, "with --questions and --out A.jsonl: ask them (the index at the same path on every node)", blocks=True
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give a question, or --questions FILE")
     if not Path(args.index).is_file():
         raise FileNotFoundError(f"{args.index}: no such index (make one with `rckit index PATH... --out INDEX`)")
+    if args.ray is not None:
+        return on_ray(args)
     records = read_records(args.questions, ("question",)) if args.questions else None
     weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
     reader = Reader.load(
@@ -101,6 +106,25 @@ def run(args: argparse.Namespace) -> int:
                 break_on_hyphens=False,
             )
         )
+    return 0
+
+
+def on_ray(args: argparse.Namespace) -> int:
+    """``--questions Q --out A.jsonl --ray``: each question asked of the index on a Ray cluster."""
+    if not args.questions or not args.out:
+        raise ValueError("--ray asks a --questions file into --out A.jsonl")
+    from rckit.cluster.answers import Job, answer_file, summary
+
+    weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
+    load = {"device": "cpu" if args.device == "auto" else args.device, "always_answer": args.always_answer}
+    load["no_answer_threshold"] = args.no_answer_threshold
+    options = {"load": load, "ask": {"top_k": args.top_k, "passages": args.passages}, "retriever_weight": weight}
+    job = Job("ask", args.model, options, index=str(Path(args.index).resolve()))
+    fields = ("question",)
+    got = answer_file(
+        job, args.questions, args.out, fields, args.workers, args.cpus_per_worker, args.ray or None, args.ray_block
+    )
+    print(summary(got, "asked", args.out), file=sys.stderr)
     return 0
 
 

@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from rckit.cli.arguments import abstain_options, model_option, model_source
+from rckit.cli.arguments import abstain_options, model_option, model_source, ray_options
 from rckit.evaluation.evaluate import evaluate
 from rckit.model_files.source import open_model
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rckit.answering.reader import Reader
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=32)
+    ray_options(p, "a SQuAD file (--data): its questions answered")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         always_answer=args.always_answer,
         device=args.device,
         no_answer_threshold=args.no_answer_threshold,
+        spans_of=None if args.ray is None else on_ray(args),
     )
     print(json.dumps(result))
     if args.record:
@@ -70,3 +78,28 @@ def run(args: argparse.Namespace) -> int:
         record_score(open_model(args.run).path, args.data, result)
         print(f"recorded in {args.run}", file=sys.stderr)
     return 0
+
+
+def on_ray(args: argparse.Namespace) -> Callable[[Reader, list, Callable[[int], object]], tuple[dict, dict]]:
+    """What reads the questions with ``--ray``: blocks of the local run's size, answered by actors
+    each holding the model (:mod:`rckit.cluster.answers`); the scores are the local Reader's."""
+    from rckit.cluster.answers import Job, run_blocks
+    from rckit.evaluation.evaluate import CHUNK
+
+    if not args.data:
+        raise ValueError("--ray evaluates on a SQuAD file: give it with --data")
+    device = "cpu" if args.device == "auto" else args.device
+    load = {"device": device, "batch_size": args.batch_size, "no_answer_threshold": args.no_answer_threshold}
+    job = Job("spans", str(args.run), {"load": load})
+
+    def spans_of(reader: Reader, questions: list, progress: Callable[[int], object]) -> tuple[dict, dict]:
+        records = ({"id": ex.qid, "context": ex.context, "question": ex.question} for ex in questions)
+        spans, margins = {}, {}
+        for r in run_blocks(job, records, args.workers, args.cpus_per_worker, args.ray or None, CHUNK):
+            spans[r["id"]] = r["span"]
+            if r["margin"] is not None:
+                margins[r["id"]] = r["margin"]
+            progress(1)
+        return spans, margins
+
+    return spans_of

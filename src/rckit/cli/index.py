@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from rckit.cli.arguments import ray_options
 from rckit.retrieval.store import PassageStore
 
 
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "up to 4, for 16 MiB of files or more; 0: read here)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ray_options(p, "the files parsed and cut into passages (this process writes the index)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +41,12 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{out.parent}: no such directory for the index")
     t0 = time.perf_counter()
     with PassageStore(out, max_words=args.max_words) as store:
-        report = store.add(args.paths, progress=not args.no_progress, jobs=args.jobs)
+        read_files = None
+        if args.ray is not None:
+            from rckit.cluster.indexing import ray_file_reader
+
+            read_files = ray_file_reader(args.workers, args.cpus_per_worker, args.ray or None)
+        report = store.add(args.paths, progress=not args.no_progress, jobs=args.jobs, read_files=read_files)
         stats = store.stats()
     print(
         f"{out}: {stats['documents']:,} documents, {stats['passages']:,} passages, "

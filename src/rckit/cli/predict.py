@@ -10,7 +10,7 @@ import time
 from rckit.answering.answer import shown
 from rckit.answering.questions import answer_questions_file, read_questions
 from rckit.answering.reader import Reader, check_text
-from rckit.cli.arguments import MODEL_HELP, abstain_options, model_option, model_source
+from rckit.cli.arguments import MODEL_HELP, abstain_options, model_option, model_source, ray_options
 from rckit.model_files.source import model_names, names_several
 
 
@@ -55,11 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON: the answer, its score and character span")
     abstain_options(p)
     p.add_argument("--device", default="auto")
+    ray_options(p, "with --questions and --out A.jsonl: answer them", blocks=True)
 
 
 def run(args: argparse.Namespace) -> int:
     source = model_source(args)
     several = names_several(source)
+    if args.ray is not None:
+        return on_ray(args, source, several)
     if several and args.questions:
         raise ValueError(
             f"--model {source} compares the models on one --context and --question, not a --questions file"
@@ -121,4 +124,28 @@ def side_by_side(args: argparse.Namespace, names: list[str]) -> int:
     widths = [max(len(r[i]) for r in table) for i in range(4)]
     for r in table:
         print("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths))))
+    return 0
+
+
+def on_ray(args: argparse.Namespace, source: str | None, several: bool) -> int:
+    """``--questions Q --out A.jsonl --ray``: the file answered on a Ray cluster (:mod:`rckit.cluster.answers`)."""
+    if several or not args.questions or not args.out:
+        raise ValueError("--ray answers a --questions file into --out A.jsonl, with one model")
+    from rckit.cluster.answers import Job, answer_file, summary
+
+    load = {"device": "cpu" if args.device == "auto" else args.device, "always_answer": args.always_answer}
+    load["no_answer_threshold"] = args.no_answer_threshold
+    ask = {"top_k": args.top_k, "max_answer_len": args.max_answer_len, "stride": args.stride}
+    job = Job("answers", source, {"load": load, "ask": ask})
+    got = answer_file(
+        job,
+        args.questions,
+        args.out,
+        ("context", "question"),
+        args.workers,
+        args.cpus_per_worker,
+        args.ray or None,
+        args.ray_block,
+    )
+    print(summary(got, "answered", args.out), file=sys.stderr)
     return 0

@@ -304,7 +304,7 @@ def prepare_unanswerable(args: argparse.Namespace) -> int:
 
 
 def prepare_squad_cloze(args: argparse.Namespace) -> int:
-    from rckit.data.squad_cloze import prepare_squad_cloze as build  # imports PyTorch
+    from rckit.data.cloze.from_squad import prepare_squad_cloze as build  # imports PyTorch
 
     if not args.out:
         raise ValueError("squad-cloze needs --out DIR")
@@ -325,7 +325,7 @@ def prepare_squad_cloze(args: argparse.Namespace) -> int:
 
 
 def prepare_cloze_synthetic(args: argparse.Namespace) -> int:
-    from rckit.data.cloze_synthetic import write_synthetic_cloze  # imports PyTorch
+    from rckit.data.cloze.synthetic import write_synthetic_cloze  # imports PyTorch
 
     if not args.out:
         raise ValueError("cloze-synthetic needs --out DIR")

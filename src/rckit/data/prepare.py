@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ import numpy as np
 from rckit.data import vocab as V
 from rckit.data.squad import SquadDataset, read_squad
 from rckit.data.tokenize import TOKENIZER_VERSION, char_to_token_span_fast, tokenize
+from rckit.data.vocab import Vocabularies, form_rows
 
 FORMAT_VERSION = 2  # 2: question token offsets and question texts (what contextual states are read from)
 
@@ -199,77 +199,6 @@ def _lengths(x: np.ndarray) -> dict:
     if len(x) == 0:
         return {"mean": 0.0, "p95": 0, "max": 0}
     return {"mean": round(float(x.mean()), 1), "p95": int(np.percentile(x, 95)), "max": int(x.max())}
-
-
-@dataclass
-class Vocabularies:
-    words: V.Vocab
-    chars: V.Vocab
-    lowercase: bool
-    max_word_len: int
-
-    def to_json(self) -> dict:
-        return {
-            "words": self.words.itos,
-            "n_trainable_words": self.words.n_trainable,
-            "chars": self.chars.itos,
-            "lowercase": self.lowercase,
-            "max_word_len": self.max_word_len,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> Vocabularies:
-        return cls(
-            V.Vocab(d["words"], d["n_trainable_words"]),
-            V.Vocab(d["chars"], len(d["chars"])),
-            d["lowercase"],
-            d["max_word_len"],
-        )
-
-
-def form_rows(forms: list[str], vocabs: Vocabularies) -> tuple[np.ndarray, np.ndarray]:
-    """Word ids (n,) and character ids (n, max_word_len) int32 of token forms."""
-    W = vocabs.max_word_len
-    form_words = np.fromiter(
-        (vocabs.words.get(V.normalize_word(f, vocabs.lowercase)) for f in forms), np.int32, len(forms)
-    )
-    form_chars = np.zeros((len(forms), W), np.int32)
-    cget = vocabs.chars.stoi.get
-    for i, f in enumerate(forms):
-        ids = [cget(ch, V.UNK) for ch in f[:W]]
-        form_chars[i, : len(ids)] = ids
-    return form_words, form_chars
-
-
-class FormIndex:
-    """:func:`form_rows` for a reader, which meets the same words again and again: each form's
-    row computed once and kept (at most ``limit`` forms; then the table starts afresh). Safe to
-    share between threads."""
-
-    def __init__(self, vocabs: Vocabularies, limit: int = 500_000):
-        self.vocabs, self.limit = vocabs, limit
-        self.lock = threading.Lock()
-        self._clear()
-
-    def _clear(self) -> None:
-        self.index: dict[str, int] = {}
-        self.words = np.zeros(0, np.int32)
-        self.chars = np.zeros((0, self.vocabs.max_word_len), np.int32)
-
-    def rows(self, forms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Word ids (n,) and character ids (n, max_word_len) of ``forms``, as :func:`form_rows`."""
-        with self.lock:
-            new = list(dict.fromkeys(f for f in forms if f not in self.index))
-            if new:
-                if len(self.index) + len(new) > self.limit:
-                    self._clear()
-                    new = list(dict.fromkeys(forms))
-                words, chars = form_rows(new, self.vocabs)
-                for f in new:
-                    self.index[f] = len(self.index)
-                self.words, self.chars = np.concatenate([self.words, words]), np.concatenate([self.chars, chars])
-            at = np.fromiter((self.index[f] for f in forms), np.int64, len(forms))
-            return self.words[at], self.chars[at]
 
 
 def index_split(tok: TokenizedSplit, vocabs: Vocabularies) -> dict[str, np.ndarray]:

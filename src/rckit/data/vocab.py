@@ -1,4 +1,5 @@
-"""Word and character vocabularies, and pretrained vectors (GloVe) to fill them.
+"""Word and character vocabularies, and pretrained vectors (GloVe) to fill them; a model's
+vocabularies at run time (:class:`Vocabularies`) and a word's row in them (:class:`FormIndex`).
 
 Word ids: 0 ``<pad>``, 1 ``<unk>``, then training words without a pretrained vector (kept only
 when ``trainable_min_count > 0``), then words with a pretrained vector. Models keep the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -225,3 +227,74 @@ def char_vectors(chars: Vocab, path: str | Path, seed: int = 0) -> tuple[np.ndar
             out[i] = pre.vectors[j]
             found += 1
     return out, found
+
+
+@dataclass
+class Vocabularies:
+    words: Vocab
+    chars: Vocab
+    lowercase: bool
+    max_word_len: int
+
+    def to_json(self) -> dict:
+        return {
+            "words": self.words.itos,
+            "n_trainable_words": self.words.n_trainable,
+            "chars": self.chars.itos,
+            "lowercase": self.lowercase,
+            "max_word_len": self.max_word_len,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Vocabularies:
+        return cls(
+            Vocab(d["words"], d["n_trainable_words"]),
+            Vocab(d["chars"], len(d["chars"])),
+            d["lowercase"],
+            d["max_word_len"],
+        )
+
+
+def form_rows(forms: list[str], vocabs: Vocabularies) -> tuple[np.ndarray, np.ndarray]:
+    """Word ids (n,) and character ids (n, max_word_len) int32 of token forms."""
+    W = vocabs.max_word_len
+    form_words = np.fromiter(
+        (vocabs.words.get(normalize_word(f, vocabs.lowercase)) for f in forms), np.int32, len(forms)
+    )
+    form_chars = np.zeros((len(forms), W), np.int32)
+    cget = vocabs.chars.stoi.get
+    for i, f in enumerate(forms):
+        ids = [cget(ch, UNK) for ch in f[:W]]
+        form_chars[i, : len(ids)] = ids
+    return form_words, form_chars
+
+
+class FormIndex:
+    """:func:`form_rows` for a reader, which meets the same words again and again: each form's
+    row computed once and kept (at most ``limit`` forms; then the table starts afresh). Safe to
+    share between threads."""
+
+    def __init__(self, vocabs: Vocabularies, limit: int = 500_000):
+        self.vocabs, self.limit = vocabs, limit
+        self.lock = threading.Lock()
+        self._clear()
+
+    def _clear(self) -> None:
+        self.index: dict[str, int] = {}
+        self.words = np.zeros(0, np.int32)
+        self.chars = np.zeros((0, self.vocabs.max_word_len), np.int32)
+
+    def rows(self, forms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Word ids (n,) and character ids (n, max_word_len) of ``forms``, as :func:`form_rows`."""
+        with self.lock:
+            new = list(dict.fromkeys(f for f in forms if f not in self.index))
+            if new:
+                if len(self.index) + len(new) > self.limit:
+                    self._clear()
+                    new = list(dict.fromkeys(forms))
+                words, chars = form_rows(new, self.vocabs)
+                for f in new:
+                    self.index[f] = len(self.index)
+                self.words, self.chars = np.concatenate([self.words, words]), np.concatenate([self.chars, chars])
+            at = np.fromiter((self.index[f] for f in forms), np.int64, len(forms))
+            return self.words[at], self.chars[at]

@@ -20,7 +20,7 @@ from typing import TypedDict
 import numpy as np
 import torch
 
-from rckit.data.cloze_data import detect_layout, load_eval_split, read_split
+from rckit.data.cloze.dataset import detect_layout, load_eval_split, read_split
 from rckit.model_files.errors import MissingPackage
 from rckit.model_files.load import load_model
 from rckit.models.attentive_reader import AttentiveReader, ImpatientReader

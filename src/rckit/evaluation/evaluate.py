@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm import tqdm
@@ -52,6 +53,7 @@ def evaluate(
     device="auto",
     progress: bool = True,
     no_answer_threshold: float | None = None,
+    spans_of: Callable[[Reader, list[SquadExample], Callable[[int], object]], tuple[dict, dict]] | None = None,
 ) -> dict:
     """The scores of ``source`` (a run, a checkpoint, an exported ``.safetensors`` or ONNX file)
     on every question of ``data``: official EM/F1 (SQuAD), or accuracy in percent (cloze).
@@ -66,7 +68,10 @@ def evaluate(
     ``torch.device``. ``progress``: a progress bar on stderr (where it is a terminal).
     An exported file with a verifier (:mod:`rckit.answering.verifier`) is read as the Reader
     answers, its verifier's probability of no answer compared with its threshold
-    (``no_answer_threshold``: another).
+    (``no_answer_threshold``: another). ``spans_of``: who reads the questions, for a SQuAD file
+    read through the Reader whatever the source (``rckit evaluate --ray``:
+    :mod:`rckit.cluster.answers`); given the loaded Reader, the questions and a progress callback,
+    it returns what :func:`reader_spans` returns.
     """
     found = open_model(source)
     if found.exported:
@@ -80,13 +85,16 @@ def evaluate(
                 f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
                 "--weights raw needs the run directory"
             )
-    if found.kind == "onnx" or (found.exported and read_metadata(found.path).get("verifier")):
-        # onnxruntime without PyTorch, or a file with a verifier: as the Reader answers
+    through_reader = found.kind == "onnx" or (found.exported and read_metadata(found.path).get("verifier"))
+    if through_reader or spans_of is not None:
+        # onnxruntime without PyTorch, or a file with a verifier, or other readers: as the Reader answers
+        if not data:
+            raise ValueError(f"{found.path}: give the SQuAD file to evaluate on with --data")
         reader = Reader.load(found.path, device, batch_size=batch_size, no_answer_threshold=no_answer_threshold)
         ds = read_squad(data)
         questions = ds.examples[:limit] if limit else ds.examples
         with progress_bar(len(questions), progress) as bar:
-            spans, margins = reader_spans(reader, questions, bar.update)
+            spans, margins = (spans_of or reader_spans)(reader, questions, bar.update)
         threshold = reader.decode.no_answer_threshold if reader.verifier is None else reader.verifier_threshold
     else:
         if no_answer_threshold is not None:

@@ -20,11 +20,12 @@ import torch
 
 from rckit.answering.decoding import DecodeConfig, best_spans, span_to_text, spans_and_null
 from rckit.data.batching import BucketBatchSampler
-from rckit.data.cloze import ClozeSplit
-from rckit.data.cloze_data import load_eval_split
-from rckit.data.prepare import Vocabularies, featurize
+from rckit.data.cloze.dataset import load_eval_split
+from rckit.data.cloze.examples import ClozeSplit
+from rckit.data.prepare import featurize
 from rckit.data.split import SquadSplit
 from rckit.data.squad import SquadDataset
+from rckit.data.vocab import Vocabularies
 from rckit.device import autocast
 
 

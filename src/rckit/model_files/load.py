@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from rckit.config import from_dict
-from rckit.data.cloze import ClozeVocab
-from rckit.data.prepare import Vocabularies
+from rckit.data.cloze.examples import ClozeVocab
+from rckit.data.vocab import Vocabularies
 from rckit.model_files.checkpoint import CheckpointError
 from rckit.model_files.metadata import read_metadata
 from rckit.model_files.runs import embedding_placeholder, read_run, run_metadata, run_vocabularies, run_weights

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from rckit.config import differences
-from rckit.data.cloze import ClozeVocab
+from rckit.data.cloze.examples import ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
-from rckit.data.prepare import Vocabularies
+from rckit.data.vocab import Vocabularies
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint
 
 

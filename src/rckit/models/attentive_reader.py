@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rckit.data.cloze import ENTITY_OFFSET
+from rckit.data.cloze.examples import ENTITY_OFFSET
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.lstm import PeepholeLSTM

@@ -6,7 +6,7 @@ else of a model; they never ask a model what it has (no ``getattr``/``hasattr``)
 A model is a :class:`ReadingModel`, built as ``Model(config, EmbeddingInfo)``:
 
 - ``forward(batch)`` takes a span batch (:class:`rckit.data.batching.Batch`) or a cloze batch
-  (:class:`rckit.data.cloze.ClozeBatch`); both name the context (document) ``c_words``/``c_mask``
+  (:class:`rckit.data.cloze.examples.ClozeBatch`); both name the context (document) ``c_words``/``c_mask``
   and the question (query) ``q_words``/``q_mask``. It returns logits only, as a
   :class:`SpanOutput` (start/end over context tokens) or a :class:`ClozeOutput` (scores over
   the entity markers); a model may return a subclass that adds what its own loss needs (DCN's

@@ -40,7 +40,7 @@ import sqlite3
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -209,7 +209,13 @@ class PassageStore:
             self._db.close()
             raise
 
-    def add(self, paths: list[str | Path], progress: bool = False, jobs: int | None = None) -> dict:
+    def add(
+        self,
+        paths: list[str | Path],
+        progress: bool = False,
+        jobs: int | None = None,
+        read_files: Callable[[list[Path], dict[str, str], int], Iterator[FileRead]] | None = None,
+    ) -> dict:
         """Index files and folders (recursively; a single path is taken as a list of one); index
         again to take in what changed.
 
@@ -225,7 +231,9 @@ class PassageStore:
         ahead of the writer, never all: memory stays bounded by the largest files, whatever the
         collection's size. Written files are committed every :attr:`commit_seconds` of work,
         each file whole: Ctrl-C or an error keeps the files committed so far (indexing again
-        goes on from there, as they are unchanged) and never a part of one.
+        goes on from there, as they are unchanged) and never a part of one. ``read_files``: who
+        reads them instead (``(paths, known digests by path, max_words)`` to each file's
+        :func:`read_data`, in order; ``rckit index --ray``: :mod:`rckit.cluster.indexing`).
         """
         if isinstance(paths, (str, Path)):
             paths = [paths]
@@ -263,7 +271,12 @@ class PassageStore:
         try:
             self._db.execute("BEGIN IMMEDIATE")
             began = time.monotonic()
-            for read in _read_files(list(files), known, self.max_words, jobs):
+            reading = (
+                read_files(list(files), known, self.max_words)
+                if read_files is not None
+                else _read_files(list(files), known, self.max_words, jobs)
+            )
+            for read in reading:
                 self._add_file(read, files[read.path], report)
                 done += 1
                 bar.update(sizes[read.path])
@@ -294,7 +307,7 @@ class PassageStore:
         report["documents"], report["passages"] = stats["documents"], stats["passages"]
         return report
 
-    def _add_file(self, read: _Read, by_name: bool, report: dict) -> None:
+    def _add_file(self, read: FileRead, by_name: bool, report: dict) -> None:
         path = read.path
         row = self._db.execute("SELECT id, digest FROM sources WHERE path = ?", (str(path),)).fetchone()
         if read.error is not None:
@@ -452,7 +465,7 @@ class PassageStore:
         self.close()
 
 
-class _Read(NamedTuple):
+class FileRead(NamedTuple):
     """One file as a reader process read it: its digest, and its documents cut into passages --
     or the error that stopped it. ``documents`` is empty where the digest was the one stored."""
 
@@ -470,21 +483,29 @@ def _size(path: Path) -> int:
         return 0
 
 
-def read_file(path: Path, known_digest: str | None, max_words: int) -> _Read:
+def read_file(path: Path, known_digest: str | None, max_words: int) -> FileRead:
     """Read one file for the index: hash it, and unless its digest is ``known_digest`` (unchanged
     since it was indexed), read its documents and cut them into passages."""
     try:
         data = path.read_bytes()
+    except OSError as e:
+        return FileRead(path, None, None, [], e)
+    return read_data(path, data, known_digest, max_words)
+
+
+def read_data(path: Path, data: bytes, known_digest: str | None, max_words: int) -> FileRead:
+    """:func:`read_file` of bytes already read (on another machine, the file's bytes sent to it)."""
+    try:
         digest = hashlib.sha256(data).hexdigest()
         if digest == known_digest:
-            return _Read(path, digest, None, [], None)
+            return FileRead(path, digest, None, [], None)
         kind, docs = read_documents(path, data)
     except (OSError, IndexInputError) as e:
-        return _Read(path, None, None, [], e)
-    return _Read(path, digest, kind, [(d, cut_passages(d.text, max_words)) for d in docs], None)
+        return FileRead(path, None, None, [], e)
+    return FileRead(path, digest, kind, [(d, cut_passages(d.text, max_words)) for d in docs], None)
 
 
-def _read_files(paths: list[Path], known: dict[str, str], max_words: int, jobs: int) -> Iterator[_Read]:
+def _read_files(paths: list[Path], known: dict[str, str], max_words: int, jobs: int) -> Iterator[FileRead]:
     """:func:`read_file` of each path, in order: here, or by ``jobs`` worker processes reading at
     most two files each ahead of the caller."""
     if jobs < 1:

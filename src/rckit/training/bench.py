@@ -58,7 +58,7 @@ from rckit.training.loop import optimisation, train_step
 from rckit.training.tasks import ClozeTask, SpanTask, make_task
 
 if TYPE_CHECKING:
-    from rckit.data.cloze_data import ClozeData
+    from rckit.data.cloze.dataset import ClozeData
     from rckit.data.prepare import Prepared
 
 SPAN_LENGTHS = {"max_c_len": 400, "max_q_len": 50}  # the training cut of every span row

@@ -56,7 +56,7 @@ from rckit.training.tasks import ClozeTask, SpanTask
 
 if TYPE_CHECKING:
     from rckit.data.batching import Batch
-    from rckit.data.cloze import ClozeBatch
+    from rckit.data.cloze.examples import ClozeBatch
     from rckit.data.prepare import Prepared
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rckit.data.cloze_data import ClozeData, load_cloze_data
+from rckit.data.cloze.dataset import ClozeData, load_cloze_data
 from rckit.data.prepare import Prepared
 from rckit.data.sources import DataSource, prepare_data
 from rckit.data.vocab import DEFAULT_EMBEDDINGS

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from rckit.answering.decoding import DecodeConfig, best_spans
-from rckit.data.cloze import copy_targets, renumber_entities, with_copy_positions
+from rckit.data.cloze.examples import copy_targets, renumber_entities, with_copy_positions
 from rckit.data.squad import load_json
 from rckit.evaluation.split_answers import predict, predict_split
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, per_question_scores
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 
     from rckit.answering.decoding import SpanPrediction
     from rckit.data.batching import Batch
-    from rckit.data.cloze import ClozeBatch
-    from rckit.data.cloze_data import ClozeData
+    from rckit.data.cloze.dataset import ClozeData
+    from rckit.data.cloze.examples import ClozeBatch
     from rckit.data.embeddings import EmbeddingInfo
     from rckit.data.prepare import Prepared
     from rckit.data.split import SquadSplit

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.data.cloze import PLACEHOLDER, ClozeExample, document_candidates, write_cloze_jsonl
+from rckit.data.cloze.examples import PLACEHOLDER, ClozeExample, document_candidates, write_cloze_jsonl
 
 
 @dataclass

@@ -24,7 +24,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from rckit.data.cloze import ENTITY_RE, PLACEHOLDER, ClozeExample
+from rckit.data.cloze.examples import ENTITY_RE, PLACEHOLDER, ClozeExample
 
 WH_WORDS = ("what", "who", "whom", "whose", "when", "where", "which", "how", "why")
 

@@ -1,6 +1,6 @@
 """An entity-anonymised cloze set built from SQuAD v1.1, in the style of Hermann et al. (2015).
 
-Each kept SQuAD question becomes a :class:`~rckit.data.cloze.ClozeExample`: its paragraph and
+Each kept SQuAD question becomes a :class:`~rckit.data.cloze.examples.ClozeExample`: its paragraph and
 question with every entity mention replaced by one ``@entityN`` token, the answer the marker of the
 entity its first gold answer names; the query is the anonymised question (no ``@placeholder``).
 
@@ -57,8 +57,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.data.cloze import ClozeExample, load_cloze_jsonl, write_cloze_jsonl
-from rckit.data.cloze_baselines import score_baselines
+from rckit.data.cloze.baselines import score_baselines
+from rckit.data.cloze.examples import ClozeExample, load_cloze_jsonl, write_cloze_jsonl
 from rckit.data.squad import SquadDataset, read_squad
 from rckit.data.tokenize import char_to_token_span_fast, tokenize
 from rckit.data.vocab import normalize_word

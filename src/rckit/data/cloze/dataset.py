@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.data.cloze import (
+from rckit.data.cloze.examples import (
     ClozeSplit,
     ClozeVocab,
     load_cloze_jsonl,

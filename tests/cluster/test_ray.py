@@ -1,0 +1,332 @@
+"""Answering, evaluating and indexing on a real Ray cluster (issue 54): a head started with
+``ray start --head`` on a free port of this machine and a second node joined with ``ray start
+--address``, as an operator would; rckit joins it with ``--ray ADDRESS``. The answers equal the
+local run's, in input order; a bad line is named and skipped; a killed driver resumes; an actor
+killed mid-run loses and doubles nothing; the local path never imports Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.answering.test_verifier import rejecting_export  # noqa: F401 (a fixture)
+from tests.conftest import GREEK, need, ray_present
+
+pytestmark = pytest.mark.ray
+
+RCKIT = [sys.executable, "-m", "rckit"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    ray = Path(sys.executable).with_name("ray")
+    return subprocess.run([str(ray), *args], capture_output=True, text=True, timeout=180, check=check)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head (one CPU) and a second node (one CPU) on this machine: the address to join."""
+    need("ray", ray_present())
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    temp = Path(f"/tmp/rckit-ray-{os.getpid()}")  # short: Ray's sockets live under it
+    # Token authentication, as a cluster should run (Ray's default for local clusters since 2.59):
+    # the same token for the nodes and every driver, here through the environment they inherit.
+    token = tmp_path_factory.mktemp("ray") / "token"
+    token.write_text(secrets.token_hex(32))
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    import ray  # after the environment: Ray reads its authentication settings when first loaded
+
+    common = ["--num-cpus=1", "--disable-usage-stats"]
+    try:
+        ray_cli("start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common)
+        ray_cli("start", f"--address={address}", *common)
+        yield address
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        ray_cli("stop", "--force", check=False)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def questions(n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        words = [GREEK[(i * 5 + k * 3) % len(GREEK)] for k in range(8 + i % 5)]
+        out.append({"id": f"q{i}", "context": " ".join(words) + ".", "question": f"what follows {words[i % 4]} ?"})
+    return out
+
+
+def write_jsonl(path: Path, records: list, bad: dict[int, str] | None = None) -> Path:
+    lines = [json.dumps(r) for r in records]
+    for at, text in sorted((bad or {}).items()):
+        lines.insert(at, text)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def spans(records: list[dict]) -> list[tuple]:
+    """What an answer says, without its floating-point score."""
+    return [(r["id"], [(a["answer"], a["start"], a["end"]) for a in r["answers"]]) for r in records]
+
+
+def run_rckit(args: list, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*RCKIT, *map(str, args)], capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_the_cluster_has_two_nodes(cluster):
+    import ray
+
+    from rckit.cluster.answers import connect
+
+    connect(cluster, log=lambda m: None)
+    assert sum(1 for n in ray.nodes() if n["Alive"]) == 2
+
+
+def test_predict_on_ray_answers_as_the_local_run_in_order_and_skips_bad_lines(cluster, tiny_export, tmp_path):
+    good = questions(40)
+    q = write_jsonl(tmp_path / "q.jsonl", good, {3: "{not json", 10: json.dumps({"id": "x", "context": "alpha."})})
+    local = tmp_path / "local.jsonl"
+    done = run_rckit(
+        [
+            "predict",
+            tiny_export,
+            "--questions",
+            write_jsonl(tmp_path / "good.jsonl", good),
+            "--out",
+            local,
+            "--device",
+            "cpu",
+        ]
+    )
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "ray.jsonl"
+    got = run_rckit(
+        [
+            "predict",
+            tiny_export,
+            "--questions",
+            q,
+            "--out",
+            out,
+            "--ray",
+            cluster,
+            "--workers",
+            2,
+            "--ray-block",
+            8,
+            "--device",
+            "cpu",
+        ]
+    )
+    assert got.returncode == 0, got.stderr
+    assert f"{q}: line 4: not valid JSON" in got.stderr and f"{q}: line 11: missing field 'question'" in got.stderr
+    assert "40 questions answered on Ray (0 before, 2 lines skipped)" in got.stderr
+    ours, theirs = read_jsonl(out), read_jsonl(local)
+    assert [r["id"] for r in ours] == [r["id"] for r in good]
+    assert spans(ours) == spans(theirs)
+    for a, b in zip(ours, theirs):
+        assert a["answers"][0]["score"] == pytest.approx(b["answers"][0]["score"], rel=1e-5)
+
+
+def test_a_killed_driver_resumes_without_losing_or_doubling(cluster, tiny_export, tmp_path):
+    records = questions(400)
+    q = write_jsonl(tmp_path / "q.jsonl", records)
+    out = tmp_path / "a.jsonl"
+    args = [
+        "predict",
+        tiny_export,
+        "--questions",
+        q,
+        "--out",
+        out,
+        "--ray",
+        cluster,
+        "--workers",
+        2,
+        "--ray-block",
+        4,
+        "--device",
+        "cpu",
+    ]
+    driver = subprocess.Popen([*RCKIT, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and driver.poll() is None:
+        if out.is_file() and out.read_text().count("\n") >= 12:
+            break
+        time.sleep(0.05)
+    killed = driver.poll() is None
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    before = out.read_text().count("\n")
+    assert killed and 12 <= before < len(records), "the driver was killed before it finished"
+    with open(out, "a") as f:
+        f.write('{"id": "q999", "answ')  # a line the kill cut short
+    again = run_rckit(args)
+    assert again.returncode == 0, again.stderr
+    assert f"{before:,} questions answered before; going on" in again.stderr
+    ours = read_jsonl(out)
+    assert [r["id"] for r in ours] == [r["id"] for r in records]  # each once, in order
+    local = tmp_path / "local.jsonl"
+    assert run_rckit(["predict", tiny_export, "--questions", q, "--out", local, "--device", "cpu"]).returncode == 0
+    assert spans(ours) == spans(read_jsonl(local))
+
+
+def actors() -> list[int]:
+    """The pids of Ray Data's actors answering on this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"MapWorker" in cmd and b"Answerer" in cmd:
+                found.append(int(entry.name))
+    return found
+
+
+def test_an_actor_killed_mid_run_loses_and_doubles_nothing(cluster, tiny_export, tmp_path):
+    records = questions(600)
+    q = write_jsonl(tmp_path / "q.jsonl", records)
+    out = tmp_path / "a.jsonl"
+    args = [
+        "predict",
+        tiny_export,
+        "--questions",
+        q,
+        "--out",
+        out,
+        "--ray",
+        cluster,
+        "--workers",
+        2,
+        "--ray-block",
+        4,
+        "--device",
+        "cpu",
+    ]
+    driver = subprocess.Popen([*RCKIT, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    victim = None
+    while time.monotonic() < deadline and driver.poll() is None and victim is None:
+        if out.is_file() and out.read_text().count("\n") >= 8 and actors():
+            victim = actors()[0]
+        time.sleep(0.05)
+    assert victim is not None, "no actor was seen answering"
+    os.kill(victim, signal.SIGKILL)
+    _, err = driver.communicate(timeout=300)
+    assert driver.returncode == 0, err
+    assert victim not in actors()
+    ours = read_jsonl(out)
+    assert [r["id"] for r in ours] == [r["id"] for r in records]
+    local = tmp_path / "local.jsonl"
+    assert run_rckit(["predict", tiny_export, "--questions", q, "--out", local, "--device", "cpu"]).returncode == 0
+    assert spans(ours) == spans(read_jsonl(local))
+
+
+def test_evaluate_on_ray_scores_as_the_local_run(cluster, rejecting_export, tmp_path):  # noqa: F811
+    from tests.conftest import greek_paragraphs, squad_json, write_json
+
+    data = write_json(tmp_path / "dev.json", squad_json(greek_paragraphs(6)))
+    local = run_rckit(
+        [
+            "evaluate",
+            rejecting_export,
+            "--data",
+            data,
+            "--out",
+            tmp_path / "local.json",
+            "--always-answer",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert local.returncode == 0, local.stderr
+    got = run_rckit(
+        [
+            "evaluate",
+            rejecting_export,
+            "--data",
+            data,
+            "--out",
+            tmp_path / "ray.json",
+            "--always-answer",
+            "--device",
+            "cpu",
+            "--ray",
+            cluster,
+            "--workers",
+            2,
+        ]
+    )
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == json.loads(local.stdout)
+    assert (tmp_path / "ray.json").read_bytes() == (tmp_path / "local.json").read_bytes()
+
+
+def test_index_on_ray_holds_what_the_local_index_holds_and_names_a_bad_file(cluster, tmp_path):
+    import sqlite3
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(12):
+        words = " ".join(GREEK[(i + k) % len(GREEK)] for k in range(150 + 40 * i))
+        (folder / f"note{i:02}.md").write_text(f"# Note {i}\n\n{words}\n")
+    (folder / "broken.json.gz").write_bytes(b"not gzip at all")
+    local = run_rckit(["index", folder, "--out", tmp_path / "local.sqlite", "--no-progress"])
+    assert local.returncode == 0, local.stderr
+    got = run_rckit(
+        ["index", folder, "--out", tmp_path / "ray.sqlite", "--no-progress", "--ray", cluster, "--workers", 2]
+    )
+    assert got.returncode == 0, got.stderr
+    assert "skipped" in got.stderr and "broken.json.gz" in got.stderr
+
+    def counts(out: str) -> str:  # "N documents, M passages"
+        return out.split(": ", 1)[1].split(" MiB")[0].rsplit(",", 1)[0]
+
+    assert counts(got.stdout) == counts(local.stdout)
+
+    def held(path: Path) -> list:
+        with sqlite3.connect(path) as db:
+            return db.execute(
+                'SELECT s.path, d.title, p.start, p."end" FROM passages p JOIN documents d ON p.document_id = d.id '
+                "JOIN sources s ON d.source_id = s.id ORDER BY s.path, p.start"
+            ).fetchall()
+
+    assert held(tmp_path / "ray.sqlite") == held(tmp_path / "local.sqlite") and held(tmp_path / "ray.sqlite")
+    again = run_rckit(["index", folder, "--out", tmp_path / "ray.sqlite", "--no-progress", "--ray", cluster])
+    assert again.returncode == 0 and "0 files added, 0 updated, 12 unchanged" in again.stdout
+
+
+def test_the_local_path_does_not_import_ray(tiny_export, tmp_path):
+    q = write_jsonl(tmp_path / "q.jsonl", questions(3))
+    args = ["predict", str(tiny_export), "--questions", str(q), "--out", str(tmp_path / "a.jsonl"), "--device", "cpu"]
+    code = f"import sys; from rckit.cli import main; assert main({args!r}) == 0; assert 'ray' not in sys.modules"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    no_ray = run_rckit(["predict", tiny_export, "--questions", q, "--out", tmp_path / "b.json", "--ray"])
+    assert no_ray.returncode == 2 and "name the output .jsonl" in no_ray.stderr
