@@ -330,3 +330,48 @@ def test_the_local_path_does_not_import_ray(tiny_export, tmp_path):
     assert done.returncode == 0, done.stderr
     no_ray = run_rckit(["predict", tiny_export, "--questions", q, "--out", tmp_path / "b.json", "--ray"])
     assert no_ray.returncode == 2 and "name the output .jsonl" in no_ray.stderr
+
+
+def test_ask_on_ray_answers_as_the_local_run(cluster, tiny_export, tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"note{i}.md").write_text(" ".join(GREEK[(i * 5 + k * 3) % len(GREEK)] for k in range(60)) + ".\n")
+    index = tmp_path / "notes.sqlite"
+    assert run_rckit(["index", folder, "--out", index, "--no-progress"]).returncode == 0
+    asked = [{"id": i, "question": f"what follows {GREEK[i % len(GREEK)]} ?"} for i in range(20)]
+    q = write_jsonl(tmp_path / "q.jsonl", asked, {5: "[1, 2]"})
+    local = tmp_path / "local.jsonl"
+    good = write_jsonl(tmp_path / "good.jsonl", asked)
+    done = run_rckit(["ask", index, "--model", tiny_export, "--questions", good, "--out", local, "--device", "cpu"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "ray.jsonl"
+    got = run_rckit(
+        [
+            "ask",
+            index,
+            "--model",
+            tiny_export,
+            "--questions",
+            q,
+            "--out",
+            out,
+            "--device",
+            "cpu",
+            "--ray",
+            cluster,
+            "--workers",
+            2,
+            "--ray-block",
+            5,
+        ]
+    )
+    assert got.returncode == 0, got.stderr
+    assert f"{q}: line 6: expected an object" in got.stderr
+    ours, theirs = read_jsonl(out), read_jsonl(local)
+    assert [r["id"] for r in ours] == list(range(20))
+
+    def found(records):
+        return [[(a["answer"], a["source"], a["start"]) for a in r["answers"]] for r in records]
+
+    assert found(ours) == found(theirs)

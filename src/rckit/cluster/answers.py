@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +57,15 @@ class Answerer:
         self.job = job
         load = job.options.get("load", {})
         self.reader = Reader.load(job.source, threads=job.threads, **load)
-        self.collection = None
-        if job.kind == "ask":
+        self.local = threading.local()  # Ray may call from another thread than this one: SQLite may not follow
+
+    def collection(self):
+        """The index, opened in the calling thread (a SQLite connection stays in its thread)."""
+        if getattr(self.local, "collection", None) is None:
             from rckit.retrieval.collection import Collection
 
-            self.collection = Collection.open(job.index, self.reader, job.options["retriever_weight"])
+            self.local.collection = Collection.open(self.job.index, self.reader, self.job.options["retriever_weight"])
+        return self.local.collection
 
     def __call__(self, batch: dict) -> dict:
         import numpy as np
@@ -74,7 +79,7 @@ class Answerer:
             got = self.reader.answer_batch([(r["context"], r["question"]) for r in records], **ask)
             return [{"id": r["id"], "answers": a} for r, a in zip(records, got)]
         if job.kind == "ask":
-            got = self.collection.ask_many([r["question"] for r in records], **ask)
+            got = self.collection().ask_many([r["question"] for r in records], **ask)
             return [{"id": r["id"], "answers": a} for r, a in zip(records, got)]
         plan = self.reader.plan([(r["context"], r["question"]) for r in records], whole=True)
         self.reader.read_all(plan)
