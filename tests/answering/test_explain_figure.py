@@ -1,4 +1,4 @@
-"""Drawing an explanation (rckit.answering.explain_figure) from explanations made by hand: no model.
+"""Drawing an explanation (rckit.explain.figure) from explanations made by hand: no model.
 
 ``qanet_example()`` and ``dcn_example()`` are realistic enough to look at; to see them:
 ``python -c "from tests.answering.test_explain_figure import save_examples; save_examples('/tmp')"``.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rckit.answering.explain_figure import focus, words, write_explanation, write_html, write_png
+from rckit.explain.figure import focus, words, write_explanation, write_html, write_png
 from rckit.model_files.errors import MissingPackage
 
 EIFFEL = (
@@ -480,6 +480,6 @@ def test_png_without_matplotlib_names_the_install(tmp_path, monkeypatch):
 def test_explain_figure_imports_no_torch_nor_matplotlib():
     import subprocess
 
-    code = "import sys, rckit.answering.explain_figure; print([m for m in ('torch', 'matplotlib') if m in sys.modules])"
+    code = "import sys, rckit.explain.figure; print([m for m in ('torch', 'matplotlib') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

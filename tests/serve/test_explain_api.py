@@ -21,8 +21,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from rckit.answering.explain_figure import KEYS
 from rckit.answering.explanation import DEFAULT_STEPS, needs_torch
+from rckit.explain.figure import KEYS
 from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 from rckit.serve.app import create_app
 from rckit.serve.config import ServeConfig

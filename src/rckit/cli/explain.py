@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from rckit.answering.answer import shown
-from rckit.answering.explain_figure import write_explanation
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
 from rckit.answering.reader import Reader, check_text
 from rckit.cli.arguments import model_option, model_source
+from rckit.explain.figure import write_explanation
 from rckit.model_files.source import names_installed, pytorch_source
 
 
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 def explain_example(args: argparse.Namespace) -> int:
     """``--example``: a cloze run's attention over one document of its data."""
-    from rckit.evaluation.cloze_explain import explain_cloze, write_cloze
+    from rckit.explain.cloze import explain_cloze, write_cloze
 
     source = model_source(args)
     if source is None:

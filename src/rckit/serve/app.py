@@ -55,9 +55,9 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from rckit.answering.explain_figure import html_of
 from rckit.answering.explanation import Explanation, needs_torch
 from rckit.answering.reader import Reader
+from rckit.explain.figure import html_of
 from rckit.model_files.source import installed, installed_name, model_names, names_several, open_model, pytorch_beside
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.retrieval.store import PassageStore

@@ -23,9 +23,8 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from matplotlib.figure import Figure
-
 from rckit.config import apply_overrides
+from rckit.explain.curves import plot_sweep
 from rckit.training.loop import train
 
 if TYPE_CHECKING:
@@ -205,24 +204,5 @@ def write_results(out: str | Path) -> list[dict]:
         )
     (out / "results.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps(rows, indent=1))
-    _plot(rows, keys, metric, out / "results.png")
+    plot_sweep(rows, keys, metric, out / "results.png")
     return rows
-
-
-def _plot(rows: list[dict], keys: list[str], metric: str, path: Path) -> None:
-    """The score of every trial against each swept setting, one panel per setting."""
-    fig = Figure(figsize=(3.2 * len(keys), 3.2))
-    axes = fig.subplots(1, len(keys), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        values = sorted({str(r[key]) for r in rows}, key=lambda v: (len(v), v))
-        xs = [values.index(str(r[key])) for r in rows]
-        ax.scatter(xs, [r["score"] for r in rows], alpha=0.7)
-        ax.set_xticks(range(len(values)))
-        ax.set_xticklabels(values, rotation=30)
-        ax.set_title(key, fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(f"best {metric}")
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=90)
-    tmp.replace(path)
