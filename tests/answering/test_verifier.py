@@ -35,7 +35,7 @@ from rckit.answering.verifier import (
     sentence_around,
     words,
 )
-from rckit.export.verifier import set_verifier
+from rckit.export.metadata_edit import set_verifier
 from rckit.model_files.metadata import read_metadata
 from tests.conftest import squad_json
 

@@ -74,7 +74,7 @@ def test_the_cache_is_the_readers_not_its_files(tiny_export, tmp_path):
     """Putting a verifier into the file (rckit verifier --into) does not change what it reads."""
     import shutil
 
-    from rckit.export.verifier import set_verifier
+    from rckit.export.metadata_edit import set_verifier
     from tests.answering.test_verifier import random_verifier
 
     other = tmp_path / "other.safetensors"

@@ -143,7 +143,7 @@ def put_into(files: list[str], verifier: Verifier | None) -> None:
     """``verifier`` (None: none) into each file, the .safetensors files first, so that an ONNX file
     exported from one of them still names its digest."""
     from rckit.data.prepare import file_digest
-    from rckit.export.verifier import set_verifier
+    from rckit.export.metadata_edit import set_verifier
 
     rewritten: dict[str, str] = {}
     is_onnx = {f: export_format(f) == "onnx" for f in files}

@@ -4,7 +4,7 @@
 function of it, whole or not at all (a temporary file beside it, renamed over it). Two changes
 use it: :func:`record_score` (``rckit evaluate FILE --data DATA --record``: the figures of every
 question, which ``rckit models`` and ``GET /v1/model`` show) and
-:func:`rckit.export.verifier.set_verifier` (``rckit verifier --into``). An ONNX file is edited
+:func:`set_verifier` (``rckit verifier --into``). An ONNX file is edited
 with the ``onnx`` package and needs no PyTorch; a ``.safetensors`` file is read and written back
 with PyTorch's safetensors functions, as :mod:`rckit.export.safetensors` writes it.
 """
@@ -16,8 +16,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rckit.model_files.source import export_format
+
+if TYPE_CHECKING:
+    from rckit.answering.verifier import Verifier
 
 SCORE_KEYS = (
     "exact_match",
@@ -92,6 +96,25 @@ def record_score(path: str | Path, data: str | Path, result: dict) -> dict:
 
     edit_metadata(path, keep)
     return entry
+
+
+def set_verifier(path: str | Path, verifier: Verifier | None, rewritten: dict[str, str] | None = None) -> dict:
+    """Write ``verifier`` (None: remove it) into the exported model file at ``path``; returns the
+    file's metadata as written. ``rewritten``: ``{file name: new sha256}`` of ``.safetensors``
+    files whose verifier was just changed the same way; an ONNX file exported from one of them
+    (its ``source``) keeps pointing at it, since only the metadata changed, not the weights."""
+    entry = None if verifier is None else verifier.to_json()
+    rewritten = rewritten or {}
+
+    def put(meta: dict) -> None:
+        meta.pop("verifier", None)
+        if entry is not None:
+            meta["verifier"] = entry
+        source = meta.get("source") or {}
+        if source.get("file") in rewritten:
+            meta["source"] = {**source, "sha256": rewritten[source["file"]]}
+
+    return edit_metadata(path, put)
 
 
 def _edit_onnx(path: Path, change: Callable[[dict], None]) -> dict:
