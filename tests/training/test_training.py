@@ -168,6 +168,32 @@ def test_n_steps_equal_k_steps_resume_n_minus_k(prepared, tmp_path):
     assert train_steps == list(range(1, 10))
 
 
+def test_a_logged_loss_is_the_mean_of_its_steps_also_after_a_resume_between_two_lines(prepared, tmp_path, monkeypatch):
+    """log_every 4, a run stopped at step 6 and resumed: the line at step 8 holds steps 7 and 8 only,
+    and its loss is their mean (it was their sum over 4 before the fix)."""
+    import rckit.training.loop as loop
+
+    losses: dict[int, float] = {}
+    real = loop.train_step
+
+    def step(*args, **kw):
+        loss, terms = real(*args, **kw)
+        losses[len(losses) + 1] = loss.item()
+        return loss, terms
+
+    monkeypatch.setattr(loop, "train_step", step)
+    _train(prepared, tmp_path / "r", 6, log_every=4)
+    _train(prepared, tmp_path / "r", 8, resume=True, log_every=4)
+    logged = {
+        r["step"]: r["loss"]
+        for r in map(json.loads, (tmp_path / "r" / "metrics.jsonl").read_text().splitlines())
+        if "loss" in r
+    }
+    assert sorted(logged) == [4, 8]
+    assert logged[4] == pytest.approx(sum(losses[k] for k in (1, 2, 3, 4)) / 4)
+    assert logged[8] == pytest.approx((losses[7] + losses[8]) / 2)
+
+
 def test_run_directory_contents(prepared, tmp_path):
     s = _train(prepared, tmp_path / "r", 6)
     run = tmp_path / "r"

@@ -619,15 +619,16 @@ def learning_rate(run: Run, state: RunState) -> float:
 
 
 class StepSums:
-    """Sums over the steps since the last log line: loss, examples, a model's loss terms, time."""
+    """Sums over the steps since the last log line: steps, loss, examples, a model's loss terms, time."""
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.loss, self.n, self.t, self.terms, self.counts = 0.0, 0, time.perf_counter(), {}, {}
+        self.steps, self.loss, self.n, self.t, self.terms, self.counts = 0, 0.0, 0, time.perf_counter(), {}, {}
 
     def add(self, loss: float, n: int, terms: dict) -> None:
+        self.steps += 1
         self.loss += loss
         self.n += n
         for k, v in terms.items():  # a model's loss parts and weights, on the steps that have them
@@ -644,7 +645,7 @@ def log(run: Run, record: dict) -> None:
 def log_steps(run: Run, sums: StepSums, state: RunState, lr: float, bar: tqdm | None) -> None:
     """One ``metrics.jsonl`` line of means over the steps since the last one (and the bar's postfix); the sums
     start again."""
-    n_steps = run.cfg.log_every
+    n_steps = max(sums.steps, 1)  # log_every, but fewer where a resumed run starts between two lines
     rec = {
         "step": state.step,
         "time": round(state.elapsed, 2),
