@@ -375,3 +375,22 @@ def test_ask_on_ray_answers_as_the_local_run(cluster, tiny_export, tmp_path):
         return [[(a["answer"], a["source"], a["start"]) for a in r["answers"]] for r in records]
 
     assert found(ours) == found(theirs)
+
+
+def test_without_ray_installed_the_command_says_so_in_one_line(tiny_export, tmp_path):
+    """Ray hidden from the interpreter (a module finder that refuses it): one line naming the install."""
+    q = write_jsonl(tmp_path / "q.jsonl", questions(2))
+    code = (
+        "import sys\n"
+        "class NoRay:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ray' or name.startswith('ray.'):\n"
+        "            raise ImportError('no ray here')\n"
+        "sys.meta_path.insert(0, NoRay())\n"
+        "from rckit.cli import main\n"
+        f"sys.exit(main(['predict', {str(tiny_export)!r}, '--questions', {str(q)!r}, '--out', "
+        f"{str(tmp_path / 'a.jsonl')!r}, '--ray', '--device', 'cpu']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "rckit predict: --ray needs Ray: pip install 'rckit[ray]'"

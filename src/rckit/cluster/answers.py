@@ -97,7 +97,9 @@ def connect(address: str | None, log: Callable[[str], object] | None = None) -> 
     try:
         import ray
     except ImportError:
-        raise ImportError("--ray needs Ray: pip install 'rckit[ray]'") from None
+        from rckit.model_files.errors import MissingPackage
+
+        raise MissingPackage("--ray needs Ray: pip install 'rckit[ray]'") from None
     if not ray.is_initialized():
         quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
         if address or os.environ.get("RAY_ADDRESS"):
