@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,6 +62,7 @@ def cluster(tmp_path_factory):
         if ray.is_initialized():
             ray.shutdown()
         ray_cli("stop", "--force", check=False)
+        shutil.rmtree(temp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
