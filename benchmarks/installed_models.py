@@ -144,7 +144,8 @@ def main() -> None:
             "machine": machine,
             "date": datetime.date.today().isoformat(),
             "paragraph": "benchmarks/load_serve.py",
-            "models": speed,
+            # --models NAME,...: the others keep their figures (timed on another day, perhaps)
+            "models": {**(json.loads(SPEED.read_text())["models"] if SPEED.is_file() else {}), **speed},
         }
         SPEED.write_text(json.dumps(record, indent=1) + "\n")
         print(f"recorded in {SPEED}", file=sys.stderr)
