@@ -154,47 +154,70 @@ def test_predict_on_ray_answers_as_the_local_run_in_order_and_skips_bad_lines(cl
         assert a["answers"][0]["score"] == pytest.approx(b["answers"][0]["score"], rel=1e-5)
 
 
+class Driver:
+    """``rckit predict`` of ``n`` questions on the cluster in blocks of 4, started as a process of
+    its own (to be killed, or to have an actor killed under it)."""
+
+    def __init__(self, cluster: str, model: Path, root: Path, n: int):
+        self.records = questions(n)
+        self.q = write_jsonl(root / "q.jsonl", self.records)
+        self.out, self.root, self.model = root / "a.jsonl", root, model
+        self.args = [
+            "predict",
+            model,
+            "--questions",
+            self.q,
+            "--out",
+            self.out,
+            "--ray",
+            cluster,
+            "--workers",
+            2,
+            "--ray-block",
+            4,
+            "--device",
+            "cpu",
+        ]
+        self.process = subprocess.Popen(
+            [*RCKIT, *map(str, self.args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+
+    def lines(self) -> int:
+        return self.out.read_text().count("\n") if self.out.is_file() else 0
+
+    def wait_for(self, ready, seconds: float = 240):
+        """Poll ``ready()`` while the driver runs; its first true value, or None."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.process.poll() is None:
+            got = ready()
+            if got:
+                return got
+            time.sleep(0.05)
+        return None
+
+    def check_answers(self) -> None:
+        """Each question once, in order, answered as the local run answers it."""
+        ours = read_jsonl(self.out)
+        assert [r["id"] for r in ours] == [r["id"] for r in self.records]
+        local = self.root / "local.jsonl"
+        done = run_rckit(["predict", self.model, "--questions", self.q, "--out", local, "--device", "cpu"])
+        assert done.returncode == 0, done.stderr
+        assert spans(ours) == spans(read_jsonl(local))
+
+
 def test_a_killed_driver_resumes_without_losing_or_doubling(cluster, tiny_export, tmp_path):
-    records = questions(400)
-    q = write_jsonl(tmp_path / "q.jsonl", records)
-    out = tmp_path / "a.jsonl"
-    args = [
-        "predict",
-        tiny_export,
-        "--questions",
-        q,
-        "--out",
-        out,
-        "--ray",
-        cluster,
-        "--workers",
-        2,
-        "--ray-block",
-        4,
-        "--device",
-        "cpu",
-    ]
-    driver = subprocess.Popen([*RCKIT, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and driver.poll() is None:
-        if out.is_file() and out.read_text().count("\n") >= 12:
-            break
-        time.sleep(0.05)
-    killed = driver.poll() is None
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
-    before = out.read_text().count("\n")
-    assert killed and 12 <= before < len(records), "the driver was killed before it finished"
-    with open(out, "a") as f:
+    driver = Driver(cluster, tiny_export, tmp_path, 400)
+    killed = driver.wait_for(lambda: driver.lines() >= 12)
+    driver.process.send_signal(signal.SIGKILL)
+    driver.process.wait()
+    before = driver.lines()
+    assert killed and 12 <= before < len(driver.records), "the driver was killed before it finished"
+    with open(driver.out, "a") as f:
         f.write('{"id": "q999", "answ')  # a line the kill cut short
-    again = run_rckit(args)
+    again = run_rckit(driver.args)
     assert again.returncode == 0, again.stderr
     assert f"{before:,} questions answered before; going on" in again.stderr
-    ours = read_jsonl(out)
-    assert [r["id"] for r in ours] == [r["id"] for r in records]  # each once, in order
-    local = tmp_path / "local.jsonl"
-    assert run_rckit(["predict", tiny_export, "--questions", q, "--out", local, "--device", "cpu"]).returncode == 0
-    assert spans(ours) == spans(read_jsonl(local))
+    driver.check_answers()
 
 
 def actors() -> list[int]:
@@ -212,42 +235,14 @@ def actors() -> list[int]:
 
 
 def test_an_actor_killed_mid_run_loses_and_doubles_nothing(cluster, tiny_export, tmp_path):
-    records = questions(600)
-    q = write_jsonl(tmp_path / "q.jsonl", records)
-    out = tmp_path / "a.jsonl"
-    args = [
-        "predict",
-        tiny_export,
-        "--questions",
-        q,
-        "--out",
-        out,
-        "--ray",
-        cluster,
-        "--workers",
-        2,
-        "--ray-block",
-        4,
-        "--device",
-        "cpu",
-    ]
-    driver = subprocess.Popen([*RCKIT, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    victim = None
-    while time.monotonic() < deadline and driver.poll() is None and victim is None:
-        if out.is_file() and out.read_text().count("\n") >= 8 and actors():
-            victim = actors()[0]
-        time.sleep(0.05)
+    driver = Driver(cluster, tiny_export, tmp_path, 600)
+    victim = driver.wait_for(lambda: driver.lines() >= 8 and (actors() or [None])[0])
     assert victim is not None, "no actor was seen answering"
     os.kill(victim, signal.SIGKILL)
-    _, err = driver.communicate(timeout=300)
-    assert driver.returncode == 0, err
+    _, err = driver.process.communicate(timeout=300)
+    assert driver.process.returncode == 0, err
     assert victim not in actors()
-    ours = read_jsonl(out)
-    assert [r["id"] for r in ours] == [r["id"] for r in records]
-    local = tmp_path / "local.jsonl"
-    assert run_rckit(["predict", tiny_export, "--questions", q, "--out", local, "--device", "cpu"]).returncode == 0
-    assert spans(ours) == spans(read_jsonl(local))
+    driver.check_answers()
 
 
 def test_evaluate_on_ray_scores_as_the_local_run(cluster, rejecting_export, tmp_path):  # noqa: F811
