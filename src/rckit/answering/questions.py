@@ -53,20 +53,30 @@ def read_records(path: str | Path, fields: tuple[str, ...]) -> list[dict]:
         records = [(f"record [{i}]", r) for i, r in enumerate(data)]
     out = []
     for n, (where, rec) in enumerate(records):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: {where}: expected an object {shape}, got {type(rec).__name__}")
-        for field in fields:
-            if field not in rec:
-                raise ValueError(f"{path}: {where}: missing field '{field}'")
-            try:
-                check_text(field, rec[field])
-            except ValueError as e:
-                raise ValueError(f"{path}: {where}: {e}") from None
-        qid = rec.get("id", n)
-        if not isinstance(qid, (str, int)) or isinstance(qid, bool):
-            raise ValueError(f"{path}: {where}: field 'id' should be a string or an integer, got {type(qid).__name__}")
-        out.append({"id": qid, **{f: rec[f] for f in fields}})
+        why = record_error(rec, fields)
+        if why:
+            raise ValueError(f"{path}: {where}: {why}")
+        out.append({"id": rec.get("id", n), **{f: rec[f] for f in fields}})
     return out
+
+
+def record_error(rec: object, fields: tuple[str, ...]) -> str | None:
+    """Why ``rec`` is not a question record with the text ``fields`` (and an optional string or
+    integer ``id``), or None: what :func:`read_records` refuses a file for, and ``--ray`` skips."""
+    shape = "{" + ", ".join(f'"{f}"' for f in ("id", *fields)) + "}"
+    if not isinstance(rec, dict):
+        return f"expected an object {shape}, got {type(rec).__name__}"
+    for field in fields:
+        if field not in rec:
+            return f"missing field '{field}'"
+        try:
+            check_text(field, rec[field])
+        except ValueError as e:
+            return str(e)
+    qid = rec.get("id", 0)
+    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+        return f"field 'id' should be a string or an integer, got {type(qid).__name__}"
+    return None
 
 
 def answer_questions_file(

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rckit.answering.reader import check_text
+from rckit.answering.questions import record_error
 
 BLOCK = 256  # questions an actor answers in one call
 WINDOW = 64  # blocks in one Ray Dataset: the driver holds at most this many blocks' records
@@ -186,7 +186,7 @@ def stream_records(
             raise ValueError(f"{path}: expected a list of {shape} records, got a JSON {type(data).__name__}")
         numbered = ((f"record [{i}]", r) for i, r in enumerate(data))
     for n, (where, rec) in enumerate(numbered):
-        why = _bad(rec, fields, shape)
+        why = record_error(rec, fields)
         if why:
             skip(f"{path}: {where}: {why}")
             continue
@@ -210,22 +210,6 @@ def _json_lines(path: Path, skip: Callable[[str], object]) -> Iterator[tuple[str
                 yield f"line {lineno}", json.loads(line)
             except json.JSONDecodeError as e:
                 skip(f"{path}: line {lineno}: not valid JSON ({e.msg}, column {e.colno})")
-
-
-def _bad(rec: Any, fields: tuple[str, ...], shape: str) -> str | None:
-    if not isinstance(rec, dict):
-        return f"expected an object {shape}, got {type(rec).__name__}"
-    for name in fields:
-        if name not in rec:
-            return f"missing field '{name}'"
-        try:
-            check_text(name, rec[name])
-        except ValueError as e:
-            return str(e)
-    qid = rec.get("id")
-    if qid is not None and (not isinstance(qid, (str, int)) or isinstance(qid, bool)):
-        return f"field 'id' should be a string or an integer, got {type(qid).__name__}"
-    return None
 
 
 def resume_output(out: Path) -> set[str]:

@@ -244,7 +244,8 @@ class FeatureCache:
         self, pairs: list[Pair], progress: Callable[[int], object] | None = None
     ) -> tuple[np.ndarray, list[str]]:
         """(features, best span text) of ``pairs``: those not kept yet are read, then kept."""
-        missing = list({pair_key(p): p for p in pairs if pair_key(p) not in self.rows}.items())
+        keys = [pair_key(p) for p in pairs]
+        missing = list({k: p for k, p in zip(keys, pairs) if k not in self.rows}.items())
         for lo in range(0, len(missing), self.BLOCK):
             block = missing[lo : lo + self.BLOCK]
             x, texts = read_features(self.reader, [p for _, p in block], progress)
@@ -255,7 +256,7 @@ class FeatureCache:
             self.save()
         if progress is not None and not missing:
             progress(0)
-        rows = [self.rows[pair_key(p)] for p in pairs]
+        rows = [self.rows[k] for k in keys]
         return self.x[rows], [self.texts[r] for r in rows]
 
     def save(self) -> None:
