@@ -1,11 +1,12 @@
 """What the contextual encoder costs a question: the encoder alone, by runner and by depth.
 
-    python benchmarks/contextual_encoder.py [--repeat 100] [--threads 2] [--encoder minilm]
+    python benchmarks/contextual_encoder.py [--repeat 100] [--threads 2] [--encoder minilm] [--depths 4,6/2,4/2/1]
 
 On load_serve.py's ~150-token paragraph and its questions (a question on a paragraph: the paragraph
 and the question each read once, in two calls, as the Reader reads a new pair), ``ContextualEncoder.states``
 timed for each runner (PyTorch fp32, onnxruntime fp32, onnxruntime int8) and each depth the
-reader may mix up to (layers (4, 6): all six layers run; (2, 4): four; (2,): two), ``--repeat``
+reader may mix up to (layers (4, 6): all six layers run; (2, 4): four; (2,): two; (1,): one;
+``--depths`` the mixes to time, ``/`` between them), ``--repeat``
 calls after 10 warm-up calls; median and p90 ms. The int8 rows also give the largest difference
 of their states from fp32's on that paragraph. Prints a Markdown table; the graphs are built in a
 temporary folder.
@@ -30,7 +31,7 @@ from rckit.contextual.onnx_runner import OnnxRunner  # noqa: E402
 from rckit.contextual.states import ContextualEncoder, TorchRunner  # noqa: E402
 from rckit.data.tokenize import tokenize  # noqa: E402
 
-DEPTHS = [(4, 6), (2, 4), (2,)]
+DEPTHS = "4,6/2,4/2/1"
 
 
 def timed(encoder: ContextualEncoder, repeat: int) -> tuple[float, float]:
@@ -58,7 +59,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--encoder", default="minilm")
+    ap.add_argument("--depths", default=DEPTHS, help="the layer mixes to time, '/' between them (default %(default)s)")
     args = ap.parse_args()
+    depths = [tuple(int(k) for k in mix.split(",")) for mix in args.depths.split("/")]
     import torch
 
     torch.set_num_threads(args.threads)
@@ -71,7 +74,7 @@ def main() -> None:
     print("| layers | runner | median ms | p90 ms | largest state difference from fp32 |")
     print("| --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as graphs:
-        for layers in DEPTHS:
+        for layers in depths:
             runners = {
                 "PyTorch fp32": TorchRunner(files, layers),
                 "onnxruntime fp32": OnnxRunner(files, layers, graphs, int8=False, threads=args.threads),

@@ -158,3 +158,36 @@ def test_predict_on_a_cloze_split_picks_entities(tmp_path):
     assert np.array_equal(got, predict_cloze(model, data.dev, np.arange(len(data.dev))))
     rows = np.array([3, 1, 7])
     assert np.array_equal(predict(model, data.dev, rows, decode=DecodeConfig(1)), got[rows])  # decode: spans only
+
+
+def test_every_kind_of_source_is_evaluated_through_the_reader_opened_once(one_token_run, tmp_path, monkeypatch):
+    """One route from a model to SQuAD answers: a run, its checkpoint and its exported file give
+    the answers the Reader gives, each source told apart once."""
+    import rckit.model_files.source as source_module
+    from rckit.answering.reader import Reader
+    from rckit.evaluation.evaluate import evaluate
+
+    run, dev_f = one_token_run
+    exported = tmp_path / "run.safetensors"
+    assert main(["export", str(run), "--out", str(exported)]) == 0
+    reader = Reader.load(run, always_answer=True)
+    expected = {}
+    for ex in read_squad(dev_f).examples:
+        expected[ex.qid] = reader.answer(ex.context, ex.question)[0]["answer"]
+
+    opened = []
+    real = source_module.open_model
+
+    def counting(source=None):
+        if not isinstance(source, source_module.ModelFile):
+            opened.append(source)
+        return real(source)
+
+    for module in ("rckit.evaluation.evaluate", "rckit.answering.reader", "rckit.model_files.load"):
+        monkeypatch.setattr(f"{module}.open_model", counting)
+    for source in (run, run / "best.pt", exported):
+        opened.clear()
+        out = tmp_path / "preds.json"
+        result = evaluate(source, dev_f, out=out, progress=False)
+        assert result["total"] == 9 and opened == [source]
+        assert json.loads(out.read_text()) == expected

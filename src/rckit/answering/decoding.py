@@ -60,6 +60,14 @@ class DecodeConfig:
     no_answer_threshold: float = 0.0
 
 
+def abstains(margin: float | None, threshold: float) -> bool:
+    """The no-answer rule, for every path to an answer: abstain where ``margin`` is above
+    ``threshold``. ``margin`` is the null's score less the best span's (log-probability) for a
+    model that can abstain, or a verifier's probability of no answer; None (a model that can do
+    neither) never abstains."""
+    return margin is not None and margin > threshold
+
+
 def decode_config_of(record: dict) -> DecodeConfig:
     """The decode settings a model was saved with, from its checkpoint, ``config.json``, an
     exported file's metadata or :func:`rckit.model_files.load.load_model`'s.

@@ -45,13 +45,13 @@ from pathlib import Path
 import numpy as np
 
 from rckit.answering.answer import Answer, no_answer, span
-from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores, topk_spans
+from rckit.answering.decoding import DecodeConfig, abstains, decode_config_of, null_scores, topk_spans
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
 from rckit.answering.verifier import FEATURES, ReaderEvidence, Verifier, features_of, window_evidence
 from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import tokenize_texts
 from rckit.data.vocab import FormIndex, Vocabularies
-from rckit.model_files.source import open_model
+from rckit.model_files.source import ModelFile, open_model
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
 
@@ -157,7 +157,7 @@ class Reader:
     @classmethod
     def load(
         cls,
-        source: str | Path | None = None,
+        source: str | Path | ModelFile | None = None,
         device="cpu",
         always_answer: bool = False,
         threads: int | None = None,
@@ -577,9 +577,9 @@ class Job:
             answers = [span(context, s, e, math.exp(score), p_null) for (s, e), score in best]
             best_score = best[0][1] if best else -math.inf
             if self.verifier is not None:
-                abstain = p_null > self.verifier_threshold
+                abstain = abstains(p_null, self.verifier_threshold)
             else:
-                abstain = null is not None and null - best_score > self.no_answer_threshold
+                abstain = abstains(None if null is None else null - best_score, self.no_answer_threshold)
             if abstain:
                 answers.insert(0, no_answer(p_null))
             results.append(answers)

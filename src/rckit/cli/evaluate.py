@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rckit.cli.arguments import abstain_options, model_option, model_source, ray_options
 from rckit.evaluation.evaluate import evaluate
-from rckit.model_files.source import open_model
+from rckit.model_files.source import ModelFile, open_model
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,16 +50,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    args.run = model_source(args)
-    if args.run is None:
+    source = model_source(args)
+    if source is None:
         raise ValueError("give the model to evaluate: RUN|FILE or --model NAME")
-    if args.record and (not open_model(args.run).exported or not args.data or args.limit):
+    found = open_model(source)  # told apart once, here
+    if args.record and (not found.exported or not args.data or args.limit):
         raise ValueError(
             "--record keeps the figures of every question of --data in an exported file (.safetensors, "
             ".onnx); give the file and --data, without --limit"
         )
     result = evaluate(
-        args.run,
+        found,
         args.data,
         split=args.split,
         weights=args.weights,
@@ -69,18 +70,20 @@ def run(args: argparse.Namespace) -> int:
         always_answer=args.always_answer,
         device=args.device,
         no_answer_threshold=args.no_answer_threshold,
-        spans_of=None if args.ray is None else on_ray(args),
+        spans_of=None if args.ray is None else on_ray(args, found),
     )
     print(json.dumps(result))
     if args.record:
         from rckit.export.metadata_edit import record_score  # an ONNX file: the onnx package, no PyTorch
 
-        record_score(open_model(args.run).path, args.data, result)
-        print(f"recorded in {args.run}", file=sys.stderr)
+        record_score(found.path, args.data, result)
+        print(f"recorded in {found.path}", file=sys.stderr)
     return 0
 
 
-def on_ray(args: argparse.Namespace) -> Callable[[Reader, list, Callable[[int], object]], tuple[dict, dict]]:
+def on_ray(
+    args: argparse.Namespace, found: ModelFile
+) -> Callable[[Reader, list, Callable[[int], object]], tuple[dict, dict]]:
     """What reads the questions with ``--ray``: blocks of the local run's size, answered by actors
     each holding the model (:mod:`rckit.cluster.answers`); the scores are the local Reader's."""
     from rckit.cluster.answers import Job, run_blocks
@@ -90,7 +93,7 @@ def on_ray(args: argparse.Namespace) -> Callable[[Reader, list, Callable[[int], 
         raise ValueError("--ray evaluates on a SQuAD file: give it with --data")
     device = "cpu" if args.device == "auto" else args.device
     load = {"device": device, "batch_size": args.batch_size, "no_answer_threshold": args.no_answer_threshold}
-    job = Job("spans", str(args.run), {"load": load})
+    job = Job("spans", str(found.path), {"load": load})
 
     def spans_of(reader: Reader, questions: list, progress: Callable[[int], object]) -> tuple[dict, dict]:
         records = ({"id": ex.qid, "context": ex.context, "question": ex.question} for ex in questions)

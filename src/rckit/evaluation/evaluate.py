@@ -1,23 +1,27 @@
 """``rckit evaluate``: a model's official scores on a whole evaluation set, whatever file holds it.
 
 :func:`evaluate` takes a run directory, a checkpoint, an exported ``.safetensors`` file or an
-ONNX file, told apart by :func:`rckit.model_files.source.open_model` alone:
+ONNX file, told apart once by :func:`rckit.model_files.source.open_model`. Every kind answers a
+SQuAD file through the one route new text takes, :class:`rckit.answering.reader.Reader`: each
+context read whole, each question's best span and its no-answer score (a verifier's probability
+of no answer, else for a model that can abstain its null margin), decoded with the
+:class:`DecodeConfig` the model was saved with, the contextual encoder's states computed as the
+Reader computes them. :func:`score_squad`, the one scoring tail, then abstains at the model's
+threshold and scores with the official rules (:mod:`rckit.evaluation.squad_metrics`), so an
+ONNX file and the PyTorch file it came from are compared on equal terms.
 
 - a run or a checkpoint is loaded into PyTorch with its EMA or raw weights
   (:func:`rckit.model_files.load.load_model`) and scored on a SQuAD file (default: the dev file
   it trained with) or, for a cloze model, on a split of a cloze directory (accuracy in percent);
 - an exported file holds one set of weights (the run's EMA weights) and no data paths, so it is
   scored on a SQuAD file given with ``data``: a ``.safetensors`` file in PyTorch, an ONNX file
-  through :class:`rckit.answering.reader.Reader` on onnxruntime. This module imports no
-  PyTorch; the PyTorch side (:mod:`rckit.evaluation.split_answers`) is imported for the
-  other kinds only, so an ONNX file is evaluated where PyTorch is not installed.
+  on onnxruntime. This module imports no PyTorch; the PyTorch side is imported for the other
+  kinds only, so an ONNX file is evaluated where PyTorch is not installed.
 
-Both sides answer alike: each context read whole, each question's best span and, for a model
-that can abstain, its null margin (the null's score less the best span's, in log-probability),
-decoded with the :class:`DecodeConfig` the model was saved with. :func:`score_squad`, the one
-scoring tail, then abstains at the model's threshold and scores with the official rules
-(:mod:`rckit.evaluation.squad_metrics`), so an ONNX file and the PyTorch file it came from are
-compared on equal terms.
+Training's own dev figures come from another reading of the same model
+(:mod:`rckit.evaluation.split_answers`: the prepared split, the encoder's states from training's
+fp16 cache), so a contextual run's ``rckit evaluate`` may differ from its last dev figure by a
+few answers.
 """
 
 from __future__ import annotations
@@ -30,18 +34,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from rckit.answering.decoding import decode_config_of
 from rckit.answering.reader import Reader
 from rckit.data.squad import SquadExample, read_squad
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, score_predictions
-from rckit.model_files.metadata import read_metadata
-from rckit.model_files.source import open_model
+from rckit.model_files.source import ModelFile, open_model
 
 CHUNK = 256  # questions planned and read together by the Reader
 
 
 def evaluate(
-    source: str | Path,
+    source: str | Path | ModelFile,
     data: str | Path | None = None,
     *,
     split: str | None = None,
@@ -85,44 +87,43 @@ def evaluate(
                 f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
                 "--weights raw needs the run directory"
             )
-    through_reader = found.kind == "onnx" or (found.exported and read_metadata(found.path).get("verifier"))
-    if through_reader or spans_of is not None:
-        # onnxruntime without PyTorch, or a file with a verifier, or other readers: as the Reader answers
-        if not data:
-            raise ValueError(f"{found.path}: give the SQuAD file to evaluate on with --data")
-        reader = Reader.load(found.path, device, batch_size=batch_size, no_answer_threshold=no_answer_threshold)
-        ds = read_squad(data)
-        questions = ds.examples[:limit] if limit else ds.examples
-        with progress_bar(len(questions), progress) as bar:
-            spans, margins = (spans_of or reader_spans)(reader, questions, bar.update)
-        threshold = reader.decode.no_answer_threshold if reader.verifier is None else reader.verifier_threshold
+    if found.kind == "onnx":  # onnxruntime, without PyTorch
+        reader = Reader.load(found, device, batch_size=batch_size, no_answer_threshold=no_answer_threshold)
     else:
-        if no_answer_threshold is not None:
-            raise ValueError(f"{found.path}: --no-answer-threshold is for an exported file with a verifier")
         # These import PyTorch: only for a model that needs it.
+        from rckit.answering.torch_backend import TorchModel
         from rckit.device import pick_device
-        from rckit.evaluation.split_answers import cloze_scores, squad_spans
+        from rckit.evaluation.split_answers import cloze_scores
         from rckit.model_files.load import load_model
 
         device = pick_device(device)
         model, vocabs, meta = load_model(found, device, ema=weights == "ema")
         if meta["task"] == "cloze":
+            if no_answer_threshold is not None:
+                raise ValueError(f"{found.path}: --no-answer-threshold is for a span model with a verifier")
             result, preds = cloze_scores(model, meta, data, split, limit, batch_size, device)
             write_predictions(out, preds)
             return result
-        path = data or meta["data"]["dev_file"]
-        if not data and not Path(path).is_file():
-            raise FileNotFoundError(
-                f"{source} was evaluated during training on {path}, which is not there now; give the file with --data"
-            )
-        ds = read_squad(path)
-        decode = decode_config_of(meta)
-        total = min(limit, len(ds.examples)) if limit else len(ds.examples)
-        with progress_bar(total, progress) as bar:
-            spans, margins = squad_spans(
-                model, vocabs, ds, limit, decode, batch_size, device, bar.update, meta["embedding"].get("contextual")
-            )
-        threshold = decode.no_answer_threshold
+        if not data:
+            data = meta["data"]["dev_file"]
+            if not Path(data).is_file():
+                raise FileNotFoundError(
+                    f"{found.path} was evaluated during training on {data}, which is not there now; "
+                    "give the file with --data"
+                )
+        reader = Reader.from_parts(
+            TorchModel(model, device),
+            vocabs,
+            meta,
+            meta["file"],
+            batch_size=batch_size,
+            no_answer_threshold=no_answer_threshold,
+        )
+    ds = read_squad(data)
+    questions = ds.examples[:limit] if limit else ds.examples
+    with progress_bar(len(questions), progress) as bar:
+        spans, margins = (spans_of or reader_spans)(reader, questions, bar.update)
+    threshold = reader.decode.no_answer_threshold if reader.verifier is None else reader.verifier_threshold
     raw = only_questions(ds.raw, set(spans)) if limit else ds.raw
     result, preds = score_squad(raw, spans, margins, threshold, ds.report.version, always_answer)
     write_predictions(out, preds)

@@ -1,31 +1,25 @@
-"""From a trained model to its answers: whole splits, or one question at a time.
+"""A trained model's answers to a prepared split: what training's dev evaluation reads, and
+``rckit evaluate`` for a cloze run.
 
-:func:`predict` is the one entry for a split of either task, as training's dev evaluation and
-``rckit evaluate`` use it: a SQuAD split (:class:`SquadSplit`) gives ``{question id: answer
-text}`` through :func:`predict_split` (span decoding with the run's :class:`DecodeConfig`), a
-cloze split (:class:`ClozeSplit`) gives the predicted entity number of every example through
-:func:`predict_cloze`. ``rckit evaluate``'s PyTorch side (:func:`rckit.evaluation.evaluate.evaluate`) reads
-a whole SQuAD file with :func:`squad_spans` and a cloze split with :func:`cloze_scores`. Questions
-about new text are answered by :class:`rckit.answering.reader.Reader`.
+:func:`predict` is the one entry for a split of either task: a SQuAD split (:class:`SquadSplit`,
+its encoder states read from training's cache) gives ``{question id: answer text}`` through
+:func:`predict_split` (span decoding with the run's :class:`DecodeConfig`), a cloze split
+(:class:`ClozeSplit`) the predicted entity number of every example through :func:`predict_cloze`;
+:func:`cloze_scores` scores a cloze run for ``rckit evaluate``. A SQuAD file is evaluated, and
+new text answered, by :class:`rckit.answering.reader.Reader`, whatever file holds the model
+(:func:`rckit.evaluation.evaluate.evaluate`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from pathlib import Path
-
 import numpy as np
 import torch
 
-from rckit.answering.decoding import DecodeConfig, best_spans, span_to_text, spans_and_null
+from rckit.answering.decoding import DecodeConfig, abstains, best_spans, span_to_text, spans_and_null
 from rckit.data.batching import BucketBatchSampler
 from rckit.data.cloze.dataset import load_eval_split
 from rckit.data.cloze.examples import ClozeSplit
-from rckit.data.prepare import featurize
 from rckit.data.split import SquadSplit
-from rckit.data.squad import SquadDataset
-from rckit.data.vocab import Vocabularies
 from rckit.device import autocast
 
 
@@ -103,7 +97,7 @@ def predict_split(
                 qid = split.qids[i]
                 preds[qid] = span_to_text(context, offsets, s, e) if s >= 0 else ""
                 if margin is not None:
-                    if margin[b] > decode.no_answer_threshold:
+                    if abstains(margin[b], decode.no_answer_threshold):
                         preds[qid] = ""
                     if null_margins is not None:
                         null_margins[qid] = margin[b]
@@ -144,37 +138,6 @@ def predict_cloze(
     finally:
         model.train(was_training)
     return out_pred
-
-
-def squad_spans(
-    model: torch.nn.Module,
-    vocabs: Vocabularies,
-    ds: SquadDataset,
-    limit: int | None,
-    decode: DecodeConfig,
-    batch_size: int,
-    device: torch.device,
-    progress=None,
-    contextual: dict | None = None,
-) -> tuple[dict, dict]:
-    """(``{question id: best span text}``, ``{question id: null margin}``) of ``model`` on the
-    first ``limit`` questions of ``ds`` (all without one), each context read whole; margins only
-    for a model that can abstain. ``progress(n)``, if given, is called after each batch.
-    ``contextual``: the encoder a model reads states of (its file's ``embedding.contextual``):
-    the file's states are read from their cache (``$RCKIT_CACHE/states``), computed first where missing."""
-    split, _ = featurize(ds, vocabs)
-    if limit:
-        split = split.head(limit)
-    if contextual is not None:
-        from rckit.contextual.states import ContextualEncoder, ContextualSpec
-        from rckit.data.download import cache_root
-
-        encoder = ContextualEncoder.load(ContextualSpec.of_model(contextual))
-        split = split.with_encoder(cache_root() / "states", encoder, Path(ds.report.path).name)
-    margins: dict[str, float] = {}
-    always = dataclasses.replace(decode, no_answer_threshold=math.inf)  # every question's best span
-    spans = predict_split(model, split, None, batch_size, always, device, None, progress, margins)
-    return spans, margins
 
 
 def cloze_scores(

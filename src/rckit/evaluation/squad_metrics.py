@@ -55,6 +55,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from rckit.answering.decoding import abstains
 from rckit.data.squad import load_json, normalize_answer, rules_version
 
 VERSIONS = {"1.1": "1.1", "v1.1": "1.1", "2.0": "2.0", "v2.0": "2.0"}
@@ -307,4 +308,4 @@ def score_files(dataset_file: str | Path, predictions_file: str | Path, version:
 def abstaining(spans: dict[str, str], margins: dict[str, float], threshold: float) -> dict[str, str]:
     """``spans`` (every question's best span) with ``""`` where the null's margin passes
     ``threshold``: the predictions at another threshold, without reading the split again."""
-    return {q: "" if q in margins and margins[q] > threshold else text for q, text in spans.items()}
+    return {q: "" if abstains(margins.get(q), threshold) else text for q, text in spans.items()}

@@ -47,7 +47,7 @@ def load_model(
     exported file holds one set (the run's EMA weights at export). A file that cannot be used
     is refused with one line naming it (:class:`CheckpointError`).
     """
-    found = source if isinstance(source, ModelFile) else open_model(source)
+    found = open_model(source)
     if found.kind == "onnx":
         raise ValueError(
             f"{found.path}: an ONNX file is answered on onnxruntime (rckit.Reader.load), not loaded into PyTorch"
@@ -81,7 +81,7 @@ def load_model(
 def load_span_model(source: str | Path | ModelFile, device: str | torch.device = "cpu"):
     """:func:`load_model` for answering questions about text: a cloze model is refused, as it
     answers no span of a context."""
-    found = source if isinstance(source, ModelFile) else open_model(source)
+    found = open_model(source)
     model, vocabs, meta = load_model(found, device)
     if meta["task"] == "cloze":
         raise ValueError(

@@ -57,12 +57,15 @@ class ModelFile:
         return "onnxruntime" if self.kind == "onnx" else "torch"
 
 
-def open_model(source: str | Path | None = None) -> ModelFile:
-    """The :class:`ModelFile` of ``source`` (see the module docstring).
+def open_model(source: str | Path | ModelFile | None = None) -> ModelFile:
+    """The :class:`ModelFile` of ``source`` (see the module docstring; one already told apart is
+    given back as it is).
 
     A missing run or checkpoint is left to its loader, which says what a run directory should
     hold; any other missing path is a FileNotFoundError here.
     """
+    if isinstance(source, ModelFile):
+        return source
     if source is None:
         path = default_model_path()
     elif str(source) == "bundled":
