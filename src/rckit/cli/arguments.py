@@ -130,3 +130,20 @@ def ray_options(p: argparse.ArgumentParser, what: str, blocks: bool = False) -> 
             metavar="N",
             help="with --ray: questions an actor answers in one call, and between flushes of the output (default 256)",
         )
+
+
+def span_options(p: argparse.ArgumentParser) -> None:
+    """``--max-answer-len`` and ``--stride``: how a reader cuts a long context and reads spans off
+    it (``rckit predict``, ``rckit explain``)."""
+    p.add_argument(
+        "--max-answer-len",
+        type=int,
+        metavar="N",
+        help="longest answer in tokens (default: the run's decode.max_answer_len)",
+    )
+    p.add_argument(
+        "--stride",
+        type=int,
+        metavar="N",
+        help="tokens between the starts of two windows of a long context (default: half a window)",
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 from rckit.answering.answer import shown
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
 from rckit.answering.reader import Reader, check_text
-from rckit.cli.arguments import model_option, model_source
+from rckit.cli.arguments import model_option, model_source, span_options
 from rckit.explain.figure import write_explanation
 from rckit.model_files.source import names_installed, pytorch_source
 
@@ -55,18 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"integrated gradients' steps from the all-zero word vectors (default {DEFAULT_STEPS})",
     )
-    p.add_argument(
-        "--max-answer-len",
-        type=int,
-        metavar="N",
-        help="longest answer in tokens (default: the run's decode.max_answer_len)",
-    )
-    p.add_argument(
-        "--stride",
-        type=int,
-        metavar="N",
-        help="tokens between the starts of two windows of a long context (default: half a window)",
-    )
+    span_options(p)
     p.add_argument("--device", default="auto")
 
 

@@ -10,7 +10,7 @@ import time
 from rckit.answering.answer import shown
 from rckit.answering.questions import answer_questions_file, read_questions
 from rckit.answering.reader import Reader, check_text
-from rckit.cli.arguments import MODEL_HELP, abstain_options, model_option, model_source, ray_options
+from rckit.cli.arguments import MODEL_HELP, abstain_options, model_option, model_source, ray_options, span_options
 from rckit.model_files.source import model_names, names_several
 
 
@@ -40,18 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default: JSON lines on stdout)",
     )
     p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
-    p.add_argument(
-        "--max-answer-len",
-        type=int,
-        metavar="N",
-        help="longest answer in tokens (default: the run's decode.max_answer_len)",
-    )
-    p.add_argument(
-        "--stride",
-        type=int,
-        metavar="N",
-        help="tokens between the starts of two windows of a long context (default: half a window)",
-    )
+    span_options(p)
     p.add_argument("--json", action="store_true", help="print JSON: the answer, its score and character span")
     abstain_options(p)
     p.add_argument("--device", default="auto")
