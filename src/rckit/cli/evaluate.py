@@ -91,6 +91,8 @@ def on_ray(
 
     if not args.data:
         raise ValueError("--ray evaluates on a SQuAD file: give it with --data")
+    if args.weights != "ema":
+        raise ValueError("--ray answers with a run's EMA weights, as the Reader loads it; --weights raw runs locally")
     device = "cpu" if args.device == "auto" else args.device
     load = {"device": device, "batch_size": args.batch_size, "no_answer_threshold": args.no_answer_threshold}
     job = Job("spans", str(found.path), {"load": load})
