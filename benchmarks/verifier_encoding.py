@@ -124,7 +124,7 @@ def main() -> None:
     ):
         for hidden, w, drop in ((0, 10, 0.0), (64, 10, 0.3), (64, 30, 0.3)):
             head = fit(a, y, np.where(dev_side, w, 1.0).astype(np.float32), hidden, drop=drop)
-            got = tv.tuned(head, at, texts, tune, tune_raw)
+            got = tv.tuned(head.probability(at), texts, tune, tune_raw)
             print(f"{name:9s} hidden {hidden:2d} x{w}: tuning F1 {got['f1']:.2f} at {got['threshold']:.3f}", flush=True)
 
 

@@ -289,17 +289,6 @@ def test_a_tiny_verifier_learns_to_reject_on_a_generated_set(hidden):
 # ---------------------------------------------------------------- 3. the threshold, by hand
 
 
-class Stub:
-    """A verifier whose probabilities are given, row by row."""
-
-    def __init__(self, p):
-        self.p = np.asarray(p, np.float64)
-
-    def probability(self, x):
-        assert len(x) == len(self.p)
-        return self.p
-
-
 def _hand_case(questions):
     """(pairs, SQuAD v2.0 dict, best span texts) of [(qid, gold or None, reader's span)]."""
     from rckit.training.verifier import Pair
@@ -331,19 +320,18 @@ def test_keeping_is_the_lowest_threshold_that_keeps_the_answers_f1():
     ]
     pairs, raw, texts = _hand_case(questions)
     p = [0.1, 0.2, 0.6, 0.9, 0.05, 0.95]
-    x = np.zeros((len(p), N), np.float32)
     # Total 2.5. Keep 95%: lose at most .125; d (F1 0) may go, c (0.5) may not: abstain above .6.
-    assert keeping(Stub(p), x, texts, pairs, raw) == 0.6
+    assert keeping(p, texts, pairs, raw) == 0.6
     # Keep 70%: lose at most .75; d and c (0.5) may go, b (1) may not: abstain above .2.
-    assert keeping(Stub(p), x, texts, pairs, raw, keep=0.7) == 0.2
+    assert keeping(p, texts, pairs, raw, keep=0.7) == 0.2
     # Keep nothing: every answer may go.
-    assert keeping(Stub(p), x, texts, pairs, raw, keep=0.0) == 0.0
+    assert keeping(p, texts, pairs, raw, keep=0.0) == 0.0
     # At the threshold found, the answers keep that share of their F1 (official HasAns F1).
     spans = {pair.qid: t for pair, t in zip(pairs, texts)}
     margins = {pair.qid: v for pair, v in zip(pairs, p)}
     always = score_predictions(raw, spans, "2.0")["HasAns_f1"]
     for keep in (0.95, 0.7):
-        t = keeping(Stub(p), x, texts, pairs, raw, keep=keep)
+        t = keeping(p, texts, pairs, raw, keep=keep)
         kept = score_predictions(raw, abstaining(spans, margins, t), "2.0")["HasAns_f1"]
         assert kept >= keep * always
         # and no lower threshold among the probabilities does
@@ -365,14 +353,13 @@ def test_tuned_picks_the_best_f1_threshold_and_scores_at_a_given_one():
     ]
     pairs, raw, texts = _hand_case(questions)
     p = [0.1, 0.3, 0.5, 0.7, 0.9]
-    x = np.zeros((len(p), N), np.float32)
     # Abstaining above .3: a, b right, c and e abstain rightly, d abstains (0): 4 of 5.
     # (above .1: 3 of 5; above .5: 3; above .7: 3; never: 2; always: 2)
-    got = tuned(Stub(p), x, texts, pairs, raw)
+    got = tuned(p, texts, pairs, raw)
     assert got["threshold"] == pytest.approx(0.3)
     assert got["f1"] == pytest.approx(80.0) and got["exact_match"] == pytest.approx(80.0)
     assert got["HasAns_f1"] == pytest.approx(200 / 3) and got["NoAns_f1"] == pytest.approx(100.0)
-    at = tuned(Stub(p), x, texts, pairs, raw, threshold=0.8)  # answers all but e: a, b, e right
+    at = tuned(p, texts, pairs, raw, threshold=0.8)  # answers all but e: a, b, e right
     assert at["threshold"] == 0.8 and at["f1"] == pytest.approx(60.0) and at["NoAns_f1"] == pytest.approx(50.0)
 
 

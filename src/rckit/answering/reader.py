@@ -134,15 +134,30 @@ class Reader:
         self.verifier_threshold = (
             None
             if verifier is None
-            else (verifier.threshold if no_answer_threshold is None else float(no_answer_threshold))
+            else (verifier.answer_threshold if no_answer_threshold is None else float(no_answer_threshold))
         )
         self.info = {
             **(info or {}),
             "backend": model.backend,
             "always_answer": always_answer,
-            "verifier": None if verifier is None else {**verifier.record, "threshold": self.verifier_threshold},
+            "verifier": None
+            if verifier is None
+            else {
+                **verifier.record,
+                "threshold": self.verifier_threshold,
+                **({"cross_encoder": verifier.cross.meta.get("file")} if verifier.cross is not None else {}),
+            },
         }
         self.always_answer = always_answer
+
+    @property
+    def cross_verifier(self):
+        """``(cross-encoder, threshold)`` where the verifier has a cross-encoder
+        (:mod:`rckit.answering.cross_verifier`) and the reader may abstain, else None: what a
+        collection's best answers are checked by (its passages are judged by the features)."""
+        if self.always_answer or self.verifier is None or self.verifier.cross is None:
+            return None
+        return self.verifier.cross, self.verifier_threshold
 
     @property
     def collection_verifier(self):
@@ -242,7 +257,7 @@ class Reader:
             step=meta.get("step"),
         )
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
-        verifier = Verifier.from_json(meta["verifier"], str(file)) if meta.get("verifier") else None
+        verifier = Verifier.from_json(meta["verifier"], str(file), threads, spin) if meta.get("verifier") else None
         encoder = None
         contextual = (meta.get("embedding") or {}).get("contextual")
         if contextual is not None:  # the encoder the model was trained with, refused if another is installed
@@ -279,11 +294,19 @@ class Reader:
         return got[0] if isinstance(question, str) else got
 
     def answer_batch(
-        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None, stride: int | None = None
+        self,
+        pairs: list[tuple[str, str]],
+        top_k: int = 1,
+        max_answer_len: int | None = None,
+        stride: int | None = None,
+        cross: bool = True,
     ) -> list[list[Answer]]:
         """Answers to many ``(context, question)`` pairs, in their order, in batched forwards:
-        :meth:`plan`, :meth:`read_all`, :meth:`Job.answers`."""
+        :meth:`plan`, :meth:`read_all`, :meth:`Job.answers`. ``cross``: where the verifier has a
+        cross-encoder, it judges each pair (False: the verifier's features do, as for the many
+        passages of a collection, whose best answers the cross-encoder checks afterwards)."""
         job = self.plan(pairs, top_k, max_answer_len, stride)
+        job.cross = cross
         self.read_all(job)
         return job.answers()
 
@@ -491,7 +514,18 @@ class Job:
         self.verifier_threshold = None if verifier is None else verifier[1]
         self.evidence: list[ReaderEvidence | None] = [None for _ in pairs]
         self.wants_evidence = verifier is not None  # True: collected without a verifier, to train one
+        # Whether a cross-encoder verifier (where the reader's has one) judges each pair; rckit ask
+        # judges its passages by the features and its best answers by the cross-encoder.
+        self.cross = True
         self.lock = threading.Lock()  # a server may read two of its windows in two calls at once
+
+    @property
+    def threshold_in_use(self) -> float | None:
+        """The threshold on this job's p(no answer): the reader's, except where a cross-encoder
+        verifier stands aside (:attr:`cross` False) and the network judges by its own."""
+        if self.verifier is None or self.verifier.cross is None or self.cross or self.verifier_threshold == math.inf:
+            return self.verifier_threshold
+        return self.verifier.threshold
 
     @staticmethod
     def cost(items: list[tuple]) -> int:
@@ -544,6 +578,13 @@ class Job:
         span (a model with a verifier), else the null's (a model that can abstain), else None."""
         if self.verifier is None:
             return [None if null is None else math.exp(null) for null in self.null]
+        ranked = self._ranked() if ranked is None else ranked
+        if self.verifier.cross is not None and self.cross:
+            triples = [
+                (context, question, *(spans[0][0] if spans else (None, None)))
+                for (context, question), spans in zip(self.pairs, ranked)
+            ]
+            return self.verifier.judge(triples, None).tolist()
         x = self.features(ranked)
         return self.verifier.probability(x).tolist() if len(x) else []
 
@@ -577,7 +618,7 @@ class Job:
             answers = [span(context, s, e, math.exp(score), p_null) for (s, e), score in best]
             best_score = best[0][1] if best else -math.inf
             if self.verifier is not None:
-                abstain = abstains(p_null, self.verifier_threshold)
+                abstain = abstains(p_null, self.threshold_in_use)
             else:
                 abstain = abstains(None if null is None else null - best_score, self.no_answer_threshold)
             if abstain:

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rckit.answering.cross_verifier import CrossVerifier, Triple
+
 STOPWORDS = frozenset(
     """
 a about above after again against all also am an and any are as at be because been before being below
@@ -564,7 +566,11 @@ class Verifier(Net):
     """``p(no answer)`` from :data:`FEATURES`: standardised, one hidden ReLU layer (or none), a
     sigmoid. ``threshold``: abstain where ``p(no answer)`` is above it. ``record``: how it was
     made (data, counts, the held-out figures), kept with it in the model file. ``collection``:
-    the decision over the passages of a collection (:class:`CollectionVerifier`), where trained."""
+    the decision over the passages of a collection (:class:`CollectionVerifier`), where trained.
+    ``cross``: the fine-tuned cross-encoder (:mod:`rckit.answering.cross_verifier`) that judges
+    each answer instead of the network, where the file names one, with its own threshold
+    (:attr:`answer_threshold`); the network, with ``threshold``, still judges a collection's
+    passages (:meth:`judge`)."""
 
     def __init__(
         self,
@@ -575,12 +581,14 @@ class Verifier(Net):
         features: tuple[str, ...] = FEATURES,
         record: dict | None = None,
         collection: CollectionVerifier | None = None,
+        cross: CrossVerifier | None = None,
     ):
         super().__init__(mean, scale, layers)
         self.threshold = float(threshold)
         self.features = tuple(features)
         self.record = dict(record or {})
         self.collection = collection
+        self.cross = cross
         if tuple(self.features) != FEATURES:
             raise ValueError(features_differ(self.features, FEATURES))
         self.check(len(self.features))
@@ -595,10 +603,29 @@ class Verifier(Net):
             "record": self.record,
             "features_version": FEATURES_VERSION,
             **({"collection": self.collection.to_json()} if self.collection is not None else {}),
+            **({"cross": self.cross.to_json()} if self.cross is not None else {}),
         }
 
+    @property
+    def answer_threshold(self) -> float:
+        """The threshold on the p(no answer) that decides an answer: the cross-encoder's where
+        there is one, else the network's."""
+        return self.threshold if self.cross is None else self.cross.threshold
+
+    def judge(self, triples: list[Triple], x: np.ndarray) -> np.ndarray:
+        """``p(no answer)`` of (context, question, start, end) ``triples``: the cross-encoder's,
+        where the verifier has one, else the network's on their features ``x``."""
+        if self.cross is not None:
+            return self.cross.probability(triples) if triples else np.zeros(0, np.float32)
+        return self.probability(x)
+
     @classmethod
-    def from_json(cls, d: dict, where: str = "the model file") -> Verifier:
+    def from_json(
+        cls, d: dict, where: str = "the model file", threads: int | None = None, spin: bool = True
+    ) -> Verifier:
+        """The verifier of the model file ``where`` from its metadata ``d``; a cross-encoder it
+        names is loaded from beside that file (``threads`` and ``spin`` as the reader's)."""
+        cross = CrossVerifier.from_json(d["cross"], where, threads, spin) if d.get("cross") else None
         try:
             collection = CollectionVerifier.from_json(d["collection"]) if d.get("collection") else None
             verifier = cls(
@@ -609,6 +636,7 @@ class Verifier(Net):
                 tuple(d["features"]),
                 d.get("record"),
                 collection,
+                cross,
             )
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: damaged verifier in its metadata ({e!r})") from None

@@ -68,6 +68,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--into", nargs="+", metavar="FILE", default=[], help="exported model files to put it into")
     p.add_argument("--remove", action="store_true", help="take the verifier out of the --into files")
     p.add_argument("--device", default="cpu")
+    cross = p.add_argument_group(
+        "the cross-encoder verifier",
+        "fine-tune all-MiniLM-L6-v2 to read the question, the reader's span and the passage together "
+        "(rckit.training.cross_verifier), resumable and time-budgeted; --into then exports its graph beside the "
+        "files and names it in them",
+    )
+    cross.add_argument("--cross-encoder", metavar="DIR", help="the fine-tuning run's folder")
+    cross.add_argument("--v2-train", metavar="V2_TRAIN", help="SQuAD v2.0 train articles to train on besides")
+    cross.add_argument("--minutes", type=float, help="train at most this long in this call (then --resume)")
+    cross.add_argument("--max-steps", type=int, help="stop after this many steps in all (then --resume)")
+    cross.add_argument("--resume", action="store_true", help="continue the run in --cross-encoder DIR")
+    cross.add_argument("--epochs", type=float, default=2.0, help="epochs planned (the learning rate's schedule)")
+    cross.add_argument("--v11-sample", type=int, default=6000, help="answerable v1.1 train questions to train on")
+    cross.add_argument("--max-pieces", type=int, default=192, help="the input's length in pieces (default 192)")
+    cross.add_argument("--train-layers", type=int, default=0, help="fine-tune only the top N layers (0: all)")
+    cross.add_argument("--eval-every", type=int, default=500, help="steps between tuning evaluations")
+    cross.add_argument("--encoder", default="minilm", help="the encoder to start from (default minilm)")
+    cross.add_argument(
+        "--keep",
+        type=float,
+        default=0.95,
+        help="with --into: the threshold that keeps this share of the answers' F1 on the tuning quarter "
+        "(0.98, 0.95, 0.92 or 0.9; default 0.95)",
+    )
+    cross.add_argument("--threshold", type=float, help="with --into: abstain above this p(no answer) instead")
 
 
 def _found(data_dir: str | None, given: str | None, folder: str, pattern: str) -> Path:
@@ -84,6 +109,8 @@ def _found(data_dir: str | None, given: str | None, folder: str, pattern: str) -
 def run(args: argparse.Namespace) -> int:
     from rckit.answering.verifier import Verifier
 
+    if args.cross_encoder:
+        return fine_tune(args) if not args.into else install_cross(args)
     if args.remove:
         if not args.into:
             raise ValueError("--remove takes the verifier out of the --into files; name them")
@@ -139,6 +166,90 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def fine_tune(args: argparse.Namespace) -> int:
+    from rckit.answering.reader import Reader
+    from rckit.contextual.encoders import find_encoder
+    from rckit.models.cross_encoder import CrossEncoderConfig
+    from rckit.training.cross_verifier import CrossTrainConfig
+    from rckit.training.cross_verifier import fine_tune as run_fine_tune
+
+    v2_dev = _found(args.data_dir, args.v2_dev, "squad-v2.0", "dev-v2.0*.json*")
+    v2_train = args.v2_train or (
+        _found(args.data_dir, None, "squad-v2.0", "train-v2.0*.json*") if args.data_dir else None
+    )
+    v11_train = (
+        _found(args.data_dir, args.train, "squad-v1.1", "train-v1.1*.json*") if (args.data_dir or args.train) else None
+    )
+    config = CrossTrainConfig(
+        max_pieces=args.max_pieces,
+        epochs=args.epochs,
+        eval_every=args.eval_every,
+        seed=args.seed,
+        v11_sample=args.v11_sample,
+        model=CrossEncoderConfig(train_layers=args.train_layers),
+    )
+    reader = Reader.load(model_source(args), args.device, always_answer=True)
+    got = run_fine_tune(
+        reader,
+        find_encoder(args.encoder),
+        v2_dev,
+        args.cross_encoder,
+        v2_train,
+        v11_train,
+        config,
+        args.minutes,
+        args.max_steps,
+        args.resume,
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    best = got["best"] or {}
+    print(
+        json.dumps(
+            {
+                "step": got["step"],
+                "planned": got["planned"],
+                "done": got["done"],
+                "best": {k: v for k, v in best.items() if k != "figures"},
+            }
+        )
+    )
+    return 0
+
+
+def install_cross(args: argparse.Namespace) -> int:
+    """Export the run's best checkpoint beside the --into files and name it in each, with its
+    threshold; the feature verifier the files carry stays in them, for a collection's passages."""
+    from rckit.answering.reader import Reader
+    from rckit.answering.verifier import Verifier
+    from rckit.contextual.encoders import find_encoder
+    from rckit.export.cross_verifier import install_cross_verifier
+    from rckit.model_files.metadata import read_metadata
+
+    files = [Path(f) for f in args.into]
+    if len({f.parent.resolve() for f in files}) != 1:
+        raise ValueError("--into: the files that share a cross-encoder verifier must be in one folder")
+    meta = read_metadata(files[0])
+    if not meta.get("verifier"):
+        raise ValueError(f"{files[0]}: has no verifier to add the cross-encoder to (rckit verifier --into it first)")
+    inner = {k: v for k, v in meta["verifier"].items() if k != "cross"}
+    v2_dev = _found(args.data_dir, args.v2_dev, "squad-v2.0", "dev-v2.0*.json*")
+    reader = Reader.load(model_source(args), args.device, always_answer=True)
+    cross = install_cross_verifier(
+        args.cross_encoder,
+        reader,
+        find_encoder(args.encoder),
+        v2_dev,
+        files[0],
+        args.keep,
+        args.threshold,
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    print(json.dumps({k: v for k, v in cross["tuning"].items() if k != "curve"}))
+    verifier = Verifier.from_json({**inner, "cross": cross}, str(files[0]))
+    put_into([str(f) for f in files], verifier)
+    return 0
+
+
 def put_into(files: list[str], verifier: Verifier | None) -> None:
     """``verifier`` (None: none) into each file, the .safetensors files first, so that an ONNX file
     exported from one of them still names its digest."""
@@ -151,5 +262,5 @@ def put_into(files: list[str], verifier: Verifier | None) -> None:
         set_verifier(f, verifier, rewritten)
         if not is_onnx[f]:
             rewritten[Path(f).name] = file_digest(Path(f))
-        said = "removed" if verifier is None else f"put in (threshold {verifier.threshold:.3f})"
+        said = "removed" if verifier is None else f"put in (threshold {verifier.answer_threshold:.3f})"
         print(f"{f}: verifier {said}", file=sys.stderr)

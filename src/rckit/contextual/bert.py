@@ -1,16 +1,21 @@
 """The contextual encoder as a plain PyTorch module: BERT's encoder (Devlin et al. 2019), read
-from the encoder's ``model.safetensors``, frozen.
+from the encoder's ``model.safetensors``; frozen when it gives a reader its states, fine-tuned
+when it is the answer verifier's cross-encoder (:mod:`rckit.models.cross_encoder`).
 
-For pieces ``x_1..x_P`` (with [CLS] and [SEP]) and layer ``l = 1..L``::
+For pieces ``x_1..x_P`` (with [CLS] and [SEP]), segments ``s_t`` (0 for every piece, unless a
+second text follows the first [SEP]) and layer ``l = 1..L``::
 
-    h^0 = LayerNorm(E_word[x] + E_position[t] + E_type[0])
+    h^0 = LayerNorm(E_word[x] + E_position[t] + E_type[s])
     a^l = LayerNorm(h^{l-1} + W_O MultiHead(h^{l-1}))          heads of width d / n_heads,
                                                                softmax(Q K^T / sqrt(d_h)) V, padding masked
     h^l = LayerNorm(a^l + W_2 GELU(W_1 a^l))                   GELU with erf, as BERT's
 
 :meth:`BertEncoder.forward` returns the states of the layers asked for (0 = the embeddings' output),
 running no layer above the highest of them: a reader that mixes the lower layers pays for them
-only. The weights' names are those of the Hugging Face BERT checkpoints (``embeddings.*``,
+only. :meth:`BertEncoder.encode` starts from the word vectors ``E_word[x]`` already looked up (a
+cross-encoder exported without its word table). Dropout (``hidden_dropout_prob`` after each
+sub-layer's projection, ``attention_probs_dropout_prob`` on the attention weights, as BERT's) acts
+only in training mode. The weights' names are those of the Hugging Face BERT checkpoints (``embeddings.*``,
 ``encoder.layer.N.*``), so the module loads any such file; its pooler is not used.
 """
 
@@ -25,7 +30,7 @@ from torch import nn
 
 
 class BertLayer(nn.Module):
-    def __init__(self, d: int, n_heads: int, d_ff: int, eps: float):
+    def __init__(self, d: int, n_heads: int, d_ff: int, eps: float, dropout: float = 0.0, attn_dropout: float = 0.0):
         super().__init__()
         if d % n_heads:
             raise ValueError(f"hidden_size {d} is not a multiple of num_attention_heads {n_heads}")
@@ -36,6 +41,8 @@ class BertLayer(nn.Module):
         self.ff_in = nn.Linear(d, d_ff)
         self.ff_out = nn.Linear(d_ff, d)
         self.ff_norm = nn.LayerNorm(d, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.attn_dropout = nn.Dropout(attn_dropout)
 
     def forward(self, h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """``h`` (B, P, d); ``bias`` (B, 1, 1, P): 0 on real pieces, ``finfo.min`` on padding."""
@@ -47,9 +54,9 @@ class BertLayer(nn.Module):
 
         q, k, v = heads(self.query(h)), heads(self.key(h)), heads(self.value(h))
         scores = q @ k.transpose(-1, -2) / math.sqrt(d // H) + bias  # (B, H, P, P)
-        ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, P, d)  # (B, P, d)
-        a = self.attn_norm(h + self.attn_out(ctx))
-        return self.ff_norm(a + self.ff_out(F.gelu(self.ff_in(a))))
+        ctx = (self.attn_dropout(scores.softmax(-1)) @ v).transpose(1, 2).reshape(B, P, d)  # (B, P, d)
+        a = self.attn_norm(h + self.dropout(self.attn_out(ctx)))
+        return self.ff_norm(a + self.dropout(self.ff_out(F.gelu(self.ff_in(a)))))
 
 
 class BertEncoder(nn.Module):
@@ -62,8 +69,16 @@ class BertEncoder(nn.Module):
         self.position = nn.Embedding(int(config["max_position_embeddings"]), d)
         self.token_type = nn.Embedding(int(config.get("type_vocab_size", 2)), d)
         self.norm = nn.LayerNorm(d, eps=eps)
+        self.dropout = nn.Dropout(float(config.get("hidden_dropout_prob", 0.0)))
         self.layers = nn.ModuleList(
-            BertLayer(d, int(config["num_attention_heads"]), int(config["intermediate_size"]), eps)
+            BertLayer(
+                d,
+                int(config["num_attention_heads"]),
+                int(config["intermediate_size"]),
+                eps,
+                float(config.get("hidden_dropout_prob", 0.0)),
+                float(config.get("attention_probs_dropout_prob", 0.0)),
+            )
             for _ in range(int(config["num_hidden_layers"]))
         )
 
@@ -77,12 +92,22 @@ class BertEncoder(nn.Module):
         model.eval().requires_grad_(False)
         return model
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
-        """``ids`` (B, P) pieces, ``mask`` (B, P) True on real ones -> (B, P, K, d) the states of
-        ``layers`` (K of them, 0 = the embeddings' output), in that order."""
-        P = ids.shape[1]
-        pos = torch.arange(P, device=ids.device)
-        h = self.norm(self.word(ids) + self.position(pos) + self.token_type.weight[0])  # (B, P, d)
+    def forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...], types: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``ids`` (B, P) pieces, ``mask`` (B, P) True on real ones, ``types`` (B, P) their
+        segments (None: all 0) -> (B, P, K, d) the states of ``layers`` (K of them, 0 = the
+        embeddings' output), in that order."""
+        return self.encode(self.word(ids), mask, layers, types)
+
+    def encode(
+        self, words: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...], types: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """:meth:`forward` from the word vectors ``words`` (B, P, d) = ``E_word[ids]``."""
+        P = words.shape[1]
+        pos = torch.arange(P, device=words.device)
+        segment = self.token_type.weight[0] if types is None else self.token_type(types)  # (d,) or (B, P, d)
+        h = self.dropout(self.norm(words + self.position(pos) + segment))  # (B, P, d)
         bias = torch.zeros(mask.shape, dtype=h.dtype, device=h.device)
         bias = bias.masked_fill(~mask, torch.finfo(h.dtype).min)[:, None, None, :]  # (B, 1, 1, P)
         states = {0: h}

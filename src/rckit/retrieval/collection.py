@@ -35,11 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rckit.answering.answer import Answer, FoundAnswer, Passage
+from rckit.answering.cross_verifier import CrossVerifier
 from rckit.answering.reader import Reader
 from rckit.answering.verifier import CollectionVerifier, collection_features
 from rckit.retrieval.store import Hit, PassageStore
 
 DEFAULT_PASSAGES = 20
+CROSS_CANDIDATES = 3  # a collection's best answers that a cross-encoder verifier reads
 # The best of the weights tried on SQuAD training questions (RESULTS.md, "Asking a collection").
 DEFAULT_RETRIEVER_WEIGHT = 0.25
 
@@ -59,15 +61,26 @@ class Retrieved:
         top_k: int,
         retriever_weight: float,
         verifier: CollectionVerifier | None = None,
+        cross: tuple[CrossVerifier, float] | None = None,
     ) -> list[list[FoundAnswer]]:
         """Each question's ``top_k`` best answers (:func:`rank`), given the reader's ``answers``
-        to :attr:`pairs`, in their order; ``verifier``: the reader's collection verifier."""
+        to :attr:`pairs`, in their order; ``verifier``: the reader's collection verifier;
+        ``cross``: its cross-encoder and threshold, which check the best answers (:func:`checked`)."""
         read = iter(answers)
         questions = self.questions or [None] * len(self.hits)
-        return [
-            rank([(h, next(read)) for h in hits], top_k, retriever_weight, q, verifier)
+        ranked = [
+            rank(
+                [(h, next(read)) for h in hits],
+                top_k if cross is None else max(top_k, CROSS_CANDIDATES),
+                retriever_weight,
+                q,
+                verifier,
+            )
             for hits, q in zip(self.hits, questions)
         ]
+        if cross is None:
+            return ranked
+        return checked(ranked, questions, cross, top_k)
 
 
 def retrieve(store: PassageStore, questions: list[str], passages: int) -> Retrieved:
@@ -127,8 +140,10 @@ class Collection:
         results = []
         for lo in range(0, len(questions), chunk):  # bounded memory for a file of questions
             found = retrieve(self.store, questions[lo : lo + chunk], passages)
-            answers = self.reader.answer_batch(found.pairs, top_k) if found.pairs else []
-            results += found.rank(answers, top_k, self.retriever_weight, self.reader.collection_verifier)
+            answers = self.reader.answer_batch(found.pairs, top_k, cross=False) if found.pairs else []
+            results += found.rank(
+                answers, top_k, self.retriever_weight, self.reader.collection_verifier, self.reader.cross_verifier
+            )
         return results
 
     def close(self) -> None:
@@ -180,6 +195,41 @@ def rank(
             return [none_found(p)]
         return [FoundAnswer(**{**a, "no_answer_probability": p}) for a in ranked[:top_k]]
     return ranked[:top_k]
+
+
+def checked(
+    ranked: list[list[FoundAnswer]], questions: list[str | None], cross: tuple[CrossVerifier, float], top_k: int
+) -> list[list[FoundAnswer]]:
+    """Each question's best :data:`CROSS_CANDIDATES` answers read by the cross-encoder in their
+    passages (one batched call for all questions): those it accepts (p(no answer) at most the
+    threshold) are kept in their order, the first ``top_k``, each with its probability; where it
+    accepts none, no answer in these documents (with the lowest of its probabilities). An
+    abstention already made stays."""
+    verifier, threshold = cross
+    todo = [
+        (i, a)
+        for i, (answers, q) in enumerate(zip(ranked, questions))
+        if q is not None
+        for a in answers[:CROSS_CANDIDATES]
+        if a["start"] is not None and a["passage"] is not None
+    ]
+    p = verifier.probability(
+        [
+            (a["passage"]["text"], questions[i], a["start"] - a["passage"]["start"], a["end"] - a["passage"]["start"])
+            for i, a in todo
+        ]
+    )
+    judged: dict[int, list[tuple[FoundAnswer, float]]] = {}
+    for (i, a), pa in zip(todo, p.tolist()):
+        judged.setdefault(i, []).append((a, pa))
+    out = []
+    for i, answers in enumerate(ranked):
+        if i not in judged:
+            out.append(answers[:top_k])
+            continue
+        kept = [FoundAnswer(**{**a, "no_answer_probability": pa}) for a, pa in judged[i] if pa <= threshold]
+        out.append(kept[:top_k] if kept else [none_found(min(pa for _, pa in judged[i]))])
+    return out
 
 
 def collection_evidence(question: str, read: list[tuple[Hit, list[Answer]]], best: FoundAnswer | None):

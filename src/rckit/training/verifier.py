@@ -318,13 +318,10 @@ def fit(
     return Verifier(mean, scale, layers, threshold, FEATURES, record)
 
 
-def tuned(
-    verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, threshold: float | None = None
-) -> dict:
-    """The official v2.0 figures of ``verifier`` on the tuning quarter (``x``, ``texts`` the
-    reader's features and best spans on its ``pairs``) at ``threshold``; None: at the threshold
-    of the best F1, which is returned with them."""
-    p = verifier.probability(x)
+def tuned(p: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, threshold: float | None = None) -> dict:
+    """The official v2.0 figures on the tuning quarter of a verifier's ``p(no answer)`` of its
+    ``pairs`` (``texts`` the reader's best spans) at ``threshold``; None: at the threshold of the
+    best F1, which is returned with them."""
     spans = {pair.qid: text for pair, text in zip(pairs, texts)}
     margins = {pair.qid: float(v) for pair, v in zip(pairs, p)}
     if threshold is None:
@@ -340,13 +337,11 @@ def tuned(
     }
 
 
-def keeping(
-    verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, keep: float = KEEP
-) -> float:
-    """The lowest threshold at which the answerable questions of the tuning quarter keep ``keep``
-    of the F1 they score when the reader always answers: a reader used on ordinary questions,
-    most of them answerable, should lose few answers to catch the texts without one."""
-    p = verifier.probability(x)
+def keeping(p: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, keep: float = KEEP) -> float:
+    """The lowest threshold on ``p(no answer)`` (of the tuning quarter's ``pairs``) at which its
+    answerable questions keep ``keep`` of the F1 they score when the reader always answers: a
+    reader used on ordinary questions, most of them answerable, should lose few answers to catch
+    the texts without one."""
     spans = {pair.qid: text for pair, text in zip(pairs, texts)}
     f1 = per_question_scores(raw, spans, "2.0")
     answered = sorted((float(v), f1[pair.qid][1]) for pair, v in zip(pairs, p) if not pair.unanswerable)
@@ -359,17 +354,14 @@ def keeping(
     return 0.0
 
 
-def curve(
-    verifier: Verifier, x: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, more: Iterable[float] = ()
-) -> list[dict]:
-    """The tuning quarter's official figures at thresholds 0.1 ... 0.9, the verifier's own and
-    ``more``: the trade a person makes with it."""
+def curve(p: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, more: Iterable[float] = ()) -> list[dict]:
+    """The tuning quarter's official figures at thresholds 0.1 ... 0.9 and ``more`` (the
+    verifier's own): the trade a person makes with it."""
     thresholds = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, *more)
-    p = verifier.probability(x)
     spans = {pair.qid: text for pair, text in zip(pairs, texts)}
     margins = {pair.qid: float(v) for pair, v in zip(pairs, p)}
     rows = []
-    for t in sorted({*thresholds, verifier.threshold}):
+    for t in sorted(set(thresholds)):
         at = score_predictions(raw, abstaining(spans, margins, t), "2.0")
         rows.append(
             {"threshold": round(t, 4), "f1": at["f1"], "HasAns_f1": at.get("HasAns_f1"), "NoAns_f1": at.get("NoAns_f1")}
@@ -416,7 +408,7 @@ def train_verifier(
     for hidden, w in forms:
         weight = np.where(written, w, 1.0).astype(np.float32)
         v = fit(x, y, weight, hidden, seed)
-        got = tuned(v, xt, texts, tune, tune_raw)
+        got = tuned(v.probability(xt), texts, tune, tune_raw)
         tried.append({"hidden": hidden, "written_weight": w, **got})
         log(f"  hidden {hidden:>2}, written x{w:g}: tuning F1 {got['f1']:.2f} at threshold {got['threshold']:.3f}")
         if best is None or got["f1"] > best[0]:
@@ -429,12 +421,12 @@ def train_verifier(
         xa, xta = x.copy(), xt.copy()
         xa[:, cols] = 0.0
         xta[:, cols] = 0.0
-        ablations[name] = tuned(
-            fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed), xta, texts, tune, tune_raw
-        )
+        fitted = fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed)
+        ablations[name] = tuned(fitted.probability(xta), texts, tune, tune_raw)
         log(f"  {name}: tuning F1 {ablations[name]['f1']:.2f}")
-    keep = keeping(v, xt, texts, tune, tune_raw)
-    at_keep = {**tuned(v, xt, texts, tune, tune_raw, keep), "keeps": KEEP}
+    p = v.probability(xt)
+    keep = keeping(p, texts, tune, tune_raw)
+    at_keep = {**tuned(p, texts, tune, tune_raw, keep), "keeps": KEEP}
     threshold, at_default = (got["threshold"], got) if default == "best_f1" else (keep, at_keep)
     log(
         f"  chosen: hidden {hidden}, written x{w:g}; best-F1 threshold {got['threshold']:.3f} (tuning F1 "
@@ -460,5 +452,5 @@ def train_verifier(
         "made": None if made is None else Path(made).name,
     }
     verifier = Verifier(v.mean, v.scale, v.layers, threshold, FEATURES, record)
-    verifier.record["curve"] = curve(verifier, xt, texts, tune, tune_raw, (got["threshold"], keep))
+    verifier.record["curve"] = curve(p, texts, tune, tune_raw, (got["threshold"], keep, threshold))
     return verifier, verifier.record

@@ -1,0 +1,449 @@
+"""Fine-tuning the cross-encoder verifier (:mod:`rckit.answering.cross_verifier`) beside a frozen reader.
+
+**What it learns.** Each example is (passage, question, a candidate span) with a target: the
+span's official F1 against the question's answers (0 for an unanswerable question). A span that
+half-overlaps the answer is half right: the target the verifier's ``p(the span answers)`` should
+track, since answering it scores that much and abstaining scores nothing. The candidates:
+
+- **the reader's** best two spans on every question (the reader frozen, always answering, read
+  once and kept: :class:`CandidateCache`): what the verifier judges when answering, right and
+  wrong both;
+- **the gold answer** of an answerable question (target 1), and the **plausible answers** SQuAD
+  2.0's writers gave an unanswerable one (target 0), where the file has them.
+
+**The data rckit may train on** (:func:`training_questions`): the v2.0 dev training quarter
+(articles 0, 4, 8, ...: written unanswerable questions and answerable ones), the first articles of
+SQuAD v2.0 train (written ones with plausible answers), and a seeded sample of SQuAD v1.1 train's
+answerable questions. The **tuning quarter** (articles 2, 6, ...: whole articles the verifier
+never trains on) chooses the checkpoint (the best official v2.0 F1 at its best threshold) and the
+threshold; the evaluation half (odd articles) is never read here.
+
+**The run** (:func:`fine_tune`) is resumable and time-budgeted: ``DIR/last.pt`` holds the model,
+AdamW, the step and the data order's seed (each epoch's order is drawn from ``seed + epoch``), so a
+killed or budget-stopped run continues exactly; ``DIR/best.pt`` the best checkpoint by tuning F1;
+``DIR/log.jsonl`` a line per evaluation. Batches are drawn from chunks of like-length examples
+(less padding on two cores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from rckit.answering.cross_verifier import MAX_PIECES, CrossVerifier, cross_inputs
+from rckit.answering.reader import Reader
+from rckit.contextual.encoders import EncoderFiles
+from rckit.contextual.pieces import PieceTokenizer
+from rckit.data.no_answer import split_v2_dev
+from rckit.data.squad import load_json
+from rckit.evaluation.squad_metrics import f1_score
+from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from rckit.training.verifier import KEEP, Pair, curve, keeping, reader_key, tuned
+
+KEEPS = (KEEP, 0.95, 0.92, 0.9)  # shares of the answers' F1 kept, whose thresholds are recorded
+
+CHUNK = 256  # questions read by the reader at once, and saved after
+SAVE_EVERY = 100  # steps between saves of last.pt besides each evaluation
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question with its passage, answers (``(text, start)``), plausible answers and source."""
+
+    qid: str
+    context: str
+    question: str
+    answers: tuple[tuple[str, int], ...]
+    plausible: tuple[tuple[str, int], ...]
+    source: str
+
+    @property
+    def unanswerable(self) -> bool:
+        return not self.answers
+
+
+@dataclass(frozen=True)
+class Example:
+    """(passage, question, span ``context[start:end]``) and the target p(the span answers)."""
+
+    context: str
+    question: str
+    start: int | None
+    end: int | None
+    target: float
+    kind: str  # reader, gold, plausible
+
+
+def questions_of(articles: list[dict], source: str) -> list[Question]:
+    out = []
+    for article in articles:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                answers = (
+                    () if qa.get("is_impossible") else tuple((a["text"], a["answer_start"]) for a in qa["answers"])
+                )
+                plausible = tuple((a["text"], a["answer_start"]) for a in qa.get("plausible_answers", []))
+                out.append(Question(qa["id"], para["context"], qa["question"], answers, plausible, source))
+    return out
+
+
+def training_questions(
+    v2_dev: dict, v2_train: dict | None, v11_train: dict | None, v11_sample: int, seed: int = 0
+) -> list[Question]:
+    """The training side (module docstring): the v2.0 dev training quarter, SQuAD v2.0 train's
+    articles given, and ``v11_sample`` answerable questions of v1.1 train drawn with ``seed``."""
+    out = questions_of(split_v2_dev(v2_dev)[0], "v2_dev_train_quarter")
+    if v2_train is not None:
+        out += questions_of(v2_train["data"], "v2_train")
+    if v11_train is not None and v11_sample:
+        v11 = questions_of(v11_train["data"], "v11_train")
+        out += random.Random(seed).sample(v11, min(v11_sample, len(v11)))
+    return out
+
+
+def tuning_questions(v2_dev: dict) -> tuple[list[Question], dict]:
+    """The v2.0 dev tuning quarter's questions, and the quarter as SQuAD JSON (for scoring)."""
+    tune = split_v2_dev(v2_dev)[1]
+    return questions_of(tune, "v2_dev_tuning_quarter"), {"version": "v2.0", "data": tune}
+
+
+class CandidateCache:
+    """The reader's best spans ``[(start, end, score), ...]`` on each question, read once and kept
+    in ``DIR/candidates-<reader key>.json`` (saved after every :data:`CHUNK` questions, so a killed
+    run keeps what it read)."""
+
+    def __init__(self, folder: str | Path, reader: Reader, top_k: int = 2):
+        self.reader, self.top_k = reader, top_k
+        self.path = Path(folder) / f"candidates-{reader_key(reader)}-top{top_k}.json"
+        self.spans: dict[str, list] = {}
+        if self.path.is_file():
+            try:
+                self.spans = json.loads(self.path.read_text())
+            except ValueError as e:
+                raise ValueError(f"{self.path}: not a candidates file ({e}); remove it") from None
+
+    @staticmethod
+    def key(q: Question) -> str:
+        return hashlib.sha1(f"{q.context}\0{q.question}".encode()).hexdigest()
+
+    def of(self, questions: list[Question], log: Callable[[str], object] = print) -> list[list]:
+        missing = list({self.key(q): q for q in questions if self.key(q) not in self.spans}.items())
+        if missing:
+            log(f"reading {len(missing):,} questions with the reader")
+        for lo in tqdm(range(0, len(missing), CHUNK), desc="reader", unit="chunk", disable=not missing):
+            block = missing[lo : lo + CHUNK]
+            answers = self.reader.answer_batch([(q.context, q.question) for _, q in block], self.top_k)
+            for (k, _), got in zip(block, answers):
+                self.spans[k] = [[a["start"], a["end"], a["score"]] for a in got if a["start"] is not None]
+            self.save()
+        return [self.spans[self.key(q)] for q in questions]
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.spans))
+        tmp.replace(self.path)
+
+
+def span_f1(q: Question, start: int | None, end: int | None) -> float:
+    """The official F1 of ``q.context[start:end]`` against ``q``'s answers (0 for none)."""
+    if q.unanswerable or start is None:
+        return 0.0
+    return max(f1_score(q.context[start:end], a, "2.0") for a, _ in q.answers)
+
+
+def examples_of(questions: list[Question], candidates: list[list]) -> list[Example]:
+    """Every question's candidates (module docstring) as examples, a span met twice counted once."""
+    out = []
+    for q, spans in zip(questions, candidates):
+        seen = set()
+
+        def add(start, end, kind):
+            if (start, end) in seen:
+                return
+            seen.add((start, end))
+            out.append(Example(q.context, q.question, start, end, span_f1(q, start, end), kind))
+
+        for start, end, _ in spans:
+            add(start, end, "reader")
+        for text, start in q.answers[:1]:
+            add(start, start + len(text), "gold")
+        for text, start in q.plausible[:1]:
+            add(start, start + len(text), "plausible")
+    return out
+
+
+@dataclass
+class CrossTrainConfig:
+    max_pieces: int = MAX_PIECES
+    batch_size: int = 16
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup: float = 0.06  # share of the planned steps
+    epochs: float = 2.0
+    eval_every: int = 500  # steps
+    seed: int = 0
+    v11_sample: int = 6000
+    model: CrossEncoderConfig = None  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.model is None:
+            self.model = CrossEncoderConfig()
+        elif isinstance(self.model, dict):
+            self.model = CrossEncoderConfig(**self.model)
+
+
+def batches(examples: list[Example], size: int, seed: int) -> list[list[int]]:
+    """One epoch's batches (indices into ``examples``): a seeded order, cut into chunks of 50
+    batches, each chunk sorted by length and cut into batches, the batches shuffled."""
+    rng = random.Random(seed)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    out = []
+    for lo in range(0, len(order), 50 * size):
+        chunk = sorted(order[lo : lo + 50 * size], key=lambda i: len(examples[i].context) + len(examples[i].question))
+        out += [chunk[k : k + size] for k in range(0, len(chunk), size)]
+    rng.shuffle(out)
+    return out
+
+
+def torch_inputs(tokenizer: PieceTokenizer, examples: list[Example], max_pieces: int) -> dict[str, torch.Tensor]:
+    x = cross_inputs(tokenizer, [(e.context, e.question, e.start, e.end) for e in examples], max_pieces)
+    return {k: torch.from_numpy(v) for k, v in x.items()}
+
+
+@torch.no_grad()
+def logits_of(model: CrossEncoder, tokenizer: PieceTokenizer, triples: list, max_pieces: int) -> np.ndarray:
+    """The model's logits on ``(context, question, start, end)`` triples, in eval mode, as answering
+    reads them (:class:`CrossVerifier` with the PyTorch module)."""
+    was = model.training
+    model.eval()
+
+    def run(vectors, mask, types):
+        return model(torch.from_numpy(vectors), torch.from_numpy(mask), torch.from_numpy(types)).numpy()
+
+    out = CrossVerifier(run, tokenizer, model.bert.word.weight.detach().numpy(), max_pieces).logits(triples)
+    model.train(was)
+    return out
+
+
+def auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """ROC AUC of ``scores`` for the ``positive`` rows (ties counted half), by the rank-sum rule."""
+    scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if not n_pos or not n_neg:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    s = scores[order]
+    i = 0
+    while i < len(s):  # average ranks over ties
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def judged(p_none: np.ndarray, tune: list[Question], spans: list[list], raw: dict, keeps=KEEPS) -> dict:
+    """A verifier's ``p(no answer)`` on the tuning quarter (the reader's best spans ``spans``):
+    its ROC AUC for the unanswerable questions, the best official v2.0 F1 and its threshold, the
+    threshold keeping :data:`KEEP` of the answers' F1 and the F1 there, and the trade curve."""
+    texts = [q.context[s[0][0] : s[0][1]] if s else "" for q, s in zip(tune, spans)]
+    pairs = [Pair(q.context, q.question, q.unanswerable, "tune", q.qid) for q in tune]
+    best = tuned(p_none, texts, pairs, raw)
+    kept = {share: keeping(p_none, texts, pairs, raw, share) for share in keeps}
+    return {
+        "auc": auc(p_none, np.asarray([q.unanswerable for q in tune])),
+        "best_f1": best,
+        "kept": [{**tuned(p_none, texts, pairs, raw, t), "keeps": share} for share, t in kept.items()],
+        "curve": curve(p_none, texts, pairs, raw, (best["threshold"], *kept.values())),
+    }
+
+
+def check_triples() -> list[tuple[str, str, int | None, int | None]]:
+    """A few (context, question, span) triples written here, to check an exported graph against PyTorch."""
+    eiffel = (
+        "The Eiffel Tower was completed in 1889 in Paris. It was designed by the company of Gustave Eiffel "
+        "and is 330 metres tall."
+    )
+    nile = "The Nile flows north through eleven countries and empties into the Mediterranean Sea near Alexandria."
+    return [
+        (eiffel, "When was the Eiffel Tower completed?", 34, 38),
+        (eiffel, "Who won the 2018 World Cup?", 83, 97),
+        (eiffel, "How tall is the tower?", 105, 115),
+        (eiffel, "When did the tower burn down?", 34, 38),
+        (nile, "Where does the Nile empty?", 63, 84),
+        (nile, "How long is the Nile?", None, None),
+    ]
+
+
+def _save(obj: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def fine_tune(
+    reader: Reader,
+    encoder: EncoderFiles,
+    v2_dev: str | Path,
+    out: str | Path,
+    v2_train: str | Path | None = None,
+    v11_train: str | Path | None = None,
+    config: CrossTrainConfig | None = None,
+    minutes: float | None = None,
+    max_steps: int | None = None,
+    resume: bool = False,
+    log: Callable[[str], object] = print,
+) -> dict:
+    """Fine-tune the cross-encoder in ``out`` (module docstring) for at most ``minutes`` of
+    training (and ``max_steps`` steps) in this call; ``resume``: continue ``out/last.pt``.
+    Returns the run's state: steps done, planned, the best tuning figures."""
+    from safetensors.torch import load_file
+
+    out = Path(out)
+    last = out / "last.pt"
+    if resume and last.is_file():
+        state = torch.load(last, weights_only=True)
+        config = CrossTrainConfig(**{**state["config"], "model": state["config"]["model"]})
+    elif last.is_file() and not resume:
+        raise ValueError(f"{out} already holds a run (last.pt): --resume to continue it, or another folder")
+    else:
+        state = None
+        config = config or CrossTrainConfig()
+    positions = int(encoder.config["max_position_embeddings"])
+    if config.max_pieces > positions:
+        raise ValueError(f"max_pieces {config.max_pieces}: the encoder reads at most {positions} positions")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    dev_raw = load_json(v2_dev)
+    train_qs = training_questions(
+        dev_raw,
+        load_json(v2_train) if v2_train else None,
+        load_json(v11_train) if v11_train else None,
+        config.v11_sample,
+        config.seed,
+    )
+    tune, tune_raw = tuning_questions(dev_raw)
+    cache = CandidateCache(out, reader)
+    examples = examples_of(train_qs, cache.of(train_qs, log))
+    tune_spans = cache.of(tune, log)
+    tune_triples = [(q.context, q.question, *(s[0][:2] if s else (None, None))) for q, s in zip(tune, tune_spans)]
+    kinds: dict[str, int] = {}
+    for e in examples:
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    log(
+        f"{len(examples):,} training examples {kinds} from {len(train_qs):,} questions "
+        f"({sum(q.unanswerable for q in train_qs):,} unanswerable); {len(tune):,} tuning questions"
+    )
+    tokenizer = PieceTokenizer(encoder.root / "tokenizer.json")
+    model = CrossEncoder.from_encoder(load_file(str(encoder.root / "model.safetensors")), encoder.config, config.model)
+    params = model.trainable()
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+    )
+    per_epoch = -(-len(examples) // config.batch_size)
+    planned = int(config.epochs * per_epoch)
+    warm = max(1, int(config.warmup * planned))
+
+    def lr_at(step: int) -> float:  # linear warm-up, then linear decay to 0 at the planned end
+        return config.lr * min((step + 1) / warm, max(0.0, (planned - step) / max(1, planned - warm)))
+
+    step, best = 0, None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step, best = state["step"], state.get("best")
+        torch.set_rng_state(state["rng"])
+    model.train()
+    started = time.time()
+    loss_sum, loss_n = 0.0, 0
+    bar = tqdm(total=planned, initial=step, desc="cross-encoder", unit="step")
+    while step < planned:
+        epoch, within = divmod(step, per_epoch)
+        order = batches(examples, config.batch_size, config.seed + epoch)
+        for idx in order[within:]:
+            if step >= planned:
+                break
+            batch = [examples[i] for i in idx]
+            x = torch_inputs(tokenizer, batch, config.max_pieces)
+            target = torch.tensor([e.target for e in batch])
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            z = model.read(x["ids"], x["mask"], x["types"])
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(z, target)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
+            out_of_time = minutes is not None and time.time() - started > minutes * 60
+            stop = out_of_time or (max_steps is not None and step >= max_steps) or step >= planned
+            evaluate = step % config.eval_every == 0 or stop
+            if evaluate:
+                figures = judged(
+                    1.0 / (1.0 + np.exp(logits_of(model, tokenizer, tune_triples, config.max_pieces))),
+                    tune,
+                    tune_spans,
+                    tune_raw,
+                )
+                line = {
+                    "step": step,
+                    "loss": loss_sum / max(loss_n, 1),
+                    "auc": figures["auc"],
+                    "tuning_f1": figures["best_f1"]["f1"],
+                    "threshold": figures["best_f1"]["threshold"],
+                    "kept_f1": {str(k["keeps"]): k["f1"] for k in figures["kept"]},
+                    "seconds": round(time.time() - started, 1),
+                }
+                loss_sum, loss_n = 0.0, 0
+                with open(out / "log.jsonl", "a") as fh:
+                    fh.write(json.dumps(line) + "\n")
+                log(json.dumps(line))
+                if best is None or line["tuning_f1"] > best["tuning_f1"]:
+                    best = {**line, "figures": figures}
+                    _save(
+                        {"model": model.state_dict(), "config": _config_dict(config), "step": step, "best": best},
+                        out / "best.pt",
+                    )
+            if evaluate or step % SAVE_EVERY == 0:
+                _save(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "step": step,
+                        "best": best,
+                        "config": _config_dict(config),
+                        "rng": torch.get_rng_state(),
+                        "examples": kinds,
+                        "planned": planned,
+                    },
+                    last,
+                )
+            if stop:
+                bar.close()
+                return {"step": step, "planned": planned, "best": best, "examples": kinds, "done": step >= planned}
+    bar.close()
+    return {"step": step, "planned": planned, "best": best, "examples": kinds, "done": True}
+
+
+def _config_dict(config: CrossTrainConfig) -> dict:
+    return {**asdict(config), "model": asdict(config.model)}
