@@ -1,11 +1,12 @@
-"""What the verifier (issue 43) costs a question: ``Reader.answer`` on one paragraph-sized
-passage, with the model file's verifier and with it set aside, each backend.
+"""What the verifier (issues 43 and 62) costs a question: ``Reader.answer`` on one paragraph-sized
+passage with the model file's verifier, with its feature network alone (the cross-encoder set
+aside, where the file names one), and with no verifier, each backend.
 
     python benchmarks/verifier_cost.py [--model qanet] [--repeats 300]
 
-The two are timed in alternation (one call each, ``--repeats`` times) so that a slower spell of
-the machine falls on both; prints the median milliseconds of each and of the verifier's own
-step (features and the network) alone. Figures go to BENCHMARKS.md.
+The settings are timed in alternation (one call each, ``--repeats`` times) so that a slower spell
+of the machine falls on all; prints the median milliseconds of each and of the verifier's own
+step (features and the network, or the cross-encoder's pass) alone. Figures go to BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -45,23 +46,29 @@ def main() -> None:
     out = {}
     for path in installed_files(args.model).values():
         with_v = Reader.load(path, "cpu")
+        assert with_v.verifier is not None, f"{path}: no verifier"
+        readers = {"with_verifier": with_v}
+        if with_v.verifier.cross is not None:
+            features = Reader.load(path, "cpu")
+            features.verifier.cross = None
+            readers["features_only"] = features
         without = Reader.load(path, "cpu")
         without.verifier = None
-        assert with_v.verifier is not None, f"{path}: no verifier"
-        for r in (with_v, without):
+        readers["without"] = without
+        for r in readers.values():
             ms(lambda: r.answer(CONTEXT, QUESTION), 20)  # warm up
-        a, b = [], []
+        times: dict[str, list[float]] = {name: [] for name in readers}
         for _ in range(args.repeats):
-            a.append(ms(lambda: with_v.answer(CONTEXT, QUESTION), 1))
-            b.append(ms(lambda: without.answer(CONTEXT, QUESTION), 1))
+            for name, r in readers.items():
+                times[name].append(ms(lambda: r.answer(CONTEXT, QUESTION), 1))
         job = with_v.plan([(CONTEXT, QUESTION)])
         with_v.read_all(job)
-        step = ms(lambda: job.no_answer_probabilities(), 300)
+        step = ms(lambda: job.no_answer_probabilities(), 100)
+        median = {name: statistics.median(t) for name, t in times.items()}
         out[with_v.info["backend"]] = {
-            "with_verifier_ms": round(statistics.median(a), 2),
-            "without_ms": round(statistics.median(b), 2),
+            **{f"{name}_ms": round(m, 2) for name, m in median.items()},
             "verifier_step_ms": round(step, 3),
-            "slower_percent": round(100 * (statistics.median(a) / statistics.median(b) - 1), 1),
+            "slower_percent": round(100 * (median["with_verifier"] / median["without"] - 1), 1),
         }
     print(json.dumps({"model": args.model, **out}, indent=1))
 

@@ -551,14 +551,19 @@ def test_bench_decodes_spans_with_the_decode_settings(prepared):
     assert (spans.end - spans.start < 30).all() and (spans.end >= spans.start).all()
 
 
-def test_amp_auto_on_cpu_is_bf16_only_for_models_that_train_faster_in_it():
+def test_amp_auto_on_cpu_is_bf16_only_for_models_that_train_faster_in_it(monkeypatch):
     from rckit.models import MODELS
+    from rckit.training import loop
     from rckit.training.loop import TrainConfig, amp_dtype
 
     cpu, auto = torch.device("cpu"), TrainConfig(amp="auto")
+    monkeypatch.setattr(loop, "cpu_has_bf16", lambda: True)
     picked = {name: amp_dtype(auto, cpu, cls) for name, (_, cls) in MODELS.items()}
     assert picked["qanet"] == torch.bfloat16 and picked["attentive_reader"] == torch.bfloat16
     assert picked["dcn"] is None and picked["dcn_plus"] is None  # slower in bf16 on CPU (BENCHMARKS.md)
+    # A CPU that only emulates bf16 (AVX2) trains every model in fp32: oneDNN has no bf16 LSTM there.
+    monkeypatch.setattr(loop, "cpu_has_bf16", lambda: False)
+    assert all(amp_dtype(auto, cpu, cls) is None for _, cls in MODELS.values())
     assert amp_dtype(TrainConfig(amp="fp32"), cpu, MODELS["qanet"][1]) is None
     assert amp_dtype(TrainConfig(amp="bf16"), cpu, MODELS["dcn"][1]) == torch.bfloat16
 

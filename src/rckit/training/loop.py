@@ -44,7 +44,7 @@ from tqdm import tqdm
 from rckit.answering.decoding import DecodeConfig
 from rckit.config import differences
 from rckit.data.batching import BucketBatchSampler
-from rckit.device import autocast
+from rckit.device import autocast, cpu_has_bf16
 from rckit.explain.curves import plot_learning_curve
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
 from rckit.model_files.load import load_model
@@ -101,9 +101,9 @@ def set_learning_rate(opt: torch.optim.Optimizer, lr: float) -> None:
 def amp_dtype(
     cfg: TrainConfig, device: torch.device, model_cls: type[ReadingModel] = ReadingModel
 ) -> torch.dtype | None:
-    """The autocast dtype of training. ``auto``: bf16 on CUDA with bf16 support; on CPU bf16 for
-    the models whose class says it trains faster there (``cpu_bf16``, from the bf16 and fp32
-    rows of BENCHMARKS.md), else fp32."""
+    """The autocast dtype of training. ``auto``: bf16 on CUDA with bf16 support; on a CPU with
+    native bf16 (:func:`rckit.device.cpu_has_bf16`) bf16 for the models whose class says it trains
+    faster there (``cpu_bf16``, from the bf16 and fp32 rows of BENCHMARKS.md), else fp32."""
     if cfg.amp == "bf16":
         return torch.bfloat16
     if cfg.amp == "fp32":
@@ -111,7 +111,7 @@ def amp_dtype(
     if cfg.amp == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-        return torch.bfloat16 if device.type == "cpu" and model_cls.cpu_bf16 else None
+        return torch.bfloat16 if device.type == "cpu" and model_cls.cpu_bf16 and cpu_has_bf16() else None
     raise ValueError(f"amp must be bf16, fp32 or auto, got {cfg.amp!r}")
 
 
