@@ -309,3 +309,34 @@ def test_a_collection_checks_its_best_answers_with_the_cross_encoder(installed, 
         got = collection.ask(question, top_k=2, passages=4)
         assert len(got) == 1 and got[0]["answer"] == "" and got[0]["source"] is None
     assert CROSS_CANDIDATES >= 1 and 0.0 <= threshold <= 1.0
+
+
+def test_the_command_fine_tunes_resumes_and_puts_the_verifier_into_files(
+    encoder, tiny_export, tiny_reader, v2_dev, tmp_path, capsys
+):
+    from rckit.cli import main
+
+    run = tmp_path / "run"
+    common = ["verifier", str(tiny_export), "--cross-encoder", str(run), "--v2-dev", str(v2_dev)]
+    common += ["--encoder", str(encoder), "--max-pieces", "64", "--v11-sample", "0", "--epochs", "20"]
+    assert main([*common, "--max-steps", "2", "--eval-every", "2"]) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert first["step"] == 2 and not first["done"]
+    assert main([*common, "--resume", "--max-steps", "3"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 3
+    files = tmp_path / "files"
+    files.mkdir()
+    model_file = files / "tiny.safetensors"
+    shutil.copy(tiny_export, model_file)
+    # A file without a verifier is refused: the cross-encoder joins the one it carries.
+    with pytest.raises(ValueError, match="has no verifier"):
+        main([*common, "--into", str(model_file)])
+    set_verifier(model_file, random_verifier(threshold=1.0))
+    assert main([*common, "--into", str(model_file), "--threshold", "0.0"]) == 0
+    graphs = list(files.glob("tiny.verifier-*.onnx"))
+    assert len(graphs) == 1  # one of the fp32 and int8 graphs kept
+    capsys.readouterr()
+    context = greek_paragraphs(1)[0][0]
+    assert main(["predict", str(model_file), "--context", context, "--question", "what follows alpha ?", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["answer"] == "" and got["no_answer_probability"] > 0.0  # threshold 0: abstains

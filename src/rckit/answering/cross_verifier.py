@@ -120,9 +120,17 @@ class CrossVerifier:
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"a verifier's threshold is a probability, got {self.threshold}")
 
-    def logits(self, triples: list[Triple], batch: int = BATCH) -> np.ndarray:
-        """The logit that each triple's span answers its question, in batches of ``batch`` inputs
-        of like length (less padding)."""
+    @property
+    def batch(self) -> int:
+        """Inputs per call: one for an int8 graph, whose activations are quantized with one scale
+        per call (so a triple's probability does not depend on what shares its call), else
+        :data:`BATCH`."""
+        return 1 if self.meta.get("quantized") == "int8" else BATCH
+
+    def logits(self, triples: list[Triple], batch: int | None = None) -> np.ndarray:
+        """The logit that each triple's span answers its question, in batches of ``batch``
+        (default :attr:`batch`) inputs of like length (less padding)."""
+        batch = self.batch if batch is None else batch
         out = np.zeros(len(triples), np.float32)
         order = sorted(range(len(triples)), key=lambda i: len(triples[i][0]) + len(triples[i][1]))
         for lo in range(0, len(order), batch):

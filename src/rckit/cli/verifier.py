@@ -80,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cross.add_argument("--max-steps", type=int, help="stop after this many steps in all (then --resume)")
     cross.add_argument("--resume", action="store_true", help="continue the run in --cross-encoder DIR")
     cross.add_argument("--epochs", type=float, default=2.0, help="epochs planned (the learning rate's schedule)")
+    cross.add_argument("--lr", type=float, default=1e-4, help="AdamW's peak learning rate (default 1e-4)")
     cross.add_argument("--v11-sample", type=int, default=6000, help="answerable v1.1 train questions to train on")
     cross.add_argument("--max-pieces", type=int, default=192, help="the input's length in pieces (default 192)")
     cross.add_argument("--train-layers", type=int, default=0, help="fine-tune only the top N layers (0: all)")
@@ -183,6 +184,7 @@ def fine_tune(args: argparse.Namespace) -> int:
     config = CrossTrainConfig(
         max_pieces=args.max_pieces,
         epochs=args.epochs,
+        lr=args.lr,
         eval_every=args.eval_every,
         seed=args.seed,
         v11_sample=args.v11_sample,
