@@ -53,6 +53,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from rckit.device import cpu_has_bf16
+
 PEEPHOLES = {None: 0, "diagonal": 1, "full": 2}
 
 
@@ -417,6 +419,11 @@ class PeepholeLSTM(nn.Module):
                 params += [w_ih[s], w_hh[s], b[s], torch.zeros_like(b[s])]  # one bias: b_hh = 0
         args = (params, True, self.num_layers, self.dropout_p, self.training, self.bidirectional)
         dtype = h0.dtype
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not cpu_has_bf16():
+            # oneDNN has no bf16 LSTM on a CPU without native bf16 (AVX2): the kernel runs in fp32 there
+            with torch.autocast("cpu", enabled=False):
+                out, (h_n, c_n) = self._forward_fused(x.float(), lengths, min_len, h0.float(), c0.float())
+            return out, (h_n.to(dtype), c_n.to(dtype))
         # under autocast torch.lstm casts its inputs itself, as for nn.LSTM
         if min_len == T:
             out, h_n, c_n = torch.lstm(x, (h0.to(x.dtype), c0.to(x.dtype)), *args, True)

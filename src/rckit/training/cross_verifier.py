@@ -256,7 +256,9 @@ def auc(scores: np.ndarray, positive: np.ndarray) -> float:
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def judged(p_none: np.ndarray, tune: list[Question], spans: list[list], raw: dict, keeps=KEEPS) -> dict:
+def judged(
+    p_none: np.ndarray, tune: list[Question], spans: list[list], raw: dict, keeps: tuple[float, ...] = KEEPS
+) -> dict:
     """A verifier's ``p(no answer)`` on the tuning quarter (the reader's best spans ``spans``):
     its ROC AUC for the unanswerable questions, the best official v2.0 F1 and its threshold, the
     threshold keeping :data:`KEEP` of the answers' F1 and the F1 there, and the trade curve."""
