@@ -19,17 +19,6 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype)
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX, as oneDNN sees it). Without it
-    bf16 is emulated, slower than fp32, and oneDNN has no bf16 LSTM at all (an AVX2 machine refuses
-    to create the primitive)."""
-    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    try:
-        return bool(check()) if check is not None else False
-    except RuntimeError:
-        return False
-
-
 def pick_device(name: str) -> torch.device:
     """``auto`` (CUDA when there is one, else CPU) or a device name, checked against this machine."""
     if name == "auto":

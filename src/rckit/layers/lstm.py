@@ -53,9 +53,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from rckit.device import cpu_has_bf16
-
 PEEPHOLES = {None: 0, "diagonal": 1, "full": 2}
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX, as oneDNN sees it). Without it
+    bf16 is emulated, slower than fp32, and oneDNN has no bf16 LSTM at all (an AVX2 machine refuses
+    to create the primitive)."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:
+        return False
 
 
 def _forward_loop(

@@ -44,8 +44,9 @@ from tqdm import tqdm
 from rckit.answering.decoding import DecodeConfig
 from rckit.config import differences
 from rckit.data.batching import BucketBatchSampler
-from rckit.device import autocast, cpu_has_bf16
+from rckit.device import autocast
 from rckit.explain.curves import plot_learning_curve
+from rckit.layers.lstm import cpu_has_bf16
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
 from rckit.model_files.load import load_model
 from rckit.models.contract import ReadingModel
@@ -102,7 +103,7 @@ def amp_dtype(
     cfg: TrainConfig, device: torch.device, model_cls: type[ReadingModel] = ReadingModel
 ) -> torch.dtype | None:
     """The autocast dtype of training. ``auto``: bf16 on CUDA with bf16 support; on a CPU with
-    native bf16 (:func:`rckit.device.cpu_has_bf16`) bf16 for the models whose class says it trains
+    native bf16 (:func:`rckit.layers.lstm.cpu_has_bf16`) bf16 for the models whose class says it trains
     faster there (``cpu_bf16``, from the bf16 and fp32 rows of BENCHMARKS.md), else fp32."""
     if cfg.amp == "bf16":
         return torch.bfloat16
