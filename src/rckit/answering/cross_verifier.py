@@ -29,13 +29,13 @@ without PyTorch; this module imports neither.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from rckit.contextual.pieces import PieceTokenizer
+from rckit.data.prepare import file_digest
 
 MAX_PIECES = 192  # the whole input, special pieces included
 MAX_QUESTION = 48  # a question's pieces kept (the longest SQuAD questions run to about 40)
@@ -85,15 +85,6 @@ def cross_inputs(tokenizer: PieceTokenizer, triples: list[Triple], max_pieces: i
         out["mask"][b, : len(ids)] = True
         out["types"][b, : len(ids)] = types
     return out
-
-
-def sha256(path: str | Path) -> str:
-    """The SHA-256 of a file (hex): what a model file names its verifier's graph by."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class CrossVerifier:
@@ -163,7 +154,7 @@ class CrossVerifier:
                 f"{where}: its verifier's graph {graph} is missing (rckit verifier --remove --into FILE takes the "
                 "verifier out)"
             )
-        if sha256(graph) != d["sha256"]:
+        if file_digest(graph) != d["sha256"]:
             raise ValueError(f"{graph}: damaged (its SHA-256 differs from the one {Path(where).name} names)")
         files = find_encoder(str(d["encoder"]))
         if files.digest != d["encoder_digest"]:

@@ -168,33 +168,41 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
         fp32 = build_graph(files, layers, Path(tmp) / "fp32.onnx")
         built = fp32
         if int8:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
             built = Path(tmp) / "int8.onnx"
             import onnx
 
             products = [n.name for n in onnx.load(str(fp32)).graph.node if n.name.startswith(ATTENTION)]
-            # Per output channel: a scale for each column of a weight (on all-MiniLM-L6-v2 the states' mean
-            # error from fp32 falls from 0.087 to 0.039 against a mean size of 0.35).
-            root = logging.getLogger()  # the quantizer's advice on pre-processing goes to the root logger
-            level, root.level = root.level, logging.ERROR
-            try:
-                quantize_dynamic(
-                    str(fp32),
-                    str(built),
-                    weight_type=QuantType.QInt8,
-                    op_types_to_quantize=["MatMul"],
-                    nodes_to_exclude=products,
-                    per_channel=True,
-                    # 7-bit weights: on a CPU without VNNI (AVX2) the u8 x s8 products of 8-bit
-                    # weights saturate in pairs, and the page's own question was answered otherwise
-                    # there ("King Ptolemy V" for Champollion); with 7 bits every machine agrees.
-                    reduce_range=True,
-                )
-            finally:
-                root.setLevel(level)
+            quantize_weights(fp32, built, products)
         os.replace(built, path)
     return path
+
+
+def quantize_weights(fp32: Path, out: Path, exclude: list[str]) -> Path:
+    """The MatMul weights of the graph ``fp32`` in int8 at ``out`` (onnxruntime's dynamic quantization:
+    activations quantized per call), but for the nodes named in ``exclude`` (products of two activations).
+    The encoder's graph and the cross-encoder verifier's are quantized so."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()  # the quantizer's advice on pre-processing goes to the root logger
+    level, root.level = root.level, logging.ERROR
+    try:
+        quantize_dynamic(
+            str(fp32),
+            str(out),
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"],
+            nodes_to_exclude=exclude,
+            # Per output channel: a scale for each column of a weight (on all-MiniLM-L6-v2 the states' mean
+            # error from fp32 falls from 0.087 to 0.039 against a mean size of 0.35).
+            per_channel=True,
+            # 7-bit weights: on a CPU without VNNI (AVX2) the u8 x s8 products of 8-bit weights saturate
+            # in pairs, and the page's own question was answered otherwise there ("King Ptolemy V" for
+            # Champollion); with 7 bits every machine agrees.
+            reduce_range=True,
+        )
+    finally:
+        root.setLevel(level)
+    return out
 
 
 class OnnxRunner:

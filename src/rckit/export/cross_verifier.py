@@ -4,7 +4,7 @@
 (:mod:`rckit.training.cross_verifier`), writes :class:`rckit.models.cross_encoder.CrossEncoder`'s
 forward (word vectors, mask, segments -> the logit) with ``torch.onnx.export`` (dynamo; dynamic
 batch and length), and, with ``int8``, quantizes the weights of its MatMuls to int8 per output
-channel with onnxruntime's dynamic quantization (the attention's products of two activations stay
+channel (7 bits, :func:`rckit.contextual.onnx_runner.quantize_weights`; the attention's products of two activations stay
 fp32). Before the file is kept it is checked against the PyTorch module on ``check`` inputs: an
 fp32 graph whose logits differ by more than :data:`TOLERANCE` is refused; an int8 graph's largest
 difference is reported (its tuning-quarter AUC against fp32's is what decides whether int8 ships:
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import os
 import tempfile
 import warnings
@@ -26,10 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.answering.cross_verifier import CrossVerifier, Triple, sha256
+from rckit.answering.cross_verifier import CrossVerifier, Triple
 from rckit.answering.reader import Reader
 from rckit.contextual.encoders import EncoderFiles
+from rckit.contextual.onnx_runner import quantize_weights
 from rckit.contextual.pieces import PieceTokenizer
+from rckit.data.prepare import file_digest
 from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
 TOLERANCE = 1e-3  # largest |logit difference| an fp32 graph may show against PyTorch
@@ -47,23 +48,6 @@ def load_run(run: str | Path, encoder: EncoderFiles) -> tuple[CrossEncoder, dict
     model = CrossEncoder(encoder.config, CrossEncoderConfig(**state["config"]["model"]))
     model.load_state_dict(state["model"])
     return model.eval(), state
-
-
-def _quiet():
-    root = logging.getLogger()  # the quantizer's advice on pre-processing goes to the root logger
-    level = root.level
-
-    @contextlib.contextmanager
-    def quiet():
-        root.setLevel(logging.ERROR)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                yield
-        finally:
-            root.setLevel(level)
-
-    return quiet()
 
 
 def write_graph(model: CrossEncoder, out: Path, int8: bool) -> Path:
@@ -89,22 +73,12 @@ def write_graph(model: CrossEncoder, out: Path, int8: bool) -> Path:
         built = fp32
         if int8:
             import onnx
-            from onnxruntime.quantization import QuantType, quantize_dynamic
 
             graph = onnx.load(str(fp32))
             weights = {i.name for i in graph.graph.initializer}
             # Only the MatMuls with a weight: the attention's products of two activations stay fp32.
             products = [n.name for n in graph.graph.node if n.op_type == "MatMul" and not set(n.input) & weights]
-            built = Path(tmp) / "int8.onnx"
-            with _quiet():
-                quantize_dynamic(
-                    str(fp32),
-                    str(built),
-                    weight_type=QuantType.QInt8,
-                    op_types_to_quantize=["MatMul"],
-                    nodes_to_exclude=products,
-                    per_channel=True,
-                )
+            built = quantize_weights(fp32, Path(tmp) / "int8.onnx", products)
         os.replace(built, out)
     return out
 
@@ -144,7 +118,7 @@ def export_cross_verifier(
         diff = float(np.abs(got - want).max()) if len(check) else 0.0
         if not int8 and diff > TOLERANCE:
             raise ValueError(f"the exported graph's logits differ from PyTorch's by {diff:.2e} (> {TOLERANCE})")
-        digest = sha256(tmp)
+        digest = file_digest(tmp)
         name = f"{stem}.verifier-{digest[:12]}.onnx"
         os.replace(tmp, folder / name)
     finally:
