@@ -19,7 +19,16 @@ from rckit.contextual.encoders import find_encoder
 from rckit.contextual.pieces import PieceTokenizer
 from rckit.export.metadata_edit import set_verifier
 from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-from rckit.training.cross_verifier import CrossTrainConfig, auc, batches, examples_of, fine_tune, questions_of
+from rckit.training.cross_verifier import (
+    CrossTrainConfig,
+    auc,
+    batches,
+    example_weights,
+    examples_of,
+    fine_tune,
+    made_examples,
+    questions_of,
+)
 from tests.answering.test_verifier import random_verifier
 from tests.conftest import GREEK, greek_paragraphs, squad_json, write_json, write_tiny_encoder
 
@@ -29,11 +38,11 @@ def encoder(tmp_path_factory) -> Path:
     return write_tiny_encoder(tmp_path_factory.mktemp("cross-enc") / "tiny", [*GREEK, "what", "follows"], dim=8)
 
 
-def tiny_model(encoder: Path, dropout: float = 0.1) -> CrossEncoder:
+def tiny_model(encoder: Path, dropout: float = 0.1, pool: str = "first") -> CrossEncoder:
     from safetensors.torch import load_file
 
     files = find_encoder(str(encoder))
-    config = CrossEncoderConfig(dropout=dropout)
+    config = CrossEncoderConfig(dropout=dropout, pool=pool)
     return CrossEncoder.from_encoder(load_file(str(encoder / "model.safetensors")), files.config, config)
 
 
@@ -109,6 +118,69 @@ def test_fine_tuning_steps_lower_the_loss_and_leave_the_embeddings(encoder):
     assert torch.equal(model.bert.word.weight, word)  # frozen: the exported graph looks it up in the encoder's
 
 
+def test_made_questions_come_in_pairs_with_their_sources():
+    sources = squad_json([("alpha beta gamma", [("s1", "what follows alpha", [("beta", 6)], False)])])
+    made = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "alpha beta gamma",
+                        "qas": [
+                            {
+                                "id": f"s1:{rule}",
+                                "question": q,
+                                "answers": [],
+                                "is_impossible": True,
+                                "rule": rule,
+                                "source": "s1",
+                                "plausible_answers": [{"text": "beta", "answer_start": 6}] if keep else [],
+                            }
+                            for rule, q, keep in [
+                                ("negation", "what does not follow alpha", True),
+                                ("entity_swap", "what follows omega", True),
+                                ("other_paragraph", "what follows alpha", False),
+                            ]
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    got = made_examples(made, sources, n=10)
+    pairs = sorted((e.question, e.start, e.end, e.target, e.kind, e.unanswerable) for e in got)
+    assert pairs == [
+        ("what does not follow alpha", 6, 10, 0.0, "made", True),
+        ("what follows alpha", 6, 10, 1.0, "gold", False),  # the source, once
+        ("what follows omega", 6, 10, 0.0, "made", True),
+    ]
+    assert len(made_examples(made, sources, n=1)) == 2
+
+
+def test_mean_pooling_reads_the_real_pieces_only(encoder):
+    model = tiny_model(encoder, pool="mean").eval()
+    torch.nn.init.normal_(model.head.weight)
+    tok = PieceTokenizer(encoder / "tokenizer.json")
+    context = " ".join(GREEK[:12])
+    short = (context, "what", *_span(context, "beta"))
+    long = (" ".join(GREEK[:20]), "what follows alpha", *_span(context, "beta"))
+    alone = {k: torch.from_numpy(v) for k, v in cross_inputs(tok, [short]).items()}
+    both = {k: torch.from_numpy(v) for k, v in cross_inputs(tok, [short, long]).items()}
+    with torch.no_grad():
+        z_alone = model.read(alone["ids"], alone["mask"], alone["types"])
+        z_both = model.read(both["ids"], both["mask"], both["types"])
+        first = tiny_model(encoder).eval()
+        first.head.load_state_dict(model.head.state_dict())
+        z_first = first.read(alone["ids"], alone["mask"], alone["types"])
+    assert both["ids"].shape[1] > alone["ids"].shape[1]  # the short input is padded beside the long one
+    assert z_both[0].item() == pytest.approx(z_alone[0].item(), abs=1e-5)
+    assert z_first.item() != pytest.approx(z_alone.item(), abs=1e-4)  # the first piece's state differs
+    with pytest.raises(ValueError, match="pool"):
+        CrossEncoderConfig(pool="max")
+
+
 def _span(context: str, word: str) -> tuple[int, int]:
     at = context.index(word)
     return at, at + len(word)
@@ -139,6 +211,22 @@ def test_examples_carry_the_span_f1_and_batches_are_a_seeded_permutation():
     assert targets[("alpha", 6, 16, "reader")] == pytest.approx(2 / 3)  # "beta gamma" against "beta"
     assert targets[("alpha", 0, 5, "reader")] == 0.0 and targets[("alpha", 6, 10, "gold")] == 1.0
     assert targets[("omega", 6, 10, "reader")] == 0.0 and targets[("omega", 17, 22, "plausible")] == 0.0
+    assert [e.unanswerable for e in got] == [False, False, False, True, True]
+
+    # The reader's best span only; balanced, either side weighs half of the total.
+    top = examples_of(qs, [[[6, 16, 0.9], [0, 5, 0.1]], [[6, 10, 0.8]]], reader_spans=1)
+    assert [(e.start, e.kind) for e in top] == [(6, "reader"), (6, "gold"), (6, "reader"), (17, "plausible")]
+    w = example_weights(got, "questions")
+    una = np.array([e.unanswerable for e in got])
+    assert w[una].sum() == pytest.approx(w[~una].sum()) and w.mean() == pytest.approx(1.0)
+    assert (example_weights(got, "none") == 1.0).all()
+    # Within each passage: one that holds only answerable questions weighs nothing.
+    other = questions_of(squad_json([("omega psi", [("b", "what follows omega", [("psi", 6)], False)])])["data"], "t")
+    mixed = got + examples_of(other, [[[6, 9, 0.9]]])
+    w = example_weights(mixed, "paragraphs")
+    assert (w[len(got) :] == 0).all() and w[: len(got)] == pytest.approx(example_weights(got, "questions"))
+    with pytest.raises(ValueError, match="balance"):
+        example_weights(got, "articles")
     order = batches(got * 10, 3, seed=1)
     assert sorted(i for b in order for i in b) == list(range(len(got) * 10))
     assert order == batches(got * 10, 3, seed=1) and order != batches(got * 10, 3, seed=2)

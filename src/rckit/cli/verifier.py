@@ -84,6 +84,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cross.add_argument("--v11-sample", type=int, default=6000, help="answerable v1.1 train questions to train on")
     cross.add_argument("--max-pieces", type=int, default=192, help="the input's length in pieces (default 192)")
     cross.add_argument("--train-layers", type=int, default=0, help="fine-tune only the top N layers (0: all)")
+    cross.add_argument(
+        "--pool", choices=("first", "mean"), default="first", help="the head reads the first piece's state or the mean"
+    )
+    cross.add_argument(
+        "--made-sample",
+        type=int,
+        default=0,
+        help="with --made: made questions trained on besides, each beside its source (default 0)",
+    )
+    cross.add_argument("--reader-spans", type=int, default=2, help="the reader's best spans per question trained on")
+    cross.add_argument(
+        "--balance",
+        choices=("none", "questions", "paragraphs"),
+        default="none",
+        help="weigh unanswerable and answerable questions' examples equally, in all or within each passage",
+    )
     cross.add_argument("--eval-every", type=int, default=500, help="steps between tuning evaluations")
     cross.add_argument("--encoder", default="minilm", help="the encoder to start from (default minilm)")
     cross.add_argument(
@@ -188,7 +204,10 @@ def fine_tune(args: argparse.Namespace) -> int:
         eval_every=args.eval_every,
         seed=args.seed,
         v11_sample=args.v11_sample,
-        model=CrossEncoderConfig(train_layers=args.train_layers),
+        reader_spans=args.reader_spans,
+        balance=args.balance,
+        made=args.made_sample,
+        model=CrossEncoderConfig(train_layers=args.train_layers, pool=args.pool),
     )
     reader = Reader.load(model_source(args), args.device, always_answer=True)
     got = run_fine_tune(
@@ -203,6 +222,7 @@ def fine_tune(args: argparse.Namespace) -> int:
         args.max_steps,
         args.resume,
         log=lambda m: print(m, file=sys.stderr),
+        made=args.made,
     )
     best = got["best"] or {}
     print(

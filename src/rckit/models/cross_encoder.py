@@ -30,6 +30,11 @@ from rckit.contextual.bert import BertEncoder, hf_names_to_ours
 class CrossEncoderConfig:
     dropout: float = 0.1  # BERT's hidden and attention dropout, and the head's
     train_layers: int = 0  # fine-tune only the top N layers (0: every layer); the embeddings stay frozen
+    pool: str = "first"  # the state the head reads: "first" piece's, or the "mean" over the real pieces
+
+    def __post_init__(self):
+        if self.pool not in ("first", "mean"):
+            raise ValueError(f"pool: 'first' or 'mean', got {self.pool!r}")
 
 
 class CrossEncoder(nn.Module):
@@ -68,7 +73,12 @@ class CrossEncoder(nn.Module):
     def forward(self, vectors: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         """``vectors`` (B, P, d) = ``E_word[x]``, ``mask`` (B, P) True on real pieces, ``types``
         (B, P) segments -> the logits (B,) that the candidate answers the question."""
-        h = self.bert.encode(vectors, mask, (self.top,), types)[:, 0, 0]  # (B, d): the first piece, last layer
+        h = self.bert.encode(vectors, mask, (self.top,), types)[:, :, 0]  # (B, P, d): the last layer
+        if self.config.pool == "mean":
+            m = mask[:, :, None].to(h.dtype)
+            h = (h * m).sum(1) / m.sum(1).clamp(min=1.0)  # (B, d)
+        else:
+            h = h[:, 0]  # (B, d)
         return self.head(self.dropout(h))[:, 0]
 
     def read(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:

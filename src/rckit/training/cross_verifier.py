@@ -82,6 +82,7 @@ class Example:
     end: int | None
     target: float
     kind: str  # reader, gold, plausible
+    unanswerable: bool = False  # the question's, whatever the span
 
 
 def questions_of(articles: list[dict], source: str) -> list[Question]:
@@ -162,8 +163,9 @@ def span_f1(q: Question, start: int | None, end: int | None) -> float:
     return max(f1_score(q.context[start:end], a, "2.0") for a, _ in q.answers)
 
 
-def examples_of(questions: list[Question], candidates: list[list]) -> list[Example]:
-    """Every question's candidates (module docstring) as examples, a span met twice counted once."""
+def examples_of(questions: list[Question], candidates: list[list], reader_spans: int = 2) -> list[Example]:
+    """Every question's candidates (module docstring; the reader's best ``reader_spans``) as
+    examples, a span met twice counted once."""
     out = []
     for q, spans in zip(questions, candidates):
         seen = set()
@@ -172,14 +174,39 @@ def examples_of(questions: list[Question], candidates: list[list]) -> list[Examp
             if (start, end) in seen:
                 return
             seen.add((start, end))
-            out.append(Example(q.context, q.question, start, end, span_f1(q, start, end), kind))
+            out.append(Example(q.context, q.question, start, end, span_f1(q, start, end), kind, q.unanswerable))
 
-        for start, end, _ in spans:
+        for start, end, _ in spans[:reader_spans]:
             add(start, end, "reader")
         for text, start in q.answers[:1]:
             add(start, start + len(text), "gold")
         for text, start in q.plausible[:1]:
             add(start, start + len(text), "plausible")
+    return out
+
+
+def made_examples(made: dict, sources: dict, n: int, seed: int = 0) -> list[Example]:
+    """Pairs from ``rckit prepare squad-unanswerable``'s ``made`` file (SQuAD v2.0 JSON): ``n``
+    made questions drawn with ``seed`` among those that keep their source's answer as the
+    plausible one (a name, number or date swapped; a negation), each with that span (target 0),
+    and its source question from ``sources`` (SQuAD v1.1 train) with the same span (target 1):
+    the same passage and span, the question changed, so only reading the two together tells them
+    apart. The nearest-paragraph rule's questions (no span in their passage) are left out."""
+    source_q = {qa["id"]: qa["question"] for a in sources["data"] for p in a["paragraphs"] for qa in p["qas"]}
+    pool = []
+    for article in made["data"]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                if qa.get("plausible_answers") and qa.get("source") in source_q:
+                    pool.append((para["context"], qa))
+    out, seen = [], set()
+    for context, qa in random.Random(seed).sample(pool, min(n, len(pool))):
+        a = qa["plausible_answers"][0]
+        start, end = a["answer_start"], a["answer_start"] + len(a["text"])
+        out.append(Example(context, qa["question"], start, end, 0.0, "made", True))
+        if qa["source"] not in seen:
+            seen.add(qa["source"])
+            out.append(Example(context, source_q[qa["source"]], start, end, 1.0, "gold", False))
     return out
 
 
@@ -194,6 +221,9 @@ class CrossTrainConfig:
     eval_every: int = 500  # steps
     seed: int = 0
     v11_sample: int = 6000
+    reader_spans: int = 2  # the reader's best spans per question trained on
+    balance: str = "none"  # the unanswerable and answerable examples' weights (example_weights)
+    made: int = 0  # made questions (with their sources) trained on besides, where a made file is given
     model: CrossEncoderConfig = None  # type: ignore[assignment]
 
     def __post_init__(self):
@@ -215,6 +245,37 @@ def batches(examples: list[Example], size: int, seed: int) -> list[list[int]]:
         out += [chunk[k : k + size] for k in range(0, len(chunk), size)]
     rng.shuffle(out)
     return out
+
+
+BALANCES = ("none", "questions", "paragraphs")
+
+
+def example_weights(examples: list[Example], balance: str) -> np.ndarray:
+    """Each example's weight in the loss (averaging 1 over those weighing anything): ``"none"``,
+    all 1; ``"questions"``, the unanswerable questions' examples and the answerable ones' each
+    half of the total; ``"paragraphs"``, so within every passage (a passage with only one kind
+    weighs nothing): then the passage alone says nothing of the target, and the model must read
+    it with the question."""
+    if balance not in BALANCES:
+        raise ValueError(f"balance: one of {', '.join(BALANCES)}, got {balance!r}")
+    una = np.asarray([e.unanswerable for e in examples], bool)
+    w = np.ones(len(examples), np.float32)
+    groups: dict[str, list[int]] = {}
+    if balance == "questions":
+        groups[""] = list(range(len(examples)))
+    elif balance == "paragraphs":
+        for i, e in enumerate(examples):
+            groups.setdefault(e.context, []).append(i)
+    for rows in groups.values():
+        rows = np.asarray(rows)
+        u = una[rows]
+        if u.all() or not u.any():
+            w[rows] = 0.0 if balance == "paragraphs" else 1.0
+            continue
+        w[rows[u]] = 0.5 * len(rows) / u.sum()
+        w[rows[~u]] = 0.5 * len(rows) / (~u).sum()
+    kept = w > 0
+    return w * (kept.sum() / w.sum()) if kept.any() else w
 
 
 def torch_inputs(tokenizer: PieceTokenizer, examples: list[Example], max_pieces: int) -> dict[str, torch.Tensor]:
@@ -309,6 +370,7 @@ def fine_tune(
     max_steps: int | None = None,
     resume: bool = False,
     log: Callable[[str], object] = print,
+    made: str | Path | None = None,
 ) -> dict:
     """Fine-tune the cross-encoder in ``out`` (module docstring) for at most ``minutes`` of
     training (and ``max_steps`` steps) in this call; ``resume``: continue ``out/last.pt``.
@@ -340,7 +402,13 @@ def fine_tune(
     )
     tune, tune_raw = tuning_questions(dev_raw)
     cache = CandidateCache(out, reader)
-    examples = examples_of(train_qs, cache.of(train_qs, log))
+    examples = examples_of(train_qs, cache.of(train_qs, log), config.reader_spans)
+    if made is not None and config.made:
+        if v11_train is None:
+            raise ValueError("made questions need SQuAD v1.1 train, where their sources are")
+        examples += made_examples(load_json(made), load_json(v11_train), config.made, config.seed)
+    weight = example_weights(examples, config.balance)
+    examples, weight = [e for e, w in zip(examples, weight) if w > 0], weight[weight > 0]
     tune_spans = cache.of(tune, log)
     tune_triples = [(q.context, q.question, *(s[0][:2] if s else (None, None))) for q, s in zip(tune, tune_spans)]
     kinds: dict[str, int] = {}
@@ -385,10 +453,11 @@ def fine_tune(
             batch = [examples[i] for i in idx]
             x = torch_inputs(tokenizer, batch, config.max_pieces)
             target = torch.tensor([e.target for e in batch])
+            w = torch.from_numpy(weight[idx])
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             z = model.read(x["ids"], x["mask"], x["types"])
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(z, target)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(z, target, w)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
