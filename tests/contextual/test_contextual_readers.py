@@ -235,3 +235,5 @@ def test_the_onnx_file_answers_where_torch_cannot_be_imported(ctx_files, cache, 
         == rckit.Reader.load(ctx_files[1]).answer(CONTEXT, QUESTIONS[0])[0]["answer"]
     )
     assert list((graphs / "encoders").glob("*.onnx"))
+    said = [line for line in got.stderr.splitlines() if "encoder's ONNX graph" in line]
+    assert len(said) == 1 and said[0].startswith("rckit: building the ") and said[0].endswith(" s")  # one line

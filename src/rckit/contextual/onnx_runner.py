@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -149,7 +151,8 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -
 
 
 def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cache: str | Path) -> Path:
-    """The encoder's ONNX file under ``cache``, built (and quantized) on first use, written atomically."""
+    """The encoder's ONNX file under ``cache``, built (and quantized) on first use, written
+    atomically; the first use says so on stderr, in one line, rather than pausing silently."""
     cache = Path(cache)
     name = f"{files.digest}-L{'-'.join(map(str, layers))}{'-int8r' if int8 else ''}.onnx"
     path = cache / name
@@ -164,16 +167,28 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
             name="onnx",
         ) from None
     cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        fp32 = build_graph(files, layers, Path(tmp) / "fp32.onnx")
-        built = fp32
-        if int8:
-            built = Path(tmp) / "int8.onnx"
-            import onnx
+    started = time.perf_counter()
+    print(
+        f"rckit: building the {files.name} encoder's ONNX graph{' (int8)' if int8 else ''} once, kept in {cache} ...",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            fp32 = build_graph(files, layers, Path(tmp) / "fp32.onnx")
+            built = fp32
+            if int8:
+                built = Path(tmp) / "int8.onnx"
+                import onnx
 
-            products = [n.name for n in onnx.load(str(fp32)).graph.node if n.name.startswith(ATTENTION)]
-            quantize_weights(fp32, built, products)
-        os.replace(built, path)
+                products = [n.name for n in onnx.load(str(fp32)).graph.node if n.name.startswith(ATTENTION)]
+                quantize_weights(fp32, built, products)
+            os.replace(built, path)
+    except BaseException:
+        print(" failed", file=sys.stderr, flush=True)
+        raise
+    print(f" {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return path
 
 
