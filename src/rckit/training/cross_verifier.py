@@ -10,6 +10,12 @@ track, since answering it scores that much and abstaining scores nothing. The ca
   wrong both;
 - **the gold answer** of an answerable question (target 1), and the **plausible answers** SQuAD
   2.0's writers gave an unanswerable one (target 0), where the file has them.
+- **made pairs** (``--made``, :func:`made_examples`): a question made unanswerable by rule beside
+  its source, the same passage and span (target 0 against 1).
+
+**Weights** (:func:`example_weights`, ``--balance``): where some passages carry only answerable
+questions (SQuAD v1.1's, most of v2.0 train's), a model that recognises the passage lowers its loss
+without reading the question; ``paragraphs`` weighs each passage's two kinds alike (docs/no-answer.md).
 
 **The data rckit may train on** (:func:`training_questions`): the v2.0 dev training quarter
 (articles 0, 4, 8, ...: written unanswerable questions and answerable ones), the first articles of
