@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--made",
         metavar="MADE.json",
         help="unanswerable questions made by rule (rckit prepare squad-unanswerable) to train on besides, "
-        "up to --per-kind of each rule",
+        "up to --per-kind of each rule (with --cross-encoder: --made-sample of them, each beside its source)",
     )
     p.add_argument(
         "--default-threshold",
