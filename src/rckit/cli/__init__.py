@@ -56,6 +56,7 @@ COMMANDS = {
     "predict": ("predict", "answer questions about a text"),
     "explain": ("explain", "why a span model gives its answer: probabilities, attention, saliency"),
     "export": ("export", "write a trained model to one file: .safetensors (PyTorch) or .onnx (onnxruntime)"),
+    "distill": ("distill", "distil a small contextual encoder from a teacher's states"),
     "verifier": ("verifier", 'train the verifier that lets a reader say "no answer", and put it into model files'),
     "models": ("models", "the default model, and exported models in a directory"),
     "index": ("index", "index documents for `rckit ask`"),

@@ -76,23 +76,30 @@ def owners(n: int, windows: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarr
 
 def pool(states: np.ndarray, piece_offsets: np.ndarray, token_offsets: np.ndarray) -> np.ndarray:
     """(T, ...) states of ``token_offsets`` (T, 2): the mean over the pieces (rows of ``states``,
-    (P, ...), character spans ``piece_offsets`` (P, 2)) that overlap each token; zeros where none.
-
-    Both offset lists run in text order, so the pieces overlapping token ``[s, e)`` are the run
-    from the first piece ending after ``s`` to the last starting before ``e``.
-    """
+    (P, ...), character spans ``piece_offsets`` (P, 2)) that overlap each token (:func:`token_pieces`);
+    zeros where none."""
     T = len(token_offsets)
     out_shape = (T,) + states.shape[1:]
     if T == 0 or len(piece_offsets) == 0:
         return np.zeros(out_shape, np.float32)
-    token_offsets = np.asarray(token_offsets, np.int64).reshape(-1, 2)
-    p_start, p_end = piece_offsets[:, 0], piece_offsets[:, 1]
-    # A piece's end is at least its start, and pieces do not run backwards: p_end is sorted.
-    lo = np.searchsorted(np.maximum.accumulate(p_end), token_offsets[:, 0], side="right")  # (T,)
-    hi = np.searchsorted(p_start, token_offsets[:, 1], side="left")  # (T,)
-    n = np.maximum(hi - lo, 0)
+    lo, hi = token_pieces(piece_offsets, token_offsets)
     flat = states.reshape(len(states), -1).astype(np.float64)
     sums = np.concatenate([np.zeros((1, flat.shape[1])), np.cumsum(flat, axis=0)])  # (P + 1, K*D)
-    hi = np.maximum(hi, lo)
-    mean = (sums[hi] - sums[lo]) / np.maximum(n, 1)[:, None]
+    mean = (sums[hi] - sums[lo]) / np.maximum(hi - lo, 1)[:, None]
     return mean.astype(np.float32).reshape(out_shape)
+
+
+def token_pieces(piece_offsets: np.ndarray, token_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each token ``[s, e)`` of ``token_offsets`` (T, 2), the half-open run ``[lo, hi)`` of the
+    pieces (character spans ``piece_offsets`` (P, 2)) that overlap it; ``lo == hi`` where none does.
+
+    Both offset lists run in text order, so the run goes from the first piece ending after ``s``
+    to the last starting before ``e``.
+    """
+    token_offsets = np.asarray(token_offsets, np.int64).reshape(-1, 2)
+    piece_offsets = np.asarray(piece_offsets, np.int64).reshape(-1, 2)
+    p_start, p_end = piece_offsets[:, 0], piece_offsets[:, 1]
+    # A piece's end is at least its start, and pieces do not run backwards: p_end's running maximum is sorted.
+    lo = np.searchsorted(np.maximum.accumulate(p_end), token_offsets[:, 0], side="right")  # (T,)
+    hi = np.searchsorted(p_start, token_offsets[:, 1], side="left")  # (T,)
+    return lo, np.maximum(hi, lo)

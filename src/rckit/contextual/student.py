@@ -1,0 +1,103 @@
+"""rckit's own small encoder: a student of a few BERT layers that reproduces a teacher's states.
+
+A reader reads two of the teacher's layers (all-MiniLM-L6-v2's 4 and 6, pooled onto words). A
+student of ``n`` layers at the teacher's width, with its vocabulary and embeddings, started from
+its first ``n`` layers, is trained (:mod:`rckit.training.distill`) so that its last layers give
+the states the reader read from the teacher's: student layer ``n - K + k`` stands for teacher
+layer ``layers[k]`` (K = 2 of them). It is an encoder like any other: a folder with
+``config.json``, ``model.safetensors`` in Hugging Face's BERT names and the teacher's
+``tokenizer.json``, read by :func:`rckit.contextual.encoders.find_encoder`, cached and checked by
+its digest. ``config.json`` records what it was distilled from (``rckit_student``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from rckit.contextual.bert import BertEncoder, hf_names_to_ours
+from rckit.contextual.encoders import EncoderFiles
+
+
+def student_layers(n_layers: int, teacher_layers: tuple[int, ...]) -> tuple[int, ...]:
+    """The student's layers that stand for ``teacher_layers``: its last ``len(teacher_layers)``."""
+    K = len(teacher_layers)
+    if not 1 <= K <= n_layers:
+        raise ValueError(f"a student of {n_layers} layers cannot stand for the teacher's {K} layers {list(teacher_layers)}")
+    return tuple(range(n_layers - K + 1, n_layers + 1))
+
+
+def student_config(teacher: EncoderFiles, n_layers: int, teacher_layers: tuple[int, ...]) -> dict:
+    """The teacher's configuration with ``n_layers`` layers, naming what the student stands for."""
+    if not 1 <= n_layers <= teacher.n_layers:
+        raise ValueError(f"a student of {n_layers} layers: between 1 and the teacher's {teacher.n_layers}")
+    return {
+        **teacher.config,
+        "num_hidden_layers": n_layers,
+        "rckit_student": {
+            "teacher": teacher.name,
+            "teacher_digest": teacher.digest,
+            "teacher_layers": list(teacher_layers),
+            "layers": list(student_layers(n_layers, teacher_layers)),
+        },
+    }
+
+
+def new_student(teacher: EncoderFiles, config: dict) -> BertEncoder:
+    """A student of ``config`` started from the teacher's embeddings and first layers."""
+    from safetensors.torch import load_file
+
+    ours = hf_names_to_ours(load_file(str(teacher.root / "model.safetensors")))
+    model = BertEncoder(config)
+    model.load_state_dict({k: v for k, v in ours.items() if k in model.state_dict()})
+    return model
+
+
+def ours_to_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """This module's names back to Hugging Face BERT's (the inverse of ``hf_names_to_ours``)."""
+    fixed = {
+        "word.weight": "embeddings.word_embeddings.weight",
+        "position.weight": "embeddings.position_embeddings.weight",
+        "token_type.weight": "embeddings.token_type_embeddings.weight",
+        "norm.weight": "embeddings.LayerNorm.weight",
+        "norm.bias": "embeddings.LayerNorm.bias",
+    }
+    per_layer = {
+        "query": "attention.self.query",
+        "key": "attention.self.key",
+        "value": "attention.self.value",
+        "attn_out": "attention.output.dense",
+        "attn_norm": "attention.output.LayerNorm",
+        "ff_in": "intermediate.dense",
+        "ff_out": "output.dense",
+        "ff_norm": "output.LayerNorm",
+    }
+    out = {}
+    for name, value in state.items():
+        if name in fixed:
+            out[fixed[name]] = value
+        else:
+            _, n, part, kind = name.split(".")  # layers.N.part.kind
+            out[f"encoder.layer.{n}.{per_layer[part]}.{kind}"] = value
+    return out
+
+
+def save_student(model: BertEncoder, config: dict, teacher: EncoderFiles, out: str | Path) -> Path:
+    """The student as an encoder folder at ``out`` (its three files replaced whole, the weights last)."""
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().float().contiguous() for k, v in ours_to_hf_names(model.state_dict()).items()}
+    for name, write in (
+        ("tokenizer.json", lambda f: shutil.copyfile(teacher.root / "tokenizer.json", f)),
+        ("config.json", lambda f: f.write_text(json.dumps(config, indent=1))),
+        ("model.safetensors", lambda f: save_file(state, str(f))),
+    ):
+        tmp = out / (name + ".tmp")
+        write(tmp)
+        tmp.replace(out / name)
+    return out

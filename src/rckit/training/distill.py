@@ -1,0 +1,344 @@
+"""Distilling rckit's small encoder (:mod:`rckit.contextual.student`) from a teacher's cached states.
+
+**What it learns.** A reader reads the teacher's layers ``L`` (all-MiniLM-L6-v2's 4 and 6), each
+word's state the mean of its pieces' (:func:`rckit.contextual.pieces.pool`). The student reads
+the same text in the same window and its last ``K = len(L)`` layers, pooled onto the words alike,
+are pulled towards the teacher's: per word and layer,
+
+    mse:     ||s_k - t_k||^2 / D
+    cosine:  1 - cos(s_k, t_k)
+
+averaged over the words of a batch and the K layers. The targets are what ``rckit prepare squad
+--contextual minilm`` caches (:mod:`rckit.contextual.cache`), the states a reader trains on, so the
+teacher does not run again here. Texts longer than the encoder's window (the teacher read them in
+overlapping windows) are left out of training; their words are counted in the log.
+
+**The data.** The training split's contexts and questions (SQuAD v1.1 train), each text once an
+epoch, in batches of like-length texts of at most ``batch_pieces`` padded pieces. The held-out
+figures come from the first contexts of the evaluation split and their questions: per layer the
+mean squared error and the share of the teacher's variance the student leaves unexplained
+(``1 - R^2``).
+
+**The run** (:func:`distill`) is resumable and time-budgeted as the cross-encoder's: ``DIR/last.pt``
+holds the student, AdamW, the step and the data order's seed (each epoch's order drawn from
+``seed + epoch``); ``DIR/encoder/`` the best student so far by held-out error, an encoder folder
+that ``--contextual DIR/encoder`` reads; ``DIR/log.jsonl`` a line per evaluation. The word
+embeddings stay the teacher's (frozen); every other weight trains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from rckit.contextual.bert import BertEncoder
+from rckit.contextual.encoders import EncoderFiles
+from rckit.contextual.pieces import PieceTokenizer, token_pieces
+from rckit.contextual.student import new_student, save_student, student_config, student_layers
+from rckit.data.split import SquadSplit
+
+SAVE_EVERY = 100  # steps between saves of last.pt besides each evaluation
+LOSSES = ("mse", "cosine")
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    n_layers: int = 2  # the student's layers
+    teacher_layers: tuple[int, ...] = (4, 6)  # the teacher's layers it stands for
+    loss: str = "mse"
+    lr: float = 2e-4
+    warmup: float = 0.05  # share of the planned steps
+    weight_decay: float = 0.01
+    epochs: float = 3.0
+    batch_pieces: int = 4096  # padded pieces a batch
+    max_pieces: int = 256  # the window, [CLS] and [SEP] included
+    eval_every: int = 200
+    eval_contexts: int = 100  # held-out: the first contexts of the evaluation split and their questions
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss {self.loss!r}: one of {', '.join(LOSSES)}")
+        object.__setattr__(self, "teacher_layers", tuple(int(x) for x in self.teacher_layers))
+
+
+@dataclass
+class Text:
+    """A text as the student reads it: its pieces, and for each of its words (rows ``rows`` of the
+    teacher's states) the run of pieces ``[lo, hi)`` it pools."""
+
+    ids: np.ndarray  # (P,) pieces, without [CLS] and [SEP]
+    rows: np.ndarray  # (T,) rows of the teacher's states
+    lo: np.ndarray  # (T,)
+    hi: np.ndarray  # (T,)
+
+
+def texts_of(
+    split: SquadSplit, tokenizer: PieceTokenizer, max_pieces: int, n_contexts: int | None = None
+) -> tuple[list[Text], list[Text], int]:
+    """The split's contexts and questions (the first ``n_contexts`` contexts and their questions,
+    where given) as :class:`Text`; the third value: words left out (their text overflows a window)."""
+    a = split.a
+    n_ctx = len(split.contexts) if n_contexts is None else min(n_contexts, len(split.contexts))
+    n_q = len(split.questions) if n_contexts is None else int(np.searchsorted(a["q_ctx"], n_ctx))
+    out, left_out = [], 0
+    for strings, ptr, offsets, n in (
+        (split.contexts, a["ctx_ptr"], a["ctx_offsets"], n_ctx),
+        (split.questions, a["q_ptr"], a["q_offsets"], n_q),
+    ):
+        kept = []
+        for i, (ids, piece_offsets) in enumerate(tokenizer.pieces(strings[:n])):
+            rows = np.arange(ptr[i], ptr[i + 1])
+            if len(ids) > max_pieces - 2:
+                left_out += len(rows)
+                continue
+            lo, hi = token_pieces(piece_offsets, offsets[rows])
+            kept.append(Text(ids, rows, lo, hi))
+        out.append(kept)
+    return out[0], out[1], left_out
+
+
+def batches(texts: list[Text], batch_pieces: int, seed: int, kinds: list[int] | None = None) -> list[list[int]]:
+    """The texts in batches of like length and one kind (``kinds[i]``: which states text ``i``'s rows
+    index), at most ``batch_pieces`` padded pieces each, in an order drawn from ``seed``."""
+    rng = random.Random(seed)
+    kinds = kinds or [0] * len(texts)
+    order = sorted(range(len(texts)), key=lambda i: (kinds[i], len(texts[i].ids), rng.random()))
+    out, batch = [], []
+    for i in order:
+        width = len(texts[i].ids) + 2  # the longest so far: the order is by length
+        if batch and ((len(batch) + 1) * width > batch_pieces or kinds[i] != kinds[batch[0]]):
+            out.append(batch)
+            batch = []
+        batch.append(i)
+    if batch:
+        out.append(batch)
+    rng.shuffle(out)
+    return out
+
+
+def student_states(
+    model: BertEncoder, layers: tuple[int, ...], batch: list[Text], cls: int, sep: int
+) -> tuple[torch.Tensor, np.ndarray]:
+    """The student's states of ``layers`` pooled onto the words of ``batch``: (W, K, D) for the W
+    words some piece touches, and their rows in the teacher's states (W,)."""
+    P = max(len(t.ids) for t in batch) + 2
+    ids = np.zeros((len(batch), P), np.int64)
+    mask = np.zeros((len(batch), P), bool)
+    pieces, words, weights, rows = [], [], [], []
+    n_words = 0
+    for b, t in enumerate(batch):
+        n = len(t.ids)
+        ids[b, 0], ids[b, 1 : n + 1], ids[b, n + 1] = cls, t.ids, sep
+        mask[b, : n + 2] = True
+        touched = t.hi > t.lo
+        lo, hi = t.lo[touched], t.hi[touched]
+        count = hi - lo
+        word = np.repeat(np.arange(n_words, n_words + len(lo)), count)  # each word once per piece it pools
+        piece = np.concatenate([np.arange(s, e) for s, e in zip(lo, hi)]) if len(lo) else np.zeros(0, np.int64)
+        pieces.append(b * P + 1 + piece)  # 1: after [CLS]
+        words.append(word)
+        weights.append(np.repeat(1.0 / count, count))
+        rows.append(t.rows[touched])
+        n_words += len(lo)
+    states = model(torch.from_numpy(ids), torch.from_numpy(mask), layers)  # (B, P, K, D)
+    flat = states.reshape(-1, *states.shape[2:])  # (B*P, K, D)
+    piece_t = torch.from_numpy(np.concatenate(pieces))
+    weight_t = torch.from_numpy(np.concatenate(weights).astype(np.float32))[:, None, None]
+    pooled = torch.zeros(n_words, *states.shape[2:], dtype=states.dtype)
+    pooled = pooled.index_add(0, torch.from_numpy(np.concatenate(words)), flat[piece_t] * weight_t)  # (W, K, D)
+    return pooled, np.concatenate(rows)
+
+
+def layer_losses(student: torch.Tensor, teacher: torch.Tensor, loss: str) -> torch.Tensor:
+    """(K,) the loss of each layer, averaged over the words: ``student``, ``teacher`` (W, K, D)."""
+    if loss == "cosine":
+        return (1 - torch.nn.functional.cosine_similarity(student, teacher, dim=-1)).mean(0)
+    return ((student - teacher) ** 2).mean(dim=(0, 2))
+
+
+def held_out(
+    model: BertEncoder, layers: tuple[int, ...], texts: list[Text], states: list[np.ndarray], tok: PieceTokenizer, config
+) -> dict:
+    """Per layer, the held-out mean squared error and the share of the teacher's variance left
+    unexplained; ``texts[i]`` reads rows of ``states[i]``."""
+    model.eval()
+    err = sq = None
+    n = 0
+    means = []
+    with torch.inference_mode():
+        for kind_texts, kind_states in zip(texts, states):
+            for idx in batches(kind_texts, config.batch_pieces, 0):
+                batch = [kind_texts[i] for i in idx]
+                pooled, rows = student_states(model, layers, batch, tok.cls, tok.sep)
+                target = torch.from_numpy(np.asarray(kind_states[rows], np.float32))
+                e = ((pooled - target) ** 2).sum(dim=(0, 2)).double()
+                err = e if err is None else err + e
+                sq_t = (target.double() ** 2).sum(dim=(0, 2))
+                sq = sq_t if sq is None else sq + sq_t
+                means.append(target.double().sum(0))  # (K, D)
+                n += len(rows)
+    model.train()
+    D = means[0].shape[-1]
+    mean = torch.stack(means).sum(0) / n  # (K, D)
+    variance = sq / n - (mean**2).sum(-1)  # (K,) summed over dimensions
+    mse = err / n
+    return {
+        "mse": [round(float(x) / D, 6) for x in mse],
+        "unexplained": [round(float(x), 4) for x in mse / variance],
+        "words": n,
+    }
+
+
+def _save(obj: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def distill(
+    teacher: EncoderFiles,
+    train: SquadSplit,
+    dev: SquadSplit,
+    out: str | Path,
+    config: DistillConfig | None = None,
+    minutes: float | None = None,
+    max_steps: int | None = None,
+    resume: bool = False,
+    log: Callable[[str], object] = print,
+    progress: bool = True,
+) -> dict:
+    """Distil a student of ``teacher`` into ``out`` (module docstring) for at most ``minutes`` of
+    training (and ``max_steps`` steps) in this call. ``train`` and ``dev`` carry the teacher's
+    states of ``config.teacher_layers`` (``ctx_states``, ``q_states``: :meth:`SquadSplit.with_encoder`).
+    ``resume``: continue ``out/last.pt``. Returns the run's state: steps done, planned, the best
+    held-out figures."""
+    out = Path(out)
+    last = out / "last.pt"
+    if resume and last.is_file():
+        state = torch.load(last, weights_only=True)
+        config = DistillConfig(**state["config"])
+    elif last.is_file():
+        raise ValueError(f"{out} already holds a run (last.pt): --resume to continue it, or another folder")
+    else:
+        state = None
+        config = config or DistillConfig()
+    for name, split in (("training", train), ("evaluation", dev)):
+        if "ctx_states" not in split.a:
+            raise ValueError(f"the {name} split carries no teacher states (SquadSplit.with_encoder)")
+        K = split.a["ctx_states"].shape[1]
+        if K != len(config.teacher_layers):
+            raise ValueError(
+                f"the {name} split carries {K} layers of teacher states, and the student stands for "
+                f"{len(config.teacher_layers)} ({list(config.teacher_layers)})"
+            )
+    positions = int(teacher.config["max_position_embeddings"])
+    if config.max_pieces > positions:
+        raise ValueError(f"max_pieces {config.max_pieces}: the encoder reads at most {positions} positions")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    model_config = student_config(teacher, config.n_layers, config.teacher_layers)
+    layers = student_layers(config.n_layers, config.teacher_layers)
+    model = new_student(teacher, model_config)
+    model.word.weight.requires_grad_(False)
+    tok = PieceTokenizer(teacher.root / "tokenizer.json")
+    contexts, questions, left_out = texts_of(train, tok, config.max_pieces)
+    texts = [*contexts, *questions]
+    kinds = [0] * len(contexts) + [1] * len(questions)
+    train_states = (train.a["ctx_states"], train.a["q_states"])
+    d_ctx, d_q, _ = texts_of(dev, tok, config.max_pieces, config.eval_contexts)
+    log(
+        f"{len(contexts):,} contexts and {len(questions):,} questions to learn from "
+        f"({left_out:,} words of texts longer than {config.max_pieces} pieces left out); "
+        f"held out: {len(d_ctx)} contexts and {len(d_q)} questions of the evaluation split"
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        ],
+        lr=config.lr,
+    )
+    per_epoch = len(batches(texts, config.batch_pieces, config.seed, kinds))
+    planned = int(config.epochs * per_epoch)
+    warm = max(1, int(config.warmup * planned))
+
+    def lr_at(step: int) -> float:  # linear warm-up, then linear decay to 0 at the planned end
+        return config.lr * min((step + 1) / warm, max(0.0, (planned - step) / max(1, planned - warm)))
+
+    step, best = 0, None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step, best = state["step"], state.get("best")
+        torch.set_rng_state(state["rng"])
+    if best is None:  # the start, to measure against
+        best = {"step": 0, **held_out(model, layers, [d_ctx, d_q], [dev.a["ctx_states"], dev.a["q_states"]], tok, config)}
+        with open(out / "log.jsonl", "a") as fh:
+            fh.write(json.dumps(best) + "\n")
+        log(json.dumps(best))
+        save_student(model, model_config, teacher, out / "encoder")
+    model.train()
+    started = time.time()
+    loss_sum, loss_n = 0.0, 0
+    bar = tqdm(total=planned, initial=step, desc="distilling", unit="step", disable=None if progress else True)
+    while step < planned:
+        epoch, within = divmod(step, per_epoch)
+        for idx in batches(texts, config.batch_pieces, config.seed + epoch, kinds)[within:]:
+            if step >= planned:
+                break
+            batch = [texts[i] for i in idx]
+            pooled, rows = student_states(model, layers, batch, tok.cls, tok.sep)
+            target = torch.from_numpy(np.asarray(train_states[kinds[idx[0]]][rows], np.float32))
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            loss = layer_losses(pooled, target, config.loss).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_sum / loss_n:.5f}")
+            out_of_time = minutes is not None and time.time() - started > minutes * 60
+            stop = out_of_time or (max_steps is not None and step >= max_steps) or step >= planned
+            evaluate = step % config.eval_every == 0 or stop
+            if evaluate:
+                figures = held_out(model, layers, [d_ctx, d_q], [dev.a["ctx_states"], dev.a["q_states"]], tok, config)
+                line = {"step": step, "loss": loss_sum / max(loss_n, 1), **figures, "seconds": round(time.time() - started, 1)}
+                loss_sum, loss_n = 0.0, 0
+                with open(out / "log.jsonl", "a") as fh:
+                    fh.write(json.dumps(line) + "\n")
+                log(json.dumps(line))
+                if sum(line["mse"]) < sum(best["mse"]):
+                    best = line
+                    save_student(model, model_config, teacher, out / "encoder")
+            if evaluate or step % SAVE_EVERY == 0:
+                _save(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "step": step,
+                        "best": best,
+                        "config": asdict(config),
+                        "rng": torch.get_rng_state(),
+                        "planned": planned,
+                    },
+                    last,
+                )
+            if stop:
+                bar.close()
+                return {"step": step, "planned": planned, "best": best, "done": step >= planned}
+    bar.close()
+    return {"step": step, "planned": planned, "best": best, "done": True}
