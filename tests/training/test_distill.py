@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from rckit.contextual.bert import BertEncoder, hf_names_to_ours
-from rckit.contextual.encoders import find_encoder
+from rckit.contextual.encoders import encoder_weights, find_encoder
 from rckit.contextual.pieces import PieceTokenizer, pool, token_pieces
 from rckit.contextual.states import ContextualEncoder, ContextualSpec
 from rckit.contextual.student import new_student, ours_to_hf_names, save_student, student_config, student_layers
-from rckit.data.split import SquadSplit
 from rckit.data.sources import DataSource, prepare_data
+from rckit.data.split import SquadSplit
 from rckit.training.distill import DistillConfig, batches, distill, student_states, texts_of
 from tests.conftest import GREEK, greek_paragraphs, squad_json, write_json, write_tiny_encoder
 
@@ -40,7 +40,8 @@ def splits(teacher, tmp_path_factory) -> tuple[SquadSplit, SquadSplit]:
     prepared = prepare_data(DataSource(train=train_f, dev=dev_f, embeddings=glove, cache_dir=root / "cache"))
     encoder = ContextualEncoder.load(ContextualSpec(str(teacher), LAYERS))
     return tuple(
-        prepared.split(name).with_encoder(prepared.states_root, encoder, name, progress=False) for name in ("train", "dev")
+        prepared.split(name).with_encoder(prepared.states_root, encoder, name, progress=False)
+        for name in ("train", "dev")
     )
 
 
@@ -99,11 +100,41 @@ def test_the_students_pooled_states_are_what_the_answering_path_reads(teacher, t
         from rckit.training.distill import Text
 
         batch.append(Text(ids, np.arange(start, start + len(offsets)), *token_pieces(piece_offsets, offsets)))
-    model.eval()
+    saved = BertEncoder.load(folder, find_encoder(str(folder)).config)  # its weights as stored: in int8
     with torch.no_grad():
-        pooled, rows = student_states(model, (1, 2), batch, tok.cls, tok.sep)
+        pooled, rows = student_states(saved, (1, 2), batch, tok.cls, tok.sep)
     assert rows.tolist() == list(range(12))  # every word here touches a piece
     np.testing.assert_allclose(pooled.numpy(), np.concatenate(expected), atol=1e-5)
+
+
+def test_the_student_is_saved_in_int8_a_scale_a_row_and_read_back_as_floats(teacher, tmp_path):
+    from safetensors.numpy import load_file
+
+    files = find_encoder(str(teacher))
+    config = student_config(files, 2, LAYERS)
+    model = new_student(files, config)
+    folder = save_student(model, config, files, tmp_path / "student")
+    stored = load_file(str(folder / "model.safetensors"))
+    assert stored["encoder.layer.0.intermediate.dense.weight"].dtype == np.int8
+    assert np.abs(stored["encoder.layer.0.intermediate.dense.weight"]).max() == 63  # 7 bits a channel
+    assert np.abs(stored["embeddings.word_embeddings.weight"]).max() == 127  # 8 bits a word
+    assert stored["encoder.layer.1.output.LayerNorm.weight"].dtype == np.float32
+    back = encoder_weights(folder)
+    assert not any(k.endswith("_scale") for k in back)
+    ours = {k: v.numpy() for k, v in ours_to_hf_names(model.state_dict()).items()}
+    for name, value in ours.items():
+        if value.ndim == 2:  # within half a step of its row's scale
+            step = stored[name + "_scale"][:, None]
+            assert np.all(np.abs(back[name] - value) <= step / 2 + 1e-6), name
+        else:
+            np.testing.assert_array_equal(back[name], value)
+    damaged = dict(stored)
+    del damaged["encoder.layer.0.intermediate.dense.weight_scale"]
+    from safetensors.numpy import save_file
+
+    save_file(damaged, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match="intermediate.dense.weight has no .*_scale"):
+        encoder_weights(folder)
 
 
 def test_texts_longer_than_the_window_are_left_out_and_batches_keep_to_one_kind(teacher, splits):
@@ -123,7 +154,9 @@ def test_texts_longer_than_the_window_are_left_out_and_batches_keep_to_one_kind(
 def test_distilling_lowers_the_held_out_error_and_a_resumed_run_continues_exactly(teacher, splits, tmp_path):
     train, dev = splits
     files = find_encoder(str(teacher))
-    config = DistillConfig(n_layers=2, teacher_layers=LAYERS, lr=3e-3, epochs=6, batch_pieces=256, max_pieces=64, eval_every=1000)
+    config = DistillConfig(
+        n_layers=2, teacher_layers=LAYERS, lr=3e-3, epochs=6, batch_pieces=256, max_pieces=64, eval_every=1000
+    )
     whole = distill(files, train, dev, tmp_path / "whole", config, log=lambda m: None, progress=False)
     assert whole["done"] and whole["step"] == whole["planned"] > 10
     lines = [json.loads(x) for x in (tmp_path / "whole" / "log.jsonl").read_text().splitlines()]
@@ -131,7 +164,14 @@ def test_distilling_lowers_the_held_out_error_and_a_resumed_run_continues_exactl
     assert sum(lines[-1]["mse"]) < 0.8 * sum(lines[0]["mse"])
     assert whole["best"]["step"] > 0
     half = distill(
-        files, train, dev, tmp_path / "half", config, max_steps=whole["planned"] // 2, log=lambda m: None, progress=False
+        files,
+        train,
+        dev,
+        tmp_path / "half",
+        config,
+        max_steps=whole["planned"] // 2,
+        log=lambda m: None,
+        progress=False,
     )
     assert not half["done"]
     with pytest.raises(ValueError, match="--resume"):
@@ -152,7 +192,16 @@ def test_the_command_distils_into_an_encoder_folder_and_resumes(teacher, tmp_pat
     dev_f = write_json(tmp_path / "dev.json", squad_json(greek_paragraphs(2)))
     glove = tmp_path / "glove.txt"
     glove.write_text("".join(f"{w} {i * 0.1:.1f} 0.5 1.0 -0.5\n" for i, w in enumerate(GREEK)))
-    data = ["--train", str(train_f), "--dev", str(dev_f), "--embeddings", str(glove), "--cache-dir", str(tmp_path / "c")]
+    data = [
+        "--train",
+        str(train_f),
+        "--dev",
+        str(dev_f),
+        "--embeddings",
+        str(glove),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
     args = ["distill", *data, "--teacher", str(teacher), "--teacher-layers", "2,3", "--out", str(tmp_path / "run")]
     assert main([*args, "--max-steps", "3", "--no-progress"]) == 0
     got = json.loads(capsys.readouterr().out)
@@ -161,5 +210,8 @@ def test_the_command_distils_into_an_encoder_folder_and_resumes(teacher, tmp_pat
     assert json.loads(capsys.readouterr().out)["done"]
     student = find_encoder(str(tmp_path / "run" / "encoder"))
     assert student.config["rckit_student"]["layers"] == [1, 2]
-    assert main(["distill", *data, "--teacher", str(teacher), "--teacher-layers", "two", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(["distill", *data, "--teacher", str(teacher), "--teacher-layers", "two", "--out", str(tmp_path / "x")])
+        == 2
+    )
     assert "--teacher-layers 'two'" in capsys.readouterr().err

@@ -143,7 +143,7 @@ class CrossVerifier:
         """The verifier that the model file ``where`` names in ``d``: its graph beside the file
         (``file``), checked by ``sha256``; the encoder ``encoder`` (a name or folder), checked by
         ``encoder_digest``. A missing or damaged file is refused in one line naming it."""
-        from rckit.contextual.encoders import find_encoder
+        from rckit.contextual.encoders import encoder_weights, find_encoder
 
         for key in ("file", "sha256", "encoder", "encoder_digest", "max_pieces"):
             if key not in d:
@@ -168,11 +168,8 @@ class CrossVerifier:
             raise ModuleNotFoundError(
                 "the cross-encoder verifier runs on onnxruntime: pip install 'rckit[onnx]'", name="onnxruntime"
             ) from None
-        from safetensors import safe_open
-
-        with safe_open(str(files.root / "model.safetensors"), framework="numpy") as f:
-            name = next(k for k in f.keys() if k.removeprefix("bert.") == "embeddings.word_embeddings.weight")
-            table = f.get_tensor(name).astype(np.float32)
+        word = "embeddings.word_embeddings.weight"
+        (table,) = encoder_weights(files.root, lambda name: name.removeprefix("bert.") == word).values()
         options = ort.SessionOptions()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3

@@ -20,7 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     data_arguments(p)
     p.add_argument("--out", required=True, help="the run's folder (last.pt, log.jsonl, encoder/)")
-    p.add_argument("--teacher", default="minilm", help="the teacher: a known encoder's name or a folder (default minilm)")
+    p.add_argument(
+        "--teacher", default="minilm", help="the teacher: a known encoder's name or a folder (default minilm)"
+    )
     p.add_argument("--teacher-layers", default="4,6", help="the teacher's layers the reader reads (default 4,6)")
     p.add_argument("--layers", type=int, default=2, help="the student's layers (default 2)")
     p.add_argument("--loss", default="mse", choices=["mse", "cosine"], help="per word and layer (default mse)")

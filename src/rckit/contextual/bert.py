@@ -85,10 +85,11 @@ class BertEncoder(nn.Module):
     @classmethod
     def load(cls, root: str | Path, config: dict) -> BertEncoder:
         """The encoder with the weights of ``root/model.safetensors``, in eval mode, frozen."""
-        from safetensors.torch import load_file
+        from rckit.contextual.encoders import encoder_weights
 
         model = cls(config)
-        model.load_state_dict(hf_names_to_ours(load_file(str(Path(root) / "model.safetensors"))))
+        weights = {k: torch.from_numpy(v) for k, v in encoder_weights(root).items()}
+        model.load_state_dict(hf_names_to_ours(weights))
         model.eval().requires_grad_(False)
         return model
 

@@ -10,6 +10,10 @@ as the path of such a directory (a test's tiny random encoder, or one a user bri
 
 A model file and a cache of states name the encoder by :func:`digest`: the SHA-256 of its three
 files, so a model trained on one encoder's states refuses another's, whatever it is called.
+
+``model.safetensors`` holds float tensors, or, for rckit's own encoders (:mod:`rckit.contextual.student`),
+some of them in int8 beside a ``<name>_scale`` tensor (a scale per row: the weight's output channel, the
+embedding's word); :func:`encoder_weights` reads either as float32.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
@@ -126,3 +133,27 @@ def _digest(root: str, stats: tuple) -> str:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()[:16]
+
+
+SCALE = "_scale"  # the suffix of an int8 tensor's scales
+
+
+def encoder_weights(root: str | Path, keep: Callable[[str], bool] = lambda name: True) -> dict[str, np.ndarray]:
+    """The float tensors of ``root/model.safetensors`` named as stored (those ``keep`` keeps), as float32
+    NumPy arrays: an int8 tensor times its scales (one a row), the scales not listed."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(Path(root) / "model.safetensors"), framework="numpy") as f:
+        names = set(f.keys())
+        for name in names:
+            if name.endswith(SCALE) and name[: -len(SCALE)] in names or not keep(name):
+                continue
+            value = f.get_tensor(name)
+            if value.dtype == np.int8:
+                if name + SCALE not in names:
+                    raise ValueError(f"{root}/model.safetensors: the int8 tensor {name} has no {name + SCALE}")
+                value = value.astype(np.float32) * f.get_tensor(name + SCALE).astype(np.float32)[:, None]
+            if value.dtype.kind == "f":
+                out[name] = value.astype(np.float32)
+    return out

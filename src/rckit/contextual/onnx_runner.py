@@ -24,23 +24,23 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.contextual.encoders import EncoderFiles
+from rckit.contextual.encoders import EncoderFiles, encoder_weights
 
 OPSET = 17  # LayerNormalization
 ATTENTION = "attention_"  # the names of the attention's products of two activations
 
 
-def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -> Path:
-    """The encoder of ``files`` up to layer ``max(layers)``, its states of ``layers``, as an ONNX file."""
+def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path, rows: bool = False) -> Path:
+    """The encoder of ``files`` up to layer ``max(layers)``, its states of ``layers``, as an ONNX file.
+
+    ``rows``: each MatMul of an activation by a weight in int8, the activation quantized by rows (each
+    piece's vector by its own largest magnitude, symmetric, 8 bits) and the weight by output channels
+    (7 bits, as :func:`quantize_weights`): a piece's states then depend on its own text only, never on
+    which texts share its batch or how wide they are padded."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from safetensors.numpy import load_file
 
-    weights = {
-        k.removeprefix("bert."): v.astype(np.float32)
-        for k, v in load_file(str(files.root / "model.safetensors")).items()
-        if v.dtype.kind == "f"
-    }
+    weights = {k.removeprefix("bert."): v for k, v in encoder_weights(files.root).items()}
     cfg = files.config
     d, H = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     eps = float(cfg.get("layer_norm_eps", 1e-12))
@@ -61,12 +61,37 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path) -
         nodes.append(helper.make_node(op, inputs, [out_name], name=out_name, **attrs))
         return out_name
 
+    quantized: dict[str, tuple[str, str]] = {}
+
+    def by_rows(x: str) -> tuple[str, str]:  # x (..., n) -> uint8 x / s + 128 and s (..., 1), s = max|x| / 127
+        if x not in quantized:
+            s = node("Div", [node("Max", [node("ReduceMax", [node("Abs", [x])], axes=[-1]), tiny]), c127])
+            q = node("Cast", [node("Add", [node("Round", [node("Div", [x, s])]), c128])], to=TensorProto.UINT8)
+            quantized[x] = (q, s)
+        return quantized[x]
+
     def linear(x: str, prefix: str) -> str:  # x W^T + b, W stored (out, in) as PyTorch's
-        return node("Add", [node("MatMul", [x, w(prefix + ".weight", transpose=True)]), w(prefix + ".bias")])
+        if not rows:
+            return node("Add", [node("MatMul", [x, w(prefix + ".weight", transpose=True)]), w(prefix + ".bias")])
+        q, s = by_rows(x)
+        weight = weights[prefix + ".weight"]  # (out, in)
+        w_scale = np.maximum(np.abs(weight).max(axis=1), 1e-12) / 63  # 7 bits a channel
+        w_q = np.clip(np.round(weight / w_scale[:, None]), -63, 63).astype(np.int8).T  # (in, out)
+        product = node("MatMulInteger", [q, const(prefix + ".q", np.ascontiguousarray(w_q)), zero_u8, zero_i8])
+        # The weight's scale first, then the rows': onnxruntime fuses MatMulInteger, Cast and a Mul by
+        # the weight's scale into one op, and multiplying by both at once there gave wrong states.
+        y = node(
+            "Mul", [node("Cast", [product], to=TensorProto.FLOAT), const(prefix + ".s", w_scale.astype(np.float32))]
+        )
+        return node("Add", [node("Mul", [y, s]), w(prefix + ".bias")])
 
     def norm(x: str, prefix: str) -> str:
         return node("LayerNormalization", [x, w(prefix + ".weight"), w(prefix + ".bias")], axis=-1, epsilon=eps)
 
+    tiny, c127, c128 = (
+        const(n, np.array(v, np.float32)) for n, v in (("tiny", 1e-12), ("c127", 127.0), ("c128", 128.0))
+    )
+    zero_u8, zero_i8 = const("zero_u8", np.array(128, np.uint8)), const("zero_i8", np.array(0, np.int8))
     # h0 = LayerNorm(E_word[ids] + E_position[0..P-1] + E_type[0])
     shape = node("Shape", ["ids"])
     P = node("Gather", [shape, const("one_i", np.array(1, np.int64))], axis=0)

@@ -5,7 +5,8 @@ student of ``n`` layers at the teacher's width, with its vocabulary and embeddin
 its first ``n`` layers, is trained (:mod:`rckit.training.distill`) so that its last layers give
 the states the reader read from the teacher's: student layer ``n - K + k`` stands for teacher
 layer ``layers[k]`` (K = 2 of them). It is an encoder like any other: a folder with
-``config.json``, ``model.safetensors`` in Hugging Face's BERT names and the teacher's
+``config.json``, ``model.safetensors`` in Hugging Face's BERT names (its matrices in int8, a scale a
+row: :func:`packed`; a quarter of the size, what the int8 graph reads) and the teacher's
 ``tokenizer.json``, read by :func:`rckit.contextual.encoders.find_encoder`, cached and checked by
 its digest. ``config.json`` records what it was distilled from (``rckit_student``).
 """
@@ -16,17 +17,20 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rckit.contextual.bert import BertEncoder, hf_names_to_ours
-from rckit.contextual.encoders import EncoderFiles
+from rckit.contextual.encoders import SCALE, EncoderFiles, encoder_weights
 
 
 def student_layers(n_layers: int, teacher_layers: tuple[int, ...]) -> tuple[int, ...]:
     """The student's layers that stand for ``teacher_layers``: its last ``len(teacher_layers)``."""
     K = len(teacher_layers)
     if not 1 <= K <= n_layers:
-        raise ValueError(f"a student of {n_layers} layers cannot stand for the teacher's {K} layers {list(teacher_layers)}")
+        raise ValueError(
+            f"a student of {n_layers} layers cannot stand for the teacher's {K} layers {list(teacher_layers)}"
+        )
     return tuple(range(n_layers - K + 1, n_layers + 1))
 
 
@@ -48,9 +52,7 @@ def student_config(teacher: EncoderFiles, n_layers: int, teacher_layers: tuple[i
 
 def new_student(teacher: EncoderFiles, config: dict) -> BertEncoder:
     """A student of ``config`` started from the teacher's embeddings and first layers."""
-    from safetensors.torch import load_file
-
-    ours = hf_names_to_ours(load_file(str(teacher.root / "model.safetensors")))
+    ours = hf_names_to_ours({k: torch.from_numpy(v) for k, v in encoder_weights(teacher.root).items()})
     model = BertEncoder(config)
     model.load_state_dict({k: v for k, v in ours.items() if k in model.state_dict()})
     return model
@@ -85,13 +87,34 @@ def ours_to_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def int8_rows(value: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``value`` (rows, n) as int8 in ``[-levels, levels]`` and a float32 scale a row (largest magnitude / levels)."""
+    scale = (np.maximum(np.abs(value).max(axis=1), 1e-12) / levels).astype(np.float32)
+    return np.clip(np.round(value / scale[:, None]), -levels, levels).astype(np.int8), scale
+
+
+def packed(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A state in Hugging Face's names with every matrix in int8, a scale a row beside it
+    (:func:`rckit.contextual.encoders.encoder_weights` reads it back): the embeddings' rows in 8 bits,
+    the weights' output channels in 7 (what the encoder's int8 graph multiplies by:
+    :func:`rckit.contextual.onnx_runner.build_graph`); vectors stay float32."""
+    out = {}
+    for name, value in state.items():
+        if value.ndim == 2:
+            out[name], out[name + SCALE] = int8_rows(value, 127 if name.startswith("embeddings.") else 63)
+        else:
+            out[name] = np.ascontiguousarray(value, np.float32)
+    return out
+
+
 def save_student(model: BertEncoder, config: dict, teacher: EncoderFiles, out: str | Path) -> Path:
-    """The student as an encoder folder at ``out`` (its three files replaced whole, the weights last)."""
-    from safetensors.torch import save_file
+    """The student as an encoder folder at ``out``, its weights :func:`packed` in int8 (its three
+    files replaced whole, the weights last)."""
+    from safetensors.numpy import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().float().contiguous() for k, v in ours_to_hf_names(model.state_dict()).items()}
+    state = packed({k: v.detach().float().numpy() for k, v in ours_to_hf_names(model.state_dict()).items()})
     for name, write in (
         ("tokenizer.json", lambda f: shutil.copyfile(teacher.root / "tokenizer.json", f)),
         ("config.json", lambda f: f.write_text(json.dumps(config, indent=1))),

@@ -167,7 +167,12 @@ def layer_losses(student: torch.Tensor, teacher: torch.Tensor, loss: str) -> tor
 
 
 def held_out(
-    model: BertEncoder, layers: tuple[int, ...], texts: list[Text], states: list[np.ndarray], tok: PieceTokenizer, config
+    model: BertEncoder,
+    layers: tuple[int, ...],
+    texts: list[Text],
+    states: list[np.ndarray],
+    tok: PieceTokenizer,
+    config,
 ) -> dict:
     """Per layer, the held-out mean squared error and the share of the teacher's variance left
     unexplained; ``texts[i]`` reads rows of ``states[i]``."""
@@ -283,7 +288,10 @@ def distill(
         step, best = state["step"], state.get("best")
         torch.set_rng_state(state["rng"])
     if best is None:  # the start, to measure against
-        best = {"step": 0, **held_out(model, layers, [d_ctx, d_q], [dev.a["ctx_states"], dev.a["q_states"]], tok, config)}
+        best = {
+            "step": 0,
+            **held_out(model, layers, [d_ctx, d_q], [dev.a["ctx_states"], dev.a["q_states"]], tok, config),
+        }
         with open(out / "log.jsonl", "a") as fh:
             fh.write(json.dumps(best) + "\n")
         log(json.dumps(best))
@@ -316,7 +324,12 @@ def distill(
             evaluate = step % config.eval_every == 0 or stop
             if evaluate:
                 figures = held_out(model, layers, [d_ctx, d_q], [dev.a["ctx_states"], dev.a["q_states"]], tok, config)
-                line = {"step": step, "loss": loss_sum / max(loss_n, 1), **figures, "seconds": round(time.time() - started, 1)}
+                line = {
+                    "step": step,
+                    "loss": loss_sum / max(loss_n, 1),
+                    **figures,
+                    "seconds": round(time.time() - started, 1),
+                }
                 loss_sum, loss_n = 0.0, 0
                 with open(out / "log.jsonl", "a") as fh:
                     fh.write(json.dumps(line) + "\n")
