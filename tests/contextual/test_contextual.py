@@ -109,6 +109,30 @@ def test_a_short_text_is_not_padded_to_a_long_ones_width(tiny):
         np.testing.assert_allclose(states, enc.states([text], [offs])[0], atol=1e-5)
 
 
+def test_the_int8_graphs_states_of_a_text_are_the_same_in_any_batch(tiny, tmp_path):
+    """Activations quantized by rows: a text's states do not move with its batch-mates or its padding
+    (onnxruntime's dynamic quantization, scaling by the whole batch, moved them), and they stay
+    near fp32's."""
+    pytest.importorskip("onnxruntime")
+    from rckit.contextual.onnx_runner import OnnxRunner
+
+    files = find_encoder(str(tiny))
+    int8 = ContextualEncoder(files, (1, 2), OnnxRunner(files, (1, 2), tmp_path, int8=True))
+    assert int8.runner.path.name.endswith("-int8row.onnx")
+    fp32 = ContextualEncoder(files, (1, 2))
+    texts = ["when was the tower built ?", "the tower was built in paris " * 3, "when was it built in paris ?"]
+    offsets = [np.array(tokenize(t)[1]) for t in texts]
+    together = int8.states(texts, offsets)
+    for text, offs, states in zip(texts, offsets, together):
+        np.testing.assert_array_equal(states, int8.states([text], [offs])[0])
+    ids = np.array([[2, *int8.tokenizer.pieces([texts[0]])[0][0], 3, 0, 0, 0]])  # padded by three
+    mask = ids > 0
+    np.testing.assert_array_equal(int8.runner(ids, mask)[:, :-3], int8.runner(ids[:, :-3], mask[:, :-3]))
+    error = np.mean([np.abs(a - b).mean() for a, b in zip(together, fp32.states(texts, offsets))])
+    size = np.mean([np.abs(b).mean() for b in fp32.states(texts, offsets)])
+    assert error < 0.1 * size
+
+
 def test_the_memo_reads_a_text_asked_again_from_memory_and_keeps_to_its_size(tiny):
     """A passage asked one question after another is read by the encoder once; the states are
     those read fresh; the memo drops the texts used least recently past its size."""

@@ -204,7 +204,7 @@ def test_an_onnx_file_may_answer_with_the_encoder_in_int8(ctx_run, tmp_path, cap
     out = tmp_path / "m-int8.onnx"
     assert main(["export", str(ctx_run), "--out", str(out), "--encoder-int8"]) == 0
     reader = rckit.Reader.load(out)
-    assert reader.info["contextual"]["int8"] is True and reader.encoder.runner.path.name.endswith("-int8r.onnx")
+    assert reader.info["contextual"]["int8"] is True and reader.encoder.runner.path.name.endswith("-int8row.onnx")
     assert reader.answer(CONTEXT, QUESTIONS[0])[0]["answer"]
     assert main(["export", str(ctx_run), "--out", str(tmp_path / "m.safetensors"), "--encoder-int8"]) == 2
     assert "are for --format onnx" in capsys.readouterr().err

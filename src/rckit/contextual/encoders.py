@@ -157,3 +157,9 @@ def encoder_weights(root: str | Path, keep: Callable[[str], bool] = lambda name:
             if value.dtype.kind == "f":
                 out[name] = value.astype(np.float32)
     return out
+
+
+def int8_rows(value: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``value`` (rows, n) as int8 in ``[-levels, levels]`` and a float32 scale a row (largest magnitude / levels)."""
+    scale = (np.maximum(np.abs(value).max(axis=1), 1e-12) / levels).astype(np.float32)
+    return np.clip(np.round(value / scale[:, None]), -levels, levels).astype(np.int8), scale

@@ -6,10 +6,12 @@ ONNX graph with the ``onnx`` package, the weights read from ``model.safetensors`
 (B, P, K, D) float32, the layers above the highest asked for left out. No weights are downloaded
 or committed: the graph is built on first use and kept in ``$RCKIT_CACHE/encoders/`` under the
 encoder's digest, its layers and whether it is quantized (:func:`encoder_graph`), so the next
-start only loads it. ``int8``: the MatMul weights quantized to int8 by ONNX Runtime's dynamic
-quantization (activations quantized per call, weights per output channel in 7 bits), a quarter of the size
-and faster on the CPU; the attention's two products of activations (Q K^T and the weights times V)
-stay in fp32.
+start only loads it. ``int8``: each product of an activation by a weight in int8 (``build_graph(rows=True)``),
+the weights by output channel in 7 bits, the activations by rows (each piece's vector by its own
+largest magnitude), so that a text's states never depend on the texts that share its batch; the
+attention's two products of activations (Q K^T and the weights times V) stay in fp32. onnxruntime's
+dynamic quantization, which scales the activations by each call's range, made 41-43 of 529 answers
+differ between asking one at a time and in batches (BENCHMARKS.md, "The encoder in int8").
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.contextual.encoders import EncoderFiles, encoder_weights
+from rckit.contextual.encoders import EncoderFiles, encoder_weights, int8_rows
 
 OPSET = 17  # LayerNormalization
 ATTENTION = "attention_"  # the names of the attention's products of two activations
@@ -74,10 +76,9 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path, r
         if not rows:
             return node("Add", [node("MatMul", [x, w(prefix + ".weight", transpose=True)]), w(prefix + ".bias")])
         q, s = by_rows(x)
-        weight = weights[prefix + ".weight"]  # (out, in)
-        w_scale = np.maximum(np.abs(weight).max(axis=1), 1e-12) / 63  # 7 bits a channel
-        w_q = np.clip(np.round(weight / w_scale[:, None]), -63, 63).astype(np.int8).T  # (in, out)
-        product = node("MatMulInteger", [q, const(prefix + ".q", np.ascontiguousarray(w_q)), zero_u8, zero_i8])
+        # 7 bits a weight: on a CPU without VNNI (AVX2) the u8 x s8 products of 8-bit weights saturate in pairs.
+        w_q, w_scale = int8_rows(weights[prefix + ".weight"], 63)  # (out, in), (out,)
+        product = node("MatMulInteger", [q, const(prefix + ".q", np.ascontiguousarray(w_q.T)), zero_u8, zero_i8])
         # The weight's scale first, then the rows': onnxruntime fuses MatMulInteger, Cast and a Mul by
         # the weight's scale into one op, and multiplying by both at once there gave wrong states.
         y = node(
@@ -179,7 +180,7 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
     """The encoder's ONNX file under ``cache``, built (and quantized) on first use, written
     atomically; the first use says so on stderr, in one line, rather than pausing silently."""
     cache = Path(cache)
-    name = f"{files.digest}-L{'-'.join(map(str, layers))}{'-int8r' if int8 else ''}.onnx"
+    name = f"{files.digest}-L{'-'.join(map(str, layers))}{'-int8row' if int8 else ''}.onnx"
     path = cache / name
     if path.is_file():
         return path
@@ -201,15 +202,7 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
     )
     try:
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            fp32 = build_graph(files, layers, Path(tmp) / "fp32.onnx")
-            built = fp32
-            if int8:
-                built = Path(tmp) / "int8.onnx"
-                import onnx
-
-                products = [n.name for n in onnx.load(str(fp32)).graph.node if n.name.startswith(ATTENTION)]
-                quantize_weights(fp32, built, products)
-            os.replace(built, path)
+            os.replace(build_graph(files, layers, Path(tmp) / "graph.onnx", rows=int8), path)
     except BaseException:
         print(" failed", file=sys.stderr, flush=True)
         raise
@@ -220,7 +213,7 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
 def quantize_weights(fp32: Path, out: Path, exclude: list[str]) -> Path:
     """The MatMul weights of the graph ``fp32`` in int8 at ``out`` (onnxruntime's dynamic quantization:
     activations quantized per call), but for the nodes named in ``exclude`` (products of two activations).
-    The encoder's graph and the cross-encoder verifier's are quantized so."""
+    The cross-encoder verifier's graph is quantized so."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()  # the quantizer's advice on pre-processing goes to the root logger

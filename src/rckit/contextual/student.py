@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from rckit.contextual.bert import BertEncoder, hf_names_to_ours
-from rckit.contextual.encoders import SCALE, EncoderFiles, encoder_weights
+from rckit.contextual.encoders import SCALE, EncoderFiles, encoder_weights, int8_rows
 
 
 def student_layers(n_layers: int, teacher_layers: tuple[int, ...]) -> tuple[int, ...]:
@@ -85,12 +85,6 @@ def ours_to_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             _, n, part, kind = name.split(".")  # layers.N.part.kind
             out[f"encoder.layer.{n}.{per_layer[part]}.{kind}"] = value
     return out
-
-
-def int8_rows(value: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
-    """``value`` (rows, n) as int8 in ``[-levels, levels]`` and a float32 scale a row (largest magnitude / levels)."""
-    scale = (np.maximum(np.abs(value).max(axis=1), 1e-12) / levels).astype(np.float32)
-    return np.clip(np.round(value / scale[:, None]), -levels, levels).astype(np.int8), scale
 
 
 def packed(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
