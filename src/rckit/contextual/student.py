@@ -39,7 +39,7 @@ def student_config(teacher: EncoderFiles, n_layers: int, teacher_layers: tuple[i
     if not 1 <= n_layers <= teacher.n_layers:
         raise ValueError(f"a student of {n_layers} layers: between 1 and the teacher's {teacher.n_layers}")
     return {
-        **teacher.config,
+        **{k: v for k, v in teacher.config.items() if k != "_name_or_path"},  # not the teacher's name
         "num_hidden_layers": n_layers,
         "rckit_student": {
             "teacher": teacher.name,

@@ -169,10 +169,10 @@ def layer_losses(student: torch.Tensor, teacher: torch.Tensor, loss: str) -> tor
 def held_out(
     model: BertEncoder,
     layers: tuple[int, ...],
-    texts: list[Text],
+    texts: list[list[Text]],
     states: list[np.ndarray],
     tok: PieceTokenizer,
-    config,
+    config: DistillConfig,
 ) -> dict:
     """Per layer, the held-out mean squared error and the share of the teacher's variance left
     unexplained; ``texts[i]`` reads rows of ``states[i]``."""
