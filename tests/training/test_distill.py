@@ -176,6 +176,9 @@ def test_distilling_lowers_the_held_out_error_and_a_resumed_run_continues_exactl
     assert not half["done"]
     with pytest.raises(ValueError, match="--resume"):
         distill(files, train, dev, tmp_path / "half", config, log=lambda m: None, progress=False)
+    other = find_encoder(str(write_tiny_encoder(tmp_path / "other", [*GREEK, "what"], layers=3, dim=8, seed=1)))
+    with pytest.raises(ValueError, match="resume with that teacher"):
+        distill(other, train, dev, tmp_path / "half", resume=True, log=lambda m: None, progress=False)
     rest = distill(files, train, dev, tmp_path / "half", resume=True, log=lambda m: None, progress=False)
     assert rest["done"] and rest["step"] == whole["step"]
     a = torch.load(tmp_path / "whole" / "last.pt", weights_only=True)["model"]

@@ -14,8 +14,9 @@ skipped (a last line cut short by the kill is dropped first), the rest appended 
 Each block is what one local :meth:`Reader.answer_batch` call reads, so the answers are those of
 the local run whose calls cut the file the same way (``rckit evaluate`` reads blocks of the local
 :data:`rckit.evaluation.evaluate.CHUNK`: the same scores). Cut otherwise, a model whose
-activations are quantized per batch (the installed encoder, int8) may answer a question
-differently beside other questions: ``rckit predict`` reads 2,048 at a time, ``--ray-block 2048``
+activations were quantized per batch answered a question differently beside other questions
+(the encoder's int8 graph until it scaled each piece by its own range:
+:mod:`rckit.contextual.onnx_runner`); ``rckit predict`` reads 2,048 at a time, ``--ray-block 2048``
 reads as it does.
 """
 

@@ -232,6 +232,11 @@ def distill(
     if resume and last.is_file():
         state = torch.load(last, weights_only=True)
         config = DistillConfig(**state["config"])
+        if state.get("teacher_digest") != teacher.digest:
+            raise ValueError(
+                f"{last}: distilled from the teacher with digest {state.get('teacher_digest')}, "
+                f"and {teacher.name!r} here is {teacher.digest}: resume with that teacher"
+            )
     elif last.is_file():
         raise ValueError(f"{out} already holds a run (last.pt): --resume to continue it, or another folder")
     else:
@@ -345,6 +350,7 @@ def distill(
                         "step": step,
                         "best": best,
                         "config": asdict(config),
+                        "teacher_digest": teacher.digest,
                         "rng": torch.get_rng_state(),
                         "planned": planned,
                     },
