@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.contextual.bert import BertEncoder, hf_names_to_ours
+from rckit.contextual.bert import BertEncoder, hf_names_to_ours, ours_to_hf_names
 from rckit.contextual.encoders import SCALE, EncoderFiles, encoder_weights, int8_rows
 
 
@@ -56,35 +56,6 @@ def new_student(teacher: EncoderFiles, config: dict) -> BertEncoder:
     model = BertEncoder(config)
     model.load_state_dict({k: v for k, v in ours.items() if k in model.state_dict()})
     return model
-
-
-def ours_to_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """This module's names back to Hugging Face BERT's (the inverse of ``hf_names_to_ours``)."""
-    fixed = {
-        "word.weight": "embeddings.word_embeddings.weight",
-        "position.weight": "embeddings.position_embeddings.weight",
-        "token_type.weight": "embeddings.token_type_embeddings.weight",
-        "norm.weight": "embeddings.LayerNorm.weight",
-        "norm.bias": "embeddings.LayerNorm.bias",
-    }
-    per_layer = {
-        "query": "attention.self.query",
-        "key": "attention.self.key",
-        "value": "attention.self.value",
-        "attn_out": "attention.output.dense",
-        "attn_norm": "attention.output.LayerNorm",
-        "ff_in": "intermediate.dense",
-        "ff_out": "output.dense",
-        "ff_norm": "output.LayerNorm",
-    }
-    out = {}
-    for name, value in state.items():
-        if name in fixed:
-            out[fixed[name]] = value
-        else:
-            _, n, part, kind = name.split(".")  # layers.N.part.kind
-            out[f"encoder.layer.{n}.{per_layer[part]}.{kind}"] = value
-    return out
 
 
 def packed(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
