@@ -108,6 +108,21 @@ def test_the_cluster_has_two_nodes(cluster):
     assert sum(1 for n in ray.nodes() if n["Alive"]) == 2
 
 
+def test_the_clusters_error_messages_go_to_stderr_not_to_the_answers(cluster, capsys):
+    """Ray prints what the raylet publishes (a worker that died) on the driver's stdout, where
+    rckit writes scores and answers: after connect they go to stderr."""
+    import ray._private.worker as ray_worker
+
+    from rckit.cluster.answers import connect
+
+    connect(cluster, log=lambda m: None)
+    capsys.readouterr()
+    ray_worker.print_to_stdstream({"lines": ["a worker died"], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "a worker died" in err
+
+
 def test_predict_on_ray_answers_as_the_local_run_in_order_and_skips_bad_lines(cluster, tiny_export, tmp_path):
     good = questions(40)
     q = write_jsonl(tmp_path / "q.jsonl", good, {3: "{not json", 10: json.dumps({"id": "x", "context": "alpha."})})

@@ -108,9 +108,29 @@ def connect(address: str | None, log: Callable[[str], object] | None = None) -> 
         else:  # a local instance, for this run only
             ray.init(include_dashboard=False, **quiet)
         logging.getLogger("ray.data").setLevel(logging.WARNING)
+    _cluster_errors_to_stderr(ray)
     resources = ray.cluster_resources()
     (log or _stderr)(f"ray: {int(resources.get('CPU', 0))} CPUs on {len(ray.nodes())} node(s)")
     return ray
+
+
+def _cluster_errors_to_stderr(ray: Any) -> None:
+    """Send the cluster's error messages to stderr. Ray's driver prints what the raylet publishes
+    (a worker that died, memory running low) to stdout, where ``rckit evaluate`` writes its scores
+    and ``predict``/``ask`` may write answers: a reader of that output would get Ray's lines in its
+    JSON. Ray has no setting for it; its listener looks ``print_to_stdstream`` up at each message,
+    so a wrapper that marks each message as an error sends it to stderr. A Ray without that
+    function is left as it is."""
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(module, "print_to_stdstream", None)
+    if original is None or getattr(original, "rckit_stderr", False):
+        return
+
+    def to_stderr(data: dict, *args: Any, **kwargs: Any) -> None:
+        original({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr.rckit_stderr = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr
 
 
 def run_blocks(
