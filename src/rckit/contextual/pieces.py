@@ -1,8 +1,9 @@
 """Text to the encoder's pieces and back to rckit's tokens, in NumPy.
 
 - :class:`PieceTokenizer`: WordPiece pieces of a text with half-open character offsets into it
-  (the ``tokenizers`` library, the encoder's own ``tokenizer.json``; its stored truncation and
-  padding are turned off, the special tokens added by :func:`piece_windows`' caller).
+  (the encoder's own ``tokenizer.json``, read by :mod:`rckit.contextual.wordpiece` as the
+  ``tokenizers`` library reads it; no truncation or padding, the special tokens added by
+  :func:`piece_windows`' caller).
 - :func:`piece_windows`: a text longer than the encoder's window (``max_pieces``, with [CLS] and
   [SEP]) is read in windows half a window apart; each piece takes its state from the window in
   which it stands furthest from an edge, so it is read with context on both sides.
@@ -19,19 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from rckit.contextual.wordpiece import WordPiece
+
 
 class PieceTokenizer:
     """The encoder's tokenizer: texts -> (piece ids (P,) int64, offsets (P, 2) int64)."""
 
     def __init__(self, path: str | Path):
-        try:
-            from tokenizers import Tokenizer
-        except ModuleNotFoundError as e:
-            e.msg = "contextual vectors need the tokenizers package: pip install 'rckit[contextual]'"
-            raise
-        self.tok = Tokenizer.from_file(str(path))
-        self.tok.no_truncation()
-        self.tok.no_padding()
+        self.tok = WordPiece(path)
         self.cls = self._special("[CLS]")
         self.sep = self._special("[SEP]")
 
@@ -43,10 +39,9 @@ class PieceTokenizer:
 
     def pieces(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
-        for enc in self.tok.encode_batch(list(texts), add_special_tokens=False):
-            ids = np.asarray(enc.ids, np.int64)
-            offsets = np.asarray(enc.offsets, np.int64).reshape(-1, 2)
-            out.append((ids, offsets))
+        for text in texts:
+            ids, offsets = self.tok.encode(text)
+            out.append((np.asarray(ids, np.int64), np.asarray(offsets, np.int64).reshape(-1, 2)))
         return out
 
 

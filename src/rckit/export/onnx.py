@@ -35,6 +35,7 @@ from rckit.answering.decoding import decode_config_of
 from rckit.answering.onnx_backend import FORMAT, OnnxModel
 from rckit.answering.reader import Reader
 from rckit.answering.torch_backend import TorchModel
+from rckit.contextual.encoders import portable
 from rckit.data.padding import INPUTS, STATE_INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
@@ -247,7 +248,7 @@ def contextual_record(meta: dict, encoder_int8: bool) -> dict | None:
         if encoder_int8:
             raise ValueError("--encoder-int8 is for a model that reads contextual states, and this one reads none")
         return None
-    return {**contextual, "int8": bool(encoder_int8)}
+    return {**portable(contextual), "int8": bool(encoder_int8)}
 
 
 def why_not(e: Exception) -> str:

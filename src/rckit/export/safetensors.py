@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from rckit.answering.decoding import decode_config_of
+from rckit.contextual.encoders import portable
 from rckit.data.prepare import file_digest
 from rckit.export.metadata_edit import write_safetensors
 from rckit.layers.embedding import PartiallyFrozenEmbedding
@@ -126,7 +127,7 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         "decode": asdict(decode_config_of(loaded)),
         "train_config": loaded["train_config"],
         "vocab": vocabs.to_json(),
-        "embedding": loaded["embedding"],
+        "embedding": embedding_record(loaded["embedding"]),
         "frozen_rows": frozen_rows,
         "extra_state": extra,
         "dev_score": dev,
@@ -148,3 +149,11 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         "dev_score": dev,
         "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()},
     }
+
+
+def embedding_record(embedding: dict) -> dict:
+    """The model's embedding record, its encoder named as a file that leaves this machine names it
+    (:func:`rckit.contextual.encoders.portable`)."""
+    if not embedding.get("contextual"):
+        return embedding
+    return {**embedding, "contextual": portable(embedding["contextual"])}
