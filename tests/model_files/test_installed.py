@@ -31,8 +31,9 @@ SUBSET_F1 = {
     "dcn_plus": 77.69,
     "deep_lstm_reader": 38.93,
     "qanet_paper": 75.26,
-    "qanet": 89.11,
+    "qanet": 90.04,  # ONNX, its encoder graph quantized by rows (2026-11-28)
     "qanet_glove": 70.92,
+    "qanet_minilm_l2": 80.66,  # ONNX, 2026-11-28
 }
 SPAN_READERS = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader")  # one per span reader of the seeds
 EIFFEL = CASES[0]
@@ -45,7 +46,7 @@ def test_a_span_reader_of_every_seed_is_installed_with_its_full_dev_figure():
     ]
     for name in installed_models():
         meta = read_metadata(installed_files(name)["safetensors"])
-        assert meta["model"] == ("qanet" if name in ("qanet_paper", "qanet_glove") else name)
+        assert meta["model"] == ("qanet" if name.startswith("qanet") else name)
         assert meta["dtype"] == ("fp16" if meta["model"] == "qanet" else "int8"), name  # the RNN readers: int8 rows
         assert installed_files(name)["safetensors"].stat().st_size < 16 * 2**20, name  # the wheel stays under 60 MB
         full = [s for s in meta["scores"] if s["total"] == 10570 and s["data"] == "dev-v1.1.json.gz"]

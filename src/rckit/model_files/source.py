@@ -9,9 +9,10 @@ A source is one of:
   :mod:`rckit.model_files.safetensors`);
 - an ONNX file (``onnx``: onnxruntime answers with it, without PyTorch);
 - an installed model's name (:data:`INSTALLED_NAMES`: ``qanet``, ``dcn``, ``dcn_plus``,
-  ``deep_lstm_reader``, ``qanet_paper``, ``qanet_glove``), where no file or directory of that name is here: its
-  ONNX file where onnxruntime is installed and the model has one, else its ``.safetensors`` file
-  (:func:`installed_path`); ``"all"`` or ``"dcn,qanet"`` name several (:func:`model_names`);
+  ``deep_lstm_reader``, ``qanet_paper``, ``qanet_glove``, ``qanet_minilm_l2``), where no file or
+  directory of that name is here: its ONNX file where onnxruntime is installed and the model has
+  one, else its ``.safetensors`` file (:func:`installed_path`); ``"all"`` or ``"dcn,qanet"``
+  name several (:func:`model_names`);
 - ``"bundled"``: the default installed model's ``.safetensors`` file (``qanet``);
 - None: the default model, ``$RCKIT_MODEL`` if set, else the installed ``qanet``
   (:func:`default_model_path`).
@@ -31,7 +32,7 @@ from rckit.model_files.errors import MissingPackage
 
 INSTALLED = Path(__file__).resolve().parent.parent / "bundled"  # the models installed with rckit: NAME-squad.*
 # Their names, the default first; docs/models.md has a card for each.
-INSTALLED_NAMES = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader", "qanet_paper", "qanet_glove")
+INSTALLED_NAMES = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader", "qanet_paper", "qanet_glove", "qanet_minilm_l2")
 SUFFIXES = {"safetensors": ".safetensors", "onnx": ".onnx"}  # the exported formats and their files' suffixes
 BUNDLED = INSTALLED / "qanet-squad.safetensors"  # the default model, for PyTorch
 BUNDLED_ONNX = BUNDLED.with_suffix(".onnx")  # the same model for onnxruntime (`rckit export bundled --format onnx`)
