@@ -6,9 +6,9 @@
 Every ``--every``-th question of the dev file (529 of SQuAD v1.1 dev's 10,570 at 20), answered by
 ``Reader.answer_batch``: one pair a call (the page, the API), ``--batch`` pairs a call, all pairs in
 one call (``rckit predict --questions``), and with ``--ray`` by ``rckit predict --questions Q --out
-A.jsonl --ray`` with its defaults (a local Ray cluster of this machine). Prints, for each way, the
-official F1 of its answers and how many answers (text or character offsets) differ from one at a
-time's.
+A.jsonl --ray`` with its defaults (a local Ray cluster of this machine). Prints, for each way as
+it ends, the official F1 of its answers, how many answers (text or character offsets) differ from
+one at a time's, and its seconds; a Ray run that fails is a row saying so.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,33 +50,41 @@ def main() -> None:
             out += [a[0] for a in reader.answer_batch(pairs[lo : lo + size])]
         return out
 
-    ways = {}
+    first: list[dict] = []
+    print(f"{args.model or 'the default'}: {len(records)} questions (every {args.every}th of {args.dev})")
+    print("| asked | F1 | answers unlike one at a time's | seconds |")
+    print("| --- | --- | --- | --- |", flush=True)
+
+    def row(name: str, answers: list[dict], seconds: float) -> None:
+        """One way's line, printed as soon as it is measured (a later way that fails loses nothing)."""
+        f1 = score_predictions(subset, {r["id"]: a["answer"] for r, a in zip(records, answers)})["f1"]
+        unlike = sum(
+            (a["answer"], a["start"], a["end"]) != (b["answer"], b["start"], b["end"])
+            for a, b in zip(answers, first or answers)
+        )
+        print(f"| {name} | {f1:.2f} | {unlike} | {seconds:.1f} |", flush=True)
+
     for name, size in (("one at a time", 1), (f"batches of {args.batch}", args.batch), ("all together", len(pairs))):
         start = time.perf_counter()
-        ways[name] = asked(size)
-        print(f"{name}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        answers = asked(size)
+        first = first or answers
+        row(name, answers, time.perf_counter() - start)
     if args.ray:
         with tempfile.TemporaryDirectory() as tmp:
             questions, out = Path(tmp) / "q.jsonl", Path(tmp) / "a.jsonl"
             questions.write_text("".join(json.dumps(r) + "\n" for r in records))
             model = [args.model] if args.model else []
             cmd = ["rckit", "predict", *model, "--questions", str(questions), "--out", str(out), "--ray"]
-            subprocess.run([*cmd, "--always-answer"], check=True)
+            start = time.perf_counter()
+            done = subprocess.run([*cmd, "--always-answer"])
+            if done.returncode != 0:
+                print(f"| on Ray (defaults) | failed: exit status {done.returncode} | - | - |")
+                return
             got = {}
             for line in out.read_text().splitlines():
                 rec = json.loads(line)
                 got[rec["id"]] = rec["answers"][0]
-            ways["on Ray (defaults)"] = [got[r["id"]] for r in records]
-    first = ways["one at a time"]
-    print(f"{args.model or 'the default'}: {len(records)} questions (every {args.every}th of {args.dev})")
-    print("| asked | F1 | answers unlike one at a time's |")
-    print("| --- | --- | --- |")
-    for name, answers in ways.items():
-        f1 = score_predictions(subset, {r["id"]: a["answer"] for r, a in zip(records, answers)})["f1"]
-        unlike = sum(
-            (a["answer"], a["start"], a["end"]) != (b["answer"], b["start"], b["end"]) for a, b in zip(answers, first)
-        )
-        print(f"| {name} | {f1:.2f} | {unlike} |")
+            row("on Ray (defaults)", [got[r["id"]] for r in records], time.perf_counter() - start)
 
 
 if __name__ == "__main__":
