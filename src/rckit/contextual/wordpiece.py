@@ -41,6 +41,7 @@ ASCII_PUNCTUATION = frozenset(string.punctuation)
 ASCII_DROPPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 ASCII_SPACE = str.maketrans("\t\n\r", "   ")
 WORDS = re.compile("[^ ]+")  # after clean_text every white space character is a space
+ANY_WORDS = re.compile("[^" + "".join(sorted(WHITE_SPACE)) + "]+")  # runs without Rust's white space
 WORDS_KEPT = 200_000  # words whose pieces are remembered
 CJK = (
     (0x4E00, 0x9FFF),
@@ -162,7 +163,7 @@ class WordPiece:
 
     def _encode_plain(self, text: str, lo: int, hi: int, ids: list[int], offsets: list[tuple[int, int]]) -> None:
         norm, origin = self._normalized(text, lo, hi)
-        for m in WORDS.finditer(norm) if self.clean else _words(norm):
+        for m in (WORDS if self.clean else ANY_WORDS).finditer(norm):
             a, b = m.span()
             word = m.group()
             if word.isalnum():
@@ -215,8 +216,3 @@ class WordPiece:
             self._memo.clear()
         self._memo[word] = got
         return got
-
-
-def _words(norm: str):
-    """Maximal runs without white space (Rust's definition), as regex-like matches."""
-    return re.finditer("[^" + "".join(sorted(WHITE_SPACE)) + "]+", norm)
