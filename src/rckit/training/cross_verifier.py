@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,12 +52,12 @@ from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json
 from rckit.evaluation.squad_metrics import f1_score
 from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from rckit.training.steps import PlannedRun, adamw, linear_schedule, previous_run, run_steps, save_atomic
 from rckit.training.verifier import KEEP, Pair, curve, keeping, reader_key, tuned
 
 KEEPS = (KEEP, 0.95, 0.92, 0.9)  # shares of the answers' F1 kept, whose thresholds are recorded
 
 CHUNK = 256  # questions read by the reader at once, and saved after
-SAVE_EVERY = 100  # steps between saves of last.pt besides each evaluation
 
 
 @dataclass(frozen=True)
@@ -358,12 +356,6 @@ def check_triples() -> list[tuple[str, str, int | None, int | None]]:
     ]
 
 
-def _save(obj: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def fine_tune(
     reader: Reader,
     encoder: EncoderFiles,
@@ -384,20 +376,91 @@ def fine_tune(
     from safetensors.torch import load_file
 
     out = Path(out)
-    last = out / "last.pt"
-    if resume and last.is_file():
-        state = torch.load(last, weights_only=True)
+    state = previous_run(out, resume)
+    if state is not None:
         config = CrossTrainConfig(**{**state["config"], "model": state["config"]["model"]})
-    elif last.is_file() and not resume:
-        raise ValueError(f"{out} already holds a run (last.pt): --resume to continue it, or another folder")
-    else:
-        state = None
-        config = config or CrossTrainConfig()
+    config = config or CrossTrainConfig()
     positions = int(encoder.config["max_position_embeddings"])
     if config.max_pieces > positions:
         raise ValueError(f"max_pieces {config.max_pieces}: the encoder reads at most {positions} positions")
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
+    cache = CandidateCache(out, reader)
+    examples, weight, kinds, tune, tune_raw = _training_data(cache, v2_dev, v2_train, v11_train, made, config, log)
+    tune_spans = cache.of(tune, log)
+    tune_triples = [(q.context, q.question, *(s[0][:2] if s else (None, None))) for q, s in zip(tune, tune_spans)]
+    tokenizer = PieceTokenizer(encoder.root / "tokenizer.json")
+    model = CrossEncoder.from_encoder(load_file(str(encoder.root / "model.safetensors")), encoder.config, config.model)
+    params = model.trainable()
+    per_epoch = -(-len(examples) // config.batch_size)
+    planned = int(config.epochs * per_epoch)
+    run = PlannedRun(
+        out,
+        model,
+        params,
+        adamw(params, config.lr, config.weight_decay),
+        linear_schedule(config.lr, config.warmup, planned),
+        planned,
+        per_epoch,
+        config.eval_every,
+        {"config": _config_dict(config), "examples": kinds},
+    )
+    step, best = run.restore(state)
+    latest: dict = {}
+
+    def loss_of(idx: list[int]) -> torch.Tensor:
+        batch = [examples[i] for i in idx]
+        x = torch_inputs(tokenizer, batch, config.max_pieces)
+        target = torch.tensor([e.target for e in batch])
+        z = model.read(x["ids"], x["mask"], x["types"])
+        return torch.nn.functional.binary_cross_entropy_with_logits(z, target, torch.from_numpy(weight[idx]))
+
+    def figures() -> dict:
+        p = 1.0 / (1.0 + np.exp(logits_of(model, tokenizer, tune_triples, config.max_pieces)))
+        latest["figures"] = f = judged(p, tune, tune_spans, tune_raw)
+        return {
+            "auc": f["auc"],
+            "tuning_f1": f["best_f1"]["f1"],
+            "threshold": f["best_f1"]["threshold"],
+            "kept_f1": {str(k["keeps"]): k["f1"] for k in f["kept"]},
+        }
+
+    def keep(line: dict, best: dict | None) -> dict | None:  # the best F1 on the tuning questions
+        if best is not None and line["tuning_f1"] <= best["tuning_f1"]:
+            return None
+        best = {**line, "figures": latest["figures"]}
+        kept = {"model": model.state_dict(), "config": _config_dict(config), "step": line["step"], "best": best}
+        save_atomic(kept, out / "best.pt")
+        return best
+
+    model.train()
+    done = run_steps(
+        run,
+        step,
+        best,
+        lambda epoch: batches(examples, config.batch_size, config.seed + epoch),
+        loss_of,
+        figures,
+        keep,
+        tqdm(total=planned, initial=step, desc="cross-encoder", unit="step"),
+        minutes,
+        max_steps,
+        log,
+    )
+    return {**done, "examples": kinds}
+
+
+def _training_data(
+    cache: CandidateCache,
+    v2_dev: str | Path,
+    v2_train: str | Path | None,
+    v11_train: str | Path | None,
+    made: str | Path | None,
+    config: CrossTrainConfig,
+    log: Callable[[str], object],
+) -> tuple[list[Example], np.ndarray, dict[str, int], list[Question], dict]:
+    """The weighted training examples (those of weight 0 left out), how many of each kind, and the
+    tuning questions with their SQuAD file."""
     dev_raw = load_json(v2_dev)
     train_qs = training_questions(
         dev_raw,
@@ -407,7 +470,6 @@ def fine_tune(
         config.seed,
     )
     tune, tune_raw = tuning_questions(dev_raw)
-    cache = CandidateCache(out, reader)
     examples = examples_of(train_qs, cache.of(train_qs, log), config.reader_spans)
     if made is not None and config.made:
         if v11_train is None:
@@ -415,8 +477,6 @@ def fine_tune(
         examples += made_examples(load_json(made), load_json(v11_train), config.made, config.seed)
     weight = example_weights(examples, config.balance)
     examples, weight = [e for e, w in zip(examples, weight) if w > 0], weight[weight > 0]
-    tune_spans = cache.of(tune, log)
-    tune_triples = [(q.context, q.question, *(s[0][:2] if s else (None, None))) for q, s in zip(tune, tune_spans)]
     kinds: dict[str, int] = {}
     for e in examples:
         kinds[e.kind] = kinds.get(e.kind, 0) + 1
@@ -424,102 +484,7 @@ def fine_tune(
         f"{len(examples):,} training examples {kinds} from {len(train_qs):,} questions "
         f"({sum(q.unanswerable for q in train_qs):,} unanswerable); {len(tune):,} tuning questions"
     )
-    tokenizer = PieceTokenizer(encoder.root / "tokenizer.json")
-    model = CrossEncoder.from_encoder(load_file(str(encoder.root / "model.safetensors")), encoder.config, config.model)
-    params = model.trainable()
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr,
-    )
-    per_epoch = -(-len(examples) // config.batch_size)
-    planned = int(config.epochs * per_epoch)
-    warm = max(1, int(config.warmup * planned))
-
-    def lr_at(step: int) -> float:  # linear warm-up, then linear decay to 0 at the planned end
-        return config.lr * min((step + 1) / warm, max(0.0, (planned - step) / max(1, planned - warm)))
-
-    step, best = 0, None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step, best = state["step"], state.get("best")
-        torch.set_rng_state(state["rng"])
-    model.train()
-    started = time.time()
-    loss_sum, loss_n = 0.0, 0
-    bar = tqdm(total=planned, initial=step, desc="cross-encoder", unit="step")
-    while step < planned:
-        epoch, within = divmod(step, per_epoch)
-        order = batches(examples, config.batch_size, config.seed + epoch)
-        for idx in order[within:]:
-            if step >= planned:
-                break
-            batch = [examples[i] for i in idx]
-            x = torch_inputs(tokenizer, batch, config.max_pieces)
-            target = torch.tensor([e.target for e in batch])
-            w = torch.from_numpy(weight[idx])
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            z = model.read(x["ids"], x["mask"], x["types"])
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(z, target, w)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            step += 1
-            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
-            out_of_time = minutes is not None and time.time() - started > minutes * 60
-            stop = out_of_time or (max_steps is not None and step >= max_steps) or step >= planned
-            evaluate = step % config.eval_every == 0 or stop
-            if evaluate:
-                figures = judged(
-                    1.0 / (1.0 + np.exp(logits_of(model, tokenizer, tune_triples, config.max_pieces))),
-                    tune,
-                    tune_spans,
-                    tune_raw,
-                )
-                line = {
-                    "step": step,
-                    "loss": loss_sum / max(loss_n, 1),
-                    "auc": figures["auc"],
-                    "tuning_f1": figures["best_f1"]["f1"],
-                    "threshold": figures["best_f1"]["threshold"],
-                    "kept_f1": {str(k["keeps"]): k["f1"] for k in figures["kept"]},
-                    "seconds": round(time.time() - started, 1),
-                }
-                loss_sum, loss_n = 0.0, 0
-                with open(out / "log.jsonl", "a") as fh:
-                    fh.write(json.dumps(line) + "\n")
-                log(json.dumps(line))
-                if best is None or line["tuning_f1"] > best["tuning_f1"]:
-                    best = {**line, "figures": figures}
-                    _save(
-                        {"model": model.state_dict(), "config": _config_dict(config), "step": step, "best": best},
-                        out / "best.pt",
-                    )
-            if evaluate or step % SAVE_EVERY == 0:
-                _save(
-                    {
-                        "model": model.state_dict(),
-                        "optimizer": opt.state_dict(),
-                        "step": step,
-                        "best": best,
-                        "config": _config_dict(config),
-                        "rng": torch.get_rng_state(),
-                        "examples": kinds,
-                        "planned": planned,
-                    },
-                    last,
-                )
-            if stop:
-                bar.close()
-                return {"step": step, "planned": planned, "best": best, "examples": kinds, "done": step >= planned}
-    bar.close()
-    return {"step": step, "planned": planned, "best": best, "examples": kinds, "done": True}
+    return examples, weight, kinds, tune, tune_raw
 
 
 def _config_dict(config: CrossTrainConfig) -> dict:

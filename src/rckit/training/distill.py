@@ -28,10 +28,7 @@ embeddings stay the teacher's (frozen); every other weight trains.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,8 +42,8 @@ from rckit.contextual.encoders import EncoderFiles
 from rckit.contextual.pieces import PieceTokenizer, token_pieces
 from rckit.contextual.student import new_student, save_student, student_config, student_layers
 from rckit.data.split import SquadSplit
+from rckit.training.steps import PlannedRun, adamw, linear_schedule, previous_run, run_steps
 
-SAVE_EVERY = 100  # steps between saves of last.pt besides each evaluation
 LOSSES = ("mse", "cosine")
 
 
@@ -204,12 +201,6 @@ def held_out(
     }
 
 
-def _save(obj: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def distill(
     teacher: EncoderFiles,
     train: SquadSplit,
@@ -228,20 +219,89 @@ def distill(
     ``resume``: continue ``out/last.pt``. Returns the run's state: steps done, planned, the best
     held-out figures."""
     out = Path(out)
-    last = out / "last.pt"
-    if resume and last.is_file():
-        state = torch.load(last, weights_only=True)
-        config = DistillConfig(**state["config"])
-        if state.get("teacher_digest") != teacher.digest:
-            raise ValueError(
-                f"{last}: distilled from the teacher with digest {state.get('teacher_digest')}, "
-                f"and {teacher.name!r} here is {teacher.digest}: resume with that teacher"
-            )
-    elif last.is_file():
-        raise ValueError(f"{out} already holds a run (last.pt): --resume to continue it, or another folder")
-    else:
-        state = None
-        config = config or DistillConfig()
+    state = previous_run(out, resume)
+    config = _config_of(state, teacher, out) if state is not None else (config or DistillConfig())
+    _check_states(train, dev, config, teacher)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    model_config = student_config(teacher, config.n_layers, config.teacher_layers)
+    layers = student_layers(config.n_layers, config.teacher_layers)
+    model = new_student(teacher, model_config)
+    model.word.weight.requires_grad_(False)
+    tok = PieceTokenizer(teacher.root / "tokenizer.json")
+    contexts, questions, left_out = texts_of(train, tok, config.max_pieces)
+    texts = [*contexts, *questions]
+    kinds = [0] * len(contexts) + [1] * len(questions)
+    train_states = (train.a["ctx_states"], train.a["q_states"])
+    held = list(texts_of(dev, tok, config.max_pieces, config.eval_contexts)[:2])
+    log(
+        f"{len(contexts):,} contexts and {len(questions):,} questions to learn from "
+        f"({left_out:,} words of texts longer than {config.max_pieces} pieces left out); "
+        f"held out: {len(held[0])} contexts and {len(held[1])} questions of the evaluation split"
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    per_epoch = len(batches(texts, config.batch_pieces, config.seed, kinds))
+    planned = int(config.epochs * per_epoch)
+    run = PlannedRun(
+        out,
+        model,
+        params,
+        adamw(params, config.lr, config.weight_decay),
+        linear_schedule(config.lr, config.warmup, planned),
+        planned,
+        per_epoch,
+        config.eval_every,
+        {"config": asdict(config), "teacher_digest": teacher.digest},
+    )
+    step, best = run.restore(state)
+
+    def figures() -> dict:
+        return held_out(model, layers, held, [dev.a["ctx_states"], dev.a["q_states"]], tok, config)
+
+    def loss_of(idx: list[int]) -> torch.Tensor:
+        pooled, rows = student_states(model, layers, [texts[i] for i in idx], tok.cls, tok.sep)
+        target = torch.from_numpy(np.asarray(train_states[kinds[idx[0]]][rows], np.float32))
+        return layer_losses(pooled, target, config.loss).mean()
+
+    def keep(line: dict, best: dict | None) -> dict | None:  # the lowest held-out error
+        if best is not None and sum(line["mse"]) >= sum(best["mse"]):
+            return None
+        save_student(model, model_config, teacher, out / "encoder")
+        return line
+
+    if best is None:  # the start, to measure against
+        best = {"step": 0, **figures()}
+        run.log_line(best, log)
+        save_student(model, model_config, teacher, out / "encoder")
+    model.train()
+    return run_steps(
+        run,
+        step,
+        best,
+        lambda epoch: batches(texts, config.batch_pieces, config.seed + epoch, kinds),
+        loss_of,
+        figures,
+        keep,
+        tqdm(total=planned, initial=step, desc="distilling", unit="step", disable=None if progress else True),
+        minutes,
+        max_steps,
+        log,
+    )
+
+
+def _config_of(state: dict, teacher: EncoderFiles, out: Path) -> DistillConfig:
+    """A resumed run's config, refused where ``teacher`` is not the one it was distilled from."""
+    if state.get("teacher_digest") != teacher.digest:
+        raise ValueError(
+            f"{out / 'last.pt'}: distilled from the teacher with digest {state.get('teacher_digest')}, "
+            f"and {teacher.name!r} here is {teacher.digest}: resume with that teacher"
+        )
+    return DistillConfig(**state["config"])
+
+
+def _check_states(train: SquadSplit, dev: SquadSplit, config: DistillConfig, teacher: EncoderFiles) -> None:
+    """Refuse splits without the teacher's states of the layers the student stands for, or a window
+    longer than the encoder reads."""
     for name, split in (("training", train), ("evaluation", dev)):
         if "ctx_states" not in split.a:
             raise ValueError(f"the {name} split carries no teacher states (SquadSplit.with_encoder)")
@@ -254,110 +314,3 @@ def distill(
     positions = int(teacher.config["max_position_embeddings"])
     if config.max_pieces > positions:
         raise ValueError(f"max_pieces {config.max_pieces}: the encoder reads at most {positions} positions")
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(config.seed)
-    model_config = student_config(teacher, config.n_layers, config.teacher_layers)
-    layers = student_layers(config.n_layers, config.teacher_layers)
-    model = new_student(teacher, model_config)
-    model.word.weight.requires_grad_(False)
-    tok = PieceTokenizer(teacher.root / "tokenizer.json")
-    contexts, questions, left_out = texts_of(train, tok, config.max_pieces)
-    texts = [*contexts, *questions]
-    kinds = [0] * len(contexts) + [1] * len(questions)
-    train_states = (train.a["ctx_states"], train.a["q_states"])
-    d_ctx, d_q, _ = texts_of(dev, tok, config.max_pieces, config.eval_contexts)
-    log(
-        f"{len(contexts):,} contexts and {len(questions):,} questions to learn from "
-        f"({left_out:,} words of texts longer than {config.max_pieces} pieces left out); "
-        f"held out: {len(d_ctx)} contexts and {len(d_q)} questions of the evaluation split"
-    )
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(
-        [
-            {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-        ],
-        lr=config.lr,
-    )
-    per_epoch = len(batches(texts, config.batch_pieces, config.seed, kinds))
-    planned = int(config.epochs * per_epoch)
-    warm = max(1, int(config.warmup * planned))
-
-    def lr_at(step: int) -> float:  # linear warm-up, then linear decay to 0 at the planned end
-        return config.lr * min((step + 1) / warm, max(0.0, (planned - step) / max(1, planned - warm)))
-
-    step, best = 0, None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step, best = state["step"], state.get("best")
-        torch.set_rng_state(state["rng"])
-    if best is None:  # the start, to measure against
-        best = {
-            "step": 0,
-            **held_out(model, layers, [d_ctx, d_q], [dev.a["ctx_states"], dev.a["q_states"]], tok, config),
-        }
-        with open(out / "log.jsonl", "a") as fh:
-            fh.write(json.dumps(best) + "\n")
-        log(json.dumps(best))
-        save_student(model, model_config, teacher, out / "encoder")
-    model.train()
-    started = time.time()
-    loss_sum, loss_n = 0.0, 0
-    bar = tqdm(total=planned, initial=step, desc="distilling", unit="step", disable=None if progress else True)
-    while step < planned:
-        epoch, within = divmod(step, per_epoch)
-        for idx in batches(texts, config.batch_pieces, config.seed + epoch, kinds)[within:]:
-            if step >= planned:
-                break
-            batch = [texts[i] for i in idx]
-            pooled, rows = student_states(model, layers, batch, tok.cls, tok.sep)
-            target = torch.from_numpy(np.asarray(train_states[kinds[idx[0]]][rows], np.float32))
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            loss = layer_losses(pooled, target, config.loss).mean()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            step += 1
-            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / loss_n:.5f}")
-            out_of_time = minutes is not None and time.time() - started > minutes * 60
-            stop = out_of_time or (max_steps is not None and step >= max_steps) or step >= planned
-            evaluate = step % config.eval_every == 0 or stop
-            if evaluate:
-                figures = held_out(model, layers, [d_ctx, d_q], [dev.a["ctx_states"], dev.a["q_states"]], tok, config)
-                line = {
-                    "step": step,
-                    "loss": loss_sum / max(loss_n, 1),
-                    **figures,
-                    "seconds": round(time.time() - started, 1),
-                }
-                loss_sum, loss_n = 0.0, 0
-                with open(out / "log.jsonl", "a") as fh:
-                    fh.write(json.dumps(line) + "\n")
-                log(json.dumps(line))
-                if sum(line["mse"]) < sum(best["mse"]):
-                    best = line
-                    save_student(model, model_config, teacher, out / "encoder")
-            if evaluate or step % SAVE_EVERY == 0:
-                _save(
-                    {
-                        "model": model.state_dict(),
-                        "optimizer": opt.state_dict(),
-                        "step": step,
-                        "best": best,
-                        "config": asdict(config),
-                        "teacher_digest": teacher.digest,
-                        "rng": torch.get_rng_state(),
-                        "planned": planned,
-                    },
-                    last,
-                )
-            if stop:
-                bar.close()
-                return {"step": step, "planned": planned, "best": best, "done": step >= planned}
-    bar.close()
-    return {"step": step, "planned": planned, "best": best, "done": True}
