@@ -1,4 +1,4 @@
-"""Drawing an explanation (rckit.explain.figure) from explanations made by hand: no model.
+"""Drawing an explanation (rckit.explain.png, .page, .write) from explanations made by hand: no model.
 
 ``qanet_example()`` and ``dcn_example()`` are realistic enough to look at; to see them:
 ``python -c "from tests.answering.test_explain_figure import save_examples; save_examples('/tmp')"``.
@@ -17,7 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rckit.explain.figure import focus, words, write_explanation, write_html, write_png
+from rckit.explain.common import focus, words
+from rckit.explain.page import write_html
+from rckit.explain.png import write_png
+from rckit.explain.write import write_explanation
 from rckit.model_files.errors import MissingPackage
 
 EIFFEL = (
@@ -480,6 +483,6 @@ def test_png_without_matplotlib_names_the_install(tmp_path, monkeypatch):
 def test_explain_figure_imports_no_torch_nor_matplotlib():
     import subprocess
 
-    code = "import sys, rckit.explain.figure; print([m for m in ('torch', 'matplotlib') if m in sys.modules])"
+    code = "import sys, rckit.explain.write; print([m for m in ('torch', 'matplotlib') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rckit.answering.explanation import DEFAULT_STEPS, needs_torch
-from rckit.explain.figure import KEYS
+from rckit.explain.common import KEYS
 from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 from rckit.serve.app import create_app
 from rckit.serve.config import ServeConfig

@@ -2,7 +2,7 @@
 :meth:`rckit.answering.reader.Reader.explain` returns and ``rckit explain --json`` prints.
 
 An explanation is a JSON-shaped dict, typed here as ``TypedDict``s (as :mod:`rckit.answering.answer`
-types answers), so that the command line, the drawing (:mod:`rckit.explain.figure`) and
+types answers), so that the command line, the drawings (:mod:`rckit.explain.common`) and
 the Python API name the same fields:
 
 - the window of the context that was explained (the one that gave the answer, for a context read

@@ -10,7 +10,7 @@ from rckit.answering.answer import shown
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
 from rckit.answering.reader import Reader, check_text
 from rckit.cli.arguments import model_option, model_source, span_options
-from rckit.explain.figure import write_explanation
+from rckit.explain.write import write_explanation
 from rckit.model_files.source import names_installed, pytorch_source
 
 

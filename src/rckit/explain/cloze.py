@@ -129,6 +129,27 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
     averaged over its query steps), entity mentions in bold, the gold entity's boxed; the query
     above, the candidates' probabilities beside. The words flow as text does: each is measured as
     drawn, and a line breaks where the next word would pass the margin."""
+    plt = _pyplot()
+    words = e["document_tokens"]
+    labels = [w.replace("@entity", "ent") if w.startswith("@entity") else w for w in words]
+    fig = plt.figure(figsize=(13, 4))  # the height follows the lines, once they are known
+    ax = fig.add_axes([0.01, 0.0, 0.74, 1.0])
+    ax.axis("off")
+    ax.set_xlim(0, 1)
+    at = _flow_words(fig, ax, words, labels)
+    lines = at[-1][1] + 1 if at else 1
+    fig.set_size_inches(13, 1.6 + 0.32 * lines + 0.25 * min(len(e["candidates"]), 8))
+    ax.set_ylim(lines + 4, 0)
+    _draw_heading(ax, e)
+    _draw_document(ax, e, labels, at)
+    _draw_candidates(fig, e)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pyplot():
     try:
         import matplotlib
 
@@ -138,17 +159,11 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
         raise MissingPackage(
             "drawing needs matplotlib: pip install 'rckit[torch]' (or pip install matplotlib), or write .json instead"
         ) from None
-    words = e["document_tokens"]
-    att = e["attention"]
-    if att is not None and att and isinstance(att[0], list):
-        att = list(np.mean(np.asarray(att), axis=0))
-    weight = np.asarray(att if att is not None else [0.0] * len(words))
-    top = float(weight.max()) if weight.size and weight.max() > 0 else 1.0
-    labels = [w.replace("@entity", "ent") if w.startswith("@entity") else w for w in words]
-    fig = plt.figure(figsize=(13, 4))  # the height follows the lines, once they are known
-    ax = fig.add_axes([0.01, 0.0, 0.74, 1.0])
-    ax.axis("off")
-    ax.set_xlim(0, 1)
+    return plt
+
+
+def _flow_words(fig, ax, words: list[str], labels: list[str]) -> list[tuple[float, int]]:
+    """Where each word goes: (x as a fraction of the axes' width, line), each measured as drawn."""
     renderer = fig.canvas.get_renderer()
     across = ax.get_window_extent(renderer).width  # pixels; the figure's height does not change it
 
@@ -165,10 +180,11 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
             x, line = 0.0, line + 1
         at.append((x, line))
         x += wide + gap
-    lines = line + 1
-    fig.set_size_inches(13, 1.6 + 0.32 * lines + 0.25 * min(len(e["candidates"]), 8))
-    height = lines + 4
-    ax.set_ylim(height, 0)
+    return at
+
+
+def _draw_heading(ax, e: ClozeExplanation) -> None:
+    """The query, and a line saying which model, which example and what is shaded."""
     ax.text(0, 0.6, "query: " + " ".join(e["query_tokens"]), fontsize=11, weight="bold")
     what = (
         "attention over the document" + (" (mean over the query steps)" if e["attention_steps"] else "")
@@ -183,6 +199,17 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
         fontsize=9,
         color="#555",
     )
+
+
+def _draw_document(ax, e: ClozeExplanation, labels: list[str], at: list[tuple[float, int]]) -> None:
+    """The words where :func:`_flow_words` put them, shaded by the attention (the Impatient Reader's
+    mean over its query steps) relative to its largest, the gold entity boxed."""
+    words = e["document_tokens"]
+    att = e["attention"]
+    if att is not None and att and isinstance(att[0], list):
+        att = list(np.mean(np.asarray(att), axis=0))
+    weight = np.asarray(att if att is not None else [0.0] * len(words))
+    top = float(weight.max()) if weight.size and weight.max() > 0 else 1.0
     for i, (w, label, (x, line)) in enumerate(zip(words, labels, at)):
         shade = float(weight[i]) / top if att is not None else 0.0
         box = {
@@ -200,6 +227,10 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
             bbox=box,
             va="center",
         )
+
+
+def _draw_candidates(fig, e: ClozeExplanation) -> None:
+    """The eight most probable candidates' bars, the gold one in red."""
     bars = fig.add_axes([0.79, 0.15, 0.19, 0.7])
     shown = e["candidates"][:8][::-1]
     bars.barh(
@@ -210,7 +241,3 @@ def write_cloze_png(e: ClozeExplanation, path: str | Path) -> Path:
     bars.set_xlim(0, 1)
     bars.set_title("candidates (gold in red)", fontsize=9)
     bars.tick_params(labelsize=8)
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

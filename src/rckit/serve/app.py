@@ -7,7 +7,7 @@ optional ``"top_k"`` and ``"max_answer_len"``) and returns ``{"answers": ..., "m
 ``POST /v1/explain`` takes one ``question`` about a ``context`` (optional ``"steps"``,
 ``"max_answer_len"``) and returns ``{"explanation": ..., "model": ..., "ms": ...}`` (with
 ``?format=html`` the explanation drawn as one self-contained page instead), computed one at a time
-off the event loop (:class:`Explainer`); a server of an ONNX file explains with the
+off the event loop (:class:`~.explainer.Explainer`); a server of an ONNX file explains with the
 ``.safetensors`` file beside it, loaded on the first explanation, or answers 501. Started with
 an index of documents (``rckit serve --index INDEX``), ``POST /v1/ask`` takes ``{"question": ...}``
 (optional ``"top_k"``, ``"passages"``) and answers from every document (retrieve, then read).
@@ -31,6 +31,12 @@ requests are answered together (:mod:`.batcher`). Every setting is a field of
 Who may call the API (keys), how much (per-client limits), CORS, the request id and the access
 log stand in one middleware in front of the routes (:mod:`.access`): 401 without the server's
 key, 429 past a client's limit.
+
+:func:`create_app` puts the app together: its settings, the middleware, then the routes by feature,
+each group added by a function of its own: answering (:func:`add_answer_routes`), the index
+(:func:`add_index_routes`), labels (:func:`add_label_routes`), the models and health
+(:func:`add_model_routes`), the page (:func:`add_page`); the request bodies' examples stand beside
+their models in :mod:`.schema`.
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ import os
 import signal
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,18 +60,21 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from rckit.answering.explanation import Explanation, needs_torch
 from rckit.answering.reader import Reader
-from rckit.explain.figure import html_of
-from rckit.model_files.source import installed, installed_name, model_names, names_several, open_model, pytorch_beside
+from rckit.model_files.source import installed_name, model_names, names_several, open_model
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.retrieval.store import PassageStore
 from rckit.serve.access import AccessLog, Gate, declare, limits_of, request_id_of
 from rckit.serve.batcher import Batcher, RequestTimeout, TooMuchWork
 from rckit.serve.config import ServeConfig, is_loopback
+from rckit.serve.explainer import Explainer
 from rckit.serve.keys import Keys
 from rckit.serve.labels import LabelFile
 from rckit.serve.schema import (
+    ANSWER_EXAMPLE,
+    ASK_EXAMPLE,
+    EXPLAIN_EXAMPLE,
+    LABEL_EXAMPLE,
     AnswerResponse,
     ApiError,
     AskResponse,
@@ -125,28 +133,61 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
     :func:`serve` gives each model its backend's threads and workers). With ``config.index`` (a
     file of ``rckit index``) ``POST /v1/ask`` asks its documents (:mod:`rckit.retrieval.collection`),
     their passages read by the chosen model's batcher, as ``/v1/answer``'s requests are. Every
-    request passes :class:`~.access.Gate` first (keys, per-client limits, CORS, the access log)."""
+    request passes :class:`~.access.Gate` first (keys, per-client limits, CORS, the access log);
+    the routes are added group by group, each group's function adding its own."""
     config.check()
+    served = served_models(models, config, settings or {})
+    keys, limits, log = Keys(config.api_key, config.api_key_file), limits_of(config), AccessLog(config.access_log)
+    requests = Requests.of(config, min(int(m.reader.window) for m in served.values()), tuple(served))
+    app = FastAPI(
+        title="rckit",
+        summary="Answers questions about a passage with a reading-comprehension model.",
+        lifespan=lifespan(served, config, log),
+    )
+    app.state.batcher = next(iter(served.values())).batcher
+    app.state.models = served
+    app.state.requests = requests
+    app.add_middleware(Gate, keys=keys, limits=limits, log=log, config=config)
+    plain_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:  # the keys and limits, stated where the gate applies them
+        return declare(plain_openapi(), config, keys, limits)
+
+    app.openapi = openapi
+    add_error_handlers(app)
+    add_answer_routes(app, config, requests, served)
+    add_index_routes(app, config, requests, served)
+    add_label_routes(app, config, requests)
+    add_model_routes(app, served)
+    add_page(app)
+    return app
+
+
+def served_models(models, config: ServeConfig, settings: dict[str, ServeConfig]) -> dict[str, Served]:
+    """:func:`create_app`'s ``models`` by name, the default first, each with its batcher and
+    explainer under its ``settings[name]`` (else ``config``)."""
     readers = models if isinstance(models, dict) else {model_name(models.info): models}
     if not readers:
         raise ValueError("create_app needs at least one model")
-    settings = settings or {}
-    served = {
+    return {
         name: Served(
             name, reader, Batcher(reader, settings.get(name, config)), Explainer(reader, settings.get(name, config))
         )
         for name, reader in readers.items()
     }
-    default = next(iter(served.values()))
-    keys, limits, log = Keys(config.api_key, config.api_key_file), limits_of(config), AccessLog(config.access_log)
-    requests = Requests.of(config, min(int(r.window) for r in readers.values()), tuple(served))
-    retriever_weight = DEFAULT_RETRIEVER_WEIGHT if config.retriever_weight is None else config.retriever_weight
 
-    def chosen(name: str | None) -> Served:  # a request's model, its name checked by the schema
-        return default if name is None else served[name]
+
+def chosen(served: dict[str, Served], name: str | None) -> Served:
+    """A request's model: the one it names (the name checked by the schema), else the first."""
+    return next(iter(served.values())) if name is None else served[name]
+
+
+def lifespan(served: dict[str, Served], config: ServeConfig, log: AccessLog):
+    """The app's lifespan: the index opened, every model's batcher and explainer started; at the
+    end all of them stopped and closed, and the access log with them."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def run(app: FastAPI):
         # Opened here, in the event loop's thread, where /v1/ask searches it (SQLite keeps a
         # connection to the thread that made it).
         app.state.index = PassageStore(config.index) if config.index is not None else None
@@ -161,22 +202,12 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             app.state.index.close()
         log.close()
 
-    app = FastAPI(
-        title="rckit",
-        summary="Answers questions about a passage with a reading-comprehension model.",
-        lifespan=lifespan,
-    )
-    app.state.batcher = default.batcher
-    app.state.models = served
-    app.state.requests = requests
-    app.add_middleware(Gate, keys=keys, limits=limits, log=log, config=config)
-    plain_openapi = app.openapi
+    return run
 
-    def openapi() -> dict[str, Any]:  # the keys and limits, stated where the gate applies them
-        return declare(plain_openapi(), config, keys, limits)
 
-    app.openapi = openapi
-    errors = {
+def error_responses(config: ServeConfig) -> dict[int, dict[str, Any]]:
+    """The refusals of a route that reads a request body, as OpenAPI ``responses``."""
+    return {
         status: {"model": ErrorResponse, "description": text}
         for status, text in (
             (400, "the body is not JSON"),
@@ -190,6 +221,16 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             (503, "the request was not answered within the server's time limit"),
         )
     }
+
+
+def json_body(schema: dict, example: dict) -> dict[str, Any]:
+    """A route's OpenAPI ``requestBody``: JSON, required, its schema (:class:`~.schema.Requests`'s) and an example."""
+    return {"required": True, "content": {"application/json": {"schema": schema, "example": example}}}
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every refusal and failure as one JSON line ``{"error": ...}``: the schema's, FastAPI's own
+    (404, 405, a body it validates) and a bug's."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
@@ -216,32 +257,24 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
     async def _validation_error(request: Request, e: RequestValidationError):
         return error(422, error_sentence(e.errors()[0]))
 
+
+def add_answer_routes(app: FastAPI, config: ServeConfig, requests: Requests, served: dict[str, Served]) -> None:
+    """Answering about a context: ``POST /v1/answer`` (through the model's batcher) and
+    ``POST /v1/explain`` (through its explainer)."""
+    errors = error_responses(config)
+
     @app.post(
         "/v1/answer",
         response_model=AnswerResponse,
         responses=errors,
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": requests.answer_schema(),
-                        "example": {
-                            "context": "The Eiffel Tower was completed in 1889 in Paris.",
-                            "question": "When was the Eiffel Tower completed?",
-                            "top_k": 3,
-                        },
-                    }
-                },
-            }
-        },
+        openapi_extra={"requestBody": json_body(requests.answer_schema(), ANSWER_EXAMPLE)},
     )
     async def answer(request: Request):
         """Answer one question (`question`) or several (`questions`) about one `context`."""
         t0 = time.perf_counter()
         req = requests.parse_answer(await read_body(request, config.max_body_bytes))
         questions = req.questions if req.several else [req.question]
-        m = chosen(req.model)
+        m = chosen(served, req.model)
         answers = await read(m.batcher, [(req.context, q) for q in questions], req.top_k, req.max_answer_len)
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers if req.several else answers[0], "model": m.name, "ms": round(ms, 2)})
@@ -272,19 +305,7 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
                     "description": "json: the explanation as JSON; html: the explanation drawn as one HTML page",
                 }
             ],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": requests.explain_schema(),
-                        "example": {
-                            "context": "The Eiffel Tower was completed in 1889 in Paris.",
-                            "question": "When was the Eiffel Tower completed?",
-                            "steps": 32,
-                        },
-                    }
-                },
-            },
+            "requestBody": json_body(requests.explain_schema(), EXPLAIN_EXAMPLE),
         },
     )
     async def explain_answer(request: Request):
@@ -296,7 +317,7 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         kind = request.query_params.get("format", "json")
         if kind not in FORMATS:
             raise ApiError(422, f"'format' must be json or html, not {kind[:40]!r}")
-        m = chosen(req.model)
+        m = chosen(served, req.model)
         explanation, page = await m.explainer.explain(
             req.context, req.question, req.steps, req.max_answer_len, kind == "html"
         )
@@ -305,24 +326,20 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"explanation": explanation, "model": m.name, "ms": round(ms, 2)})
 
+
+def add_index_routes(app: FastAPI, config: ServeConfig, requests: Requests, served: dict[str, Served]) -> None:
+    """Asking the server's index of documents (``rckit serve --index``): ``POST /v1/ask`` (retrieve,
+    then read with the model's batcher) and ``GET /v1/index``; both 404 without an index."""
+    retriever_weight = DEFAULT_RETRIEVER_WEIGHT if config.retriever_weight is None else config.retriever_weight
+
     @app.post(
         "/v1/ask",
         response_model=AskResponse,
         responses={
-            **errors,
+            **error_responses(config),
             404: {"model": ErrorResponse, "description": "the server has no index (rckit serve --index INDEX)"},
         },
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": requests.ask_schema(),
-                        "example": {"question": "When was the Eiffel Tower completed?", "top_k": 3},
-                    }
-                },
-            }
-        },
+        openapi_extra={"requestBody": json_body(requests.ask_schema(), ASK_EXAMPLE)},
     )
     async def ask(request: Request):
         """Ask `question` of every document of the server's index: the retriever's `passages` best
@@ -331,7 +348,7 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         if app.state.index is None:
             return error(404, "this server has no index of documents: start it with rckit serve --index INDEX")
         req = requests.parse_ask(await read_body(request, config.max_body_bytes))
-        m = chosen(req.model)
+        m = chosen(served, req.model)
         found = retrieve(app.state.index, [req.question], req.passages)
         spans = await read(m.batcher, found.pairs, req.top_k, None, cross=False) if found.pairs else []
         answers = found.rank(spans, req.top_k, retriever_weight, m.reader.collection_verifier, m.reader.cross_verifier)
@@ -353,6 +370,10 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             "retriever_weight": retriever_weight,
         }
 
+
+def add_label_routes(app: FastAPI, config: ServeConfig, requests: Requests) -> None:
+    """The page's Label tab (``rckit serve --labels FILE``): ``GET /v1/labels`` counts the file's
+    labels, ``POST /v1/labels`` adds one; both 404 without a file."""
     labels = LabelFile(config.labels) if config.labels is not None else None
     no_labels = "this server keeps no labels: start it with rckit serve --labels FILE"
 
@@ -365,24 +386,8 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
 
     @app.post(
         "/v1/labels",
-        responses={**errors, 404: {"model": ErrorResponse, "description": no_labels}},
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": requests.label_schema(),
-                        "example": {
-                            "document": "manual.pdf",
-                            "context": "Press the red button to stop the pump.",
-                            "question": "What stops the pump?",
-                            "answer": "the red button",
-                            "answer_start": 6,
-                        },
-                    }
-                },
-            }
-        },
+        responses={**error_responses(config), 404: {"model": ErrorResponse, "description": no_labels}},
+        openapi_extra={"requestBody": json_body(requests.label_schema(), LABEL_EXAMPLE)},
     )
     async def add_label(request: Request) -> dict[str, Any]:
         """Add a question about a passage, with its answer, to the server's file of labels (a SQuAD
@@ -396,6 +401,12 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             )
         except ValueError as e:
             raise ApiError(422, str(e)) from None
+
+
+def add_model_routes(app: FastAPI, served: dict[str, Served]) -> None:
+    """What is served and how it goes: ``GET /v1/model`` (a model's card), ``GET /v1/models`` and
+    ``GET /health``."""
+    default = next(iter(served.values()))
 
     @app.get(
         "/v1/model",
@@ -418,7 +429,7 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
         name = request.query_params.get("model")
         if name is not None and name not in served:
             raise ApiError(422, not_served(name, tuple(served)))
-        return chosen(name).reader.info
+        return chosen(served, name).reader.info
 
     @app.get("/v1/models", response_model=ModelsResponse)
     async def models_served() -> dict[str, Any]:
@@ -439,86 +450,15 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
             "queued": sum(b.queued for b in batchers),
         }
 
+
+def add_page(app: FastAPI) -> None:
+    """The page to ask questions from a browser: ``/`` and its files under ``/static``."""
+
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
-
-
-class Explainer:
-    """``POST /v1/explain``'s explanations (:meth:`Reader.explain <rckit.answering.reader.Reader.explain>`),
-    one at a time in a thread of their own.
-
-    Explaining reads ``steps + 1`` copies of a window with gradients and switches a process-wide
-    setting while it runs (``kernels.use``), so two must not overlap: one thread takes them in
-    turn, and the event loop, and with it the batcher's answers, goes on meanwhile. A PyTorch
-    reader explains itself; a reader of an ONNX file cannot (no gradients), so the ``.safetensors``
-    file beside it is loaded with PyTorch on the first explanation, or, where there is none or no
-    PyTorch, each request is refused with 501 and :func:`~rckit.answering.explanation.needs_torch`'s
-    line. A request waiting past ``config.request_timeout`` is dropped with 503 (one already
-    computing finishes unseen)."""
-
-    def __init__(self, reader, config: ServeConfig):
-        self.reader, self.config = reader, config
-        self.pytorch = None  # the reader that explains, once known
-        self.pool: ThreadPoolExecutor | None = None
-
-    def start(self) -> None:
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="rckit-explain")
-
-    def stop(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = None
-
-    async def explain(
-        self, context: str, question: str, steps: int, max_answer_len: int | None, html: bool
-    ) -> tuple[Explanation, str | None]:
-        """The explanation, and with ``html`` the page that draws it (drawn in the same thread: a
-        long window's page is large), or the request's :class:`ApiError`."""
-        self.start()  # as the batcher does: an app driven without its lifespan explains too
-        work = asyncio.get_running_loop().run_in_executor(
-            self.pool, self.run, context, question, steps, max_answer_len, html
-        )
-        try:
-            async with asyncio.timeout(self.config.request_timeout):
-                return await work
-        except TimeoutError:
-            raise ApiError(503, str(RequestTimeout(self.config.request_timeout))) from None
-
-    def run(
-        self, context: str, question: str, steps: int, max_answer_len: int | None, html: bool
-    ) -> tuple[Explanation, str | None]:
-        reader = self.torch_reader()
-        try:
-            explanation = reader.explain(context, question, steps, max_answer_len)
-        except Exception as e:  # noqa: BLE001 - this request's 500; the server goes on
-            raise ApiError(500, f"the model failed to explain this request: {type(e).__name__}: {e}") from None
-        return explanation, html_of(explanation) if html else None
-
-    def torch_reader(self):
-        """The served reader where it is PyTorch's, else the PyTorch model beside its ONNX file (loaded once)."""
-        if self.pytorch is None and self.reader.info.get("backend") == "torch":
-            self.pytorch = self.reader
-        if self.pytorch is None:
-            source = self.reader.info.get("source")
-            beside = pytorch_beside(source)
-            if beside is None or not installed("torch"):
-                raise ApiError(501, needs_torch(source))
-            try:
-                self.pytorch = Reader.load(
-                    beside,
-                    "cpu",
-                    always_answer=self.config.always_answer,
-                    threads=self.config.threads,
-                    no_answer_threshold=self.config.no_answer_threshold,
-                )
-            except Exception as e:  # noqa: BLE001 - each explanation says so; answering goes on
-                raise ApiError(500, f"cannot load {beside.name} to explain with: {type(e).__name__}: {e}") from None
-        return self.pytorch
 
 
 def allowed_methods(request: Request) -> str:

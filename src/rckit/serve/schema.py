@@ -12,7 +12,9 @@ which asks the reader's rule (:func:`rckit.answering.reader.text_problem`) and t
 the schema states the same rule as ``minLength``, ``pattern`` and ``maxLength`` (:data:`HAS_WORD`,
 made by :func:`letter_or_digit`: the characters ``str.isalnum`` accepts, spelled as JSON Schema's
 regular expressions read them). The answers' schema is :mod:`rckit.answering.answer`'s TypedDicts,
-their ``Annotated`` descriptions carried over (:func:`model_of`).
+their ``Annotated`` descriptions carried over (:func:`model_of`). Each body's example for
+``/docs`` stands beside it (:data:`ANSWER_EXAMPLE`, :data:`ASK_EXAMPLE`, :data:`EXPLAIN_EXAMPLE`,
+:data:`LABEL_EXAMPLE`).
 
 A refused request is an :class:`ApiError`: one sentence naming the field (:func:`explain`), for
 the first mistake found in this order: the body is not a JSON object, a field is unknown,
@@ -177,17 +179,44 @@ class SeveralQuestions(Body):
     several: ClassVar[bool] = True  # the route reads `questions`
 
 
+# Each body's example, shown beside its schema in /openapi.json and on /docs.
+ANSWER_EXAMPLE = {
+    "context": "The Eiffel Tower was completed in 1889 in Paris.",
+    "question": "When was the Eiffel Tower completed?",
+    "top_k": 3,
+}
+
+
 class AskBody(Body):
     """``POST /v1/ask``: one question, asked of every document of the server's index."""
+
+
+ASK_EXAMPLE = {"question": "When was the Eiffel Tower completed?", "top_k": 3}
 
 
 class ExplainBody(Body):
     """``POST /v1/explain``: one question about one context, its answer explained."""
 
 
+EXPLAIN_EXAMPLE = {
+    "context": "The Eiffel Tower was completed in 1889 in Paris.",
+    "question": "When was the Eiffel Tower completed?",
+    "steps": 32,
+}
+
+
 class LabelBody(Body):
     """``POST /v1/labels``: one question about a passage of a document, with its answer's text
     and where it starts in the passage (:mod:`rckit.serve.labels`)."""
+
+
+LABEL_EXAMPLE = {
+    "document": "manual.pdf",
+    "context": "Press the red button to stop the pump.",
+    "question": "What stops the pump?",
+    "answer": "the red button",
+    "answer_start": 6,
+}
 
 
 def answer_options() -> dict[str, Any]:
