@@ -85,6 +85,10 @@ def main() -> None:
     for note in report["notes"]:
         print(f"- {note}")
     print(
+        "- antonym is not offered: it needs WordNet's data, and no package carrying it installs without a "
+        "download at run time (wn and nltk fetch theirs), which rckit does not do."
+    )
+    print(
         "- Not made: mutual exclusion, impossible condition and other neutral changes (SQuAD 2.0's writers: "
         + ", ".join(f"{k} {v} %" for k, v in SHARES.items())
         + "): each needs a judgement of the passage no rule here makes.\n"

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from rckit.data.no_answer import EVAL_FILE, PAIR_SUFFIX, TRAIN_FILE, TUNE_FILE, build_no_answer_data, unanswerable_pairs
+from rckit.data.no_answer import EVAL_FILE, TRAIN_FILE, TUNE_FILE, build_no_answer_data
 from rckit.data.squad import SquadFormatError, normalize_answer, read_squad
+from rckit.data.unanswerable import PAIR_SUFFIX, unanswerable_pairs
 
 
 def _article(title, paragraphs):

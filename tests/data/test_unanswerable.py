@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rckit.data import unanswerable as U
-from rckit.data.squad import read_squad
+from rckit.data.squad import normalize_answer, read_squad
 from tests.conftest import need, write_json
 
 P0 = (
@@ -104,12 +104,59 @@ def test_other_paragraph_asks_the_nearest_paragraph_without_the_answer():
     assert m.context != P0 and "Peyton Manning" not in m.context and m.plausible == []
 
 
+def test_holds_answer_is_squads_answer_comparison_on_whole_words():
+    def holds(text, answer):
+        return U.holds_answer(normalize_answer(text), [normalize_answer(answer)])
+
+    assert holds("It made a Denver Broncos fan of him.", "The Denver Broncos")  # case and articles aside
+    assert holds("It cost 1000 dollars.", "1,000")  # punctuation aside
+    assert not holds("Frederick William III of Prussia", "Russia")  # never inside another word
+    assert not holds("133,000 voters", "3")
+    assert not U.holds_answer("any text", [""])  # an answer normalised to nothing is held nowhere
+
+
+def test_a_paragraph_holding_the_answer_after_normalisation_is_never_asked():
+    """The nearest other paragraph holds "a Denver Broncos", which is "The Denver Broncos" to SQuAD's
+    comparison: other_paragraph takes the next one, and so do the no-answer set's pairs."""
+    article = {
+        "title": "Super Bowl",
+        "paragraphs": [
+            {
+                "context": "The Denver Broncos won Super Bowl 50.",
+                "qas": [
+                    {
+                        "id": "q",
+                        "question": "Which team won Super Bowl 50?",
+                        "answers": [{"text": "The Denver Broncos", "answer_start": 0}],
+                    }
+                ],
+            },
+            {"context": "Super Bowl 50 made him a Denver Broncos fan.", "qas": []},
+            {"context": "The Patriots won in 2017.", "qas": []},
+        ],
+    }
+    out = U.make_unanswerable([article], rules=["other_paragraph"])
+    assert [m.context for m in out.made] == ["The Patriots won in 2017."]
+    pairs, counts = U.unanswerable_pairs([article], rate=1.0, seed=0)
+    assert counts["made"] == 1 and [qa["id"] for qa in pairs[0]["paragraphs"][2]["qas"]] == ["q" + U.PAIR_SUFFIX]
+
+
+def test_antonym_is_not_offered(tmp_path, capsys):
+    """No WordNet data installs without a download, so no antonym rule: not a rule skipped with a note."""
+    from rckit.cli import main
+
+    assert "antonym" not in U.RULES
+    train = write_json(tmp_path / "train-v1.1.json", {"version": "1.1", "data": [ARTICLE]})
+    args = ["prepare", "squad-unanswerable", "--train", str(train), "--out", str(tmp_path / "made"), "--no-progress"]
+    assert main([*args, "--rules", "antonym"]) == 2
+    assert "--rules: unknown antonym" in capsys.readouterr().err
+
+
 def test_a_missing_library_skips_its_rules_with_a_note(monkeypatch):
     monkeypatch.setattr(U, "load_pipeline", lambda: (None, "no spaCy English pipeline is installed"))
     out = U.make_unanswerable([ARTICLE])
     assert {m.rule for m in out.made} == {"other_paragraph"}
-    assert any("skipped entity_swap, number_swap, negation: no spaCy" in n for n in out.notes)
-    assert any(n.startswith("skipped antonym") for n in out.notes)
+    assert out.notes == ["skipped entity_swap, number_swap, negation: no spaCy English pipeline is installed"]
     assert out.counts()["entity_swap"] == 0 and set(out.tried) == {"other_paragraph"}
 
 

@@ -1,16 +1,17 @@
-"""Training and evaluation files for readers that may answer "no answer" (SQuAD v2.0).
+"""The SQuAD v2.0 files a reader that may answer "no answer" trains and is judged on.
 
 There is no v2.0 training file beside the data rckit is developed on, only a v2.0 dev file.
 ``rckit prepare squad-no-answer`` builds what a no-answer reader trains and is judged on, by
 one seeded, counted rule that anyone can rerun:
 
-- **Unanswerable pairs made from v1.1 train.** A question is paired with another paragraph of
-  its own article that contains none of its answer strings (compared after SQuAD's answer
-  normalisation, so "The Tower" and "tower" count as the same answer). The paragraph is of the
-  same topic, so the question's words often appear in it, which is what makes the pair hard;
-  a paragraph that holds the answer string is never used, so the pair is unanswerable for the
-  reason a reader must learn. ``rate`` is the share of v1.1 questions that get such a pair
-  (0.5 gives about one unanswerable question in three, as in the official v2.0 train set).
+- **Unanswerable pairs made from v1.1 train** (:func:`rckit.data.unanswerable.unanswerable_pairs`).
+  A question is paired with another paragraph of its own article that does not hold its answer
+  (:func:`rckit.data.unanswerable.holds_answer`: SQuAD's answer comparison, so "The Tower" and
+  "tower" count as the same answer). The paragraph is of the same topic, so the question's words
+  often appear in it, which is what makes the pair hard; a paragraph that holds the answer is never
+  used, so the pair is unanswerable for the reason a reader must learn. ``rate`` is the share of
+  v1.1 questions that get such a pair (0.5 gives about one unanswerable question in three, as in
+  the official v2.0 train set).
 - **The v2.0 dev file split by article position** (counting from 0 in the file): the articles
   at odd positions are the **evaluation half**, never trained on and never used to choose a
   threshold, a checkpoint or a setting; the even positions 0, 4, 8, ... join the training file
@@ -30,80 +31,20 @@ from __future__ import annotations
 
 import gzip
 import json
-import random
 from pathlib import Path
 
-from rckit.data.squad import SquadFormatError, load_json, normalize_answer
+from rckit.data.squad import SquadFormatError, load_json
+from rckit.data.unanswerable import unanswerable_pairs
 
 TRAIN_FILE = "train-v2.0.no-answer.json.gz"
 TUNE_FILE = "tune-v2.0.json.gz"
 EVAL_FILE = "eval-v2.0.json.gz"
-PAIR_SUFFIX = "-noans"  # id of a made pair: the v1.1 question's id + this
 
 
 def split_v2_dev(raw: dict) -> tuple[list[dict], list[dict], list[dict]]:
     """(train, tune, eval) articles of a v2.0 dev file: positions 0 mod 4, 2 mod 4, odd."""
     articles = raw["data"]
     return articles[0::4], articles[2::4], articles[1::2]
-
-
-def _answers_in(paragraph: str, answers: list[str]) -> bool:
-    """Whether any answer appears as whole words in ``paragraph``; both already normalised."""
-    text = " " + paragraph + " "
-    return any(a and (" " + a + " ") in text for a in answers)
-
-
-PAIRINGS = ("random", "overlap")
-
-
-def unanswerable_pairs(
-    articles: list[dict], rate: float, seed: int, pairing: str = "random"
-) -> tuple[list[dict], dict]:
-    """Copies of ``articles`` with made unanswerable questions added to their paragraphs.
-
-    For each question, with probability ``rate`` (one seeded draw per question, in file
-    order), a paragraph of the same article that contains none of its answers is drawn and the
-    question is added to it as ``is_impossible``: any such paragraph (``pairing="random"``), or
-    one of those sharing the most words with the question (``"overlap"``: the paragraph a
-    reader is most tempted to answer from, nearer SQuAD 2.0's written questions, which sit
-    beside the paragraph they seem to ask about). Returns the new articles and the counts.
-    """
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"rate must be within [0, 1], got {rate}")
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-    rng = random.Random(seed)
-    counts = {"questions": 0, "drawn": 0, "made": 0, "no_paragraph_without_answer": 0}
-    out = []
-    for article in articles:
-        paragraphs = [dict(p, qas=list(p["qas"])) for p in article["paragraphs"]]
-        normalised = [normalize_answer(p["context"]) for p in paragraphs]
-        words = [set(n.split()) for n in normalised]
-        added: list[list[dict]] = [[] for _ in paragraphs]
-        for i, para in enumerate(paragraphs):
-            for qa in para["qas"]:
-                counts["questions"] += 1
-                if rng.random() >= rate:
-                    continue
-                counts["drawn"] += 1
-                answers = [normalize_answer(a["text"]) for a in qa["answers"]]
-                others = [j for j in range(len(paragraphs)) if j != i and not _answers_in(normalised[j], answers)]
-                if not others:
-                    counts["no_paragraph_without_answer"] += 1
-                    continue
-                if pairing == "overlap":
-                    asked = set(normalize_answer(qa["question"]).split())
-                    shared = {j: len(asked & words[j]) for j in others}
-                    others = [j for j in others if shared[j] == max(shared.values())]
-                j = rng.choice(others)
-                added[j].append(
-                    {"id": qa["id"] + PAIR_SUFFIX, "question": qa["question"], "answers": [], "is_impossible": True}
-                )
-                counts["made"] += 1
-        for para, extra in zip(paragraphs, added):
-            para["qas"].extend(extra)
-        out.append(dict(article, paragraphs=paragraphs))
-    return out, counts
 
 
 def _count(articles: list[dict]) -> dict:

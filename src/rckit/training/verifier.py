@@ -62,6 +62,7 @@ from rckit.answering.verifier import (
 )
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json, normalize_answer
+from rckit.data.unanswerable import holds_answer, normalised_answers
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, per_question_scores, score_predictions
 
 if TYPE_CHECKING:
@@ -113,23 +114,19 @@ def training_pairs(
     for a, p, qa in rng.sample(qas, min(per_kind, len(qas))):
         pairs.append(Pair(articles[a]["paragraphs"][p]["context"], qa["question"], False, "answerable", qa["id"]))
 
-    def holds(a: int, p: int, answers: list[str]) -> bool:
-        text = " " + norm[a][p] + " "
-        return any(x and f" {x} " in text for x in answers)
-
     for kind in ("same_article", "other_article"):
         made = 0
         for a, p, qa in rng.sample(qas, len(qas)):
             if made == per_kind:
                 break
-            answers = [normalize_answer(x["text"]) for x in qa["answers"]]
+            answers = normalised_answers(qa)
             asked = content(words(qa["question"]))
             if kind == "same_article":
                 places = [(a, j) for j in range(len(articles[a]["paragraphs"])) if j != p]
             else:
                 others = rng.sample([b for b in range(len(articles)) if b != a], min(8, len(articles) - 1))
                 places = [(b, j) for b in others for j in range(len(articles[b]["paragraphs"]))]
-            places = [(b, j) for b, j in places if not holds(b, j, answers)]
+            places = [(b, j) for b, j in places if not holds_answer(norm[b][j], answers)]
             if not places:
                 continue
             b, j = max(places, key=lambda bj: (len(asked & stems[bj[0]][bj[1]]), rng.random()))
