@@ -367,12 +367,7 @@ def prepare_squad(
     reads = {name: read_squad(p) for name, p in files.items()}
     toks = {name: tokenize_dataset(ds) for name, ds in reads.items()}
     t_tok = time.perf_counter()
-    wanted = None
-    if cfg.embeddings != V.DEFAULT_EMBEDDINGS:
-        wanted = {V.normalize_word(f, False) for t in toks.values() for f in t.forms}
-        if cfg.base_vocab:
-            wanted |= set(json.loads(Path(cfg.base_vocab).read_text())["words"])
-    pre = V.load_pretrained(cfg.embeddings, wanted)
+    pre = _pretrained_for(toks, cfg)
     others = [t for name, t in toks.items() if name != "train"]
     vocabs = build_vocabularies(toks["train"], others, cfg, pre)
     wv = V.word_vectors(vocabs.words, pre, cfg.seed)
@@ -383,57 +378,11 @@ def prepare_squad(
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".squad-{key}-", dir=out_dir))
     try:
-        splits = {}
-        for name, tok in toks.items():
-            arrays = index_split(tok, vocabs)
-            save_split(tmp, name, tok, arrays)
-            rep = reads[name].report
-            splits[name] = {
-                "file": str(files[name]),
-                "version": rep.version,
-                **tok.stats,
-                "coverage": coverage(tok, arrays, vocabs),
-                "misaligned_offsets": [
-                    {
-                        "id": m.qid,
-                        "answer": m.answer_index,
-                        "text": m.text,
-                        "answer_start": m.answer_start,
-                        "found": m.found,
-                    }
-                    for m in rep.misaligned
-                ],
-            }
-        np.save(tmp / "word_vectors.npy", wv)
-        if cv is not None:
-            np.save(tmp / "char_vectors.npy", cv)
-        (tmp / "vocab.json").write_text(json.dumps(vocabs.to_json()))
-        meta = {
-            "key": key,
-            "config": asdict(cfg),
-            "tokenizer": TOKENIZER_VERSION,
-            "format": FORMAT_VERSION,
-            "embeddings_source": pre.source,
-            "embedding_dim": pre.dim,
-            "lowercase": vocabs.lowercase,
-            "vocab": {
-                "words": len(vocabs.words),
-                "trainable_words": vocabs.words.n_trainable,
-                "chars": len(vocabs.chars),
-            },
-            "char_vectors_found": chars_found,
-            "splits": splits,
-            "seconds": {"tokenize": round(t_tok - t0, 2), "total": round(time.perf_counter() - t0, 2)},
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if rebuild and root.exists():
-            shutil.rmtree(root)
-        try:
-            os.replace(tmp, root)  # the directory appears complete or not at all
-        except OSError:
-            if not (root / "meta.json").exists():
-                raise
-            shutil.rmtree(tmp)  # another process finished the same build first
+        splits = {name: _write_split(tmp, name, tok, reads[name], files[name], vocabs) for name, tok in toks.items()}
+        _write_vectors(tmp, vocabs, wv, cv)
+        seconds = {"tokenize": round(t_tok - t0, 2), "total": round(time.perf_counter() - t0, 2)}
+        _write_meta(tmp, key, cfg, pre, vocabs, chars_found, splits, seconds)
+        _move_into_place(tmp, root, rebuild)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -441,6 +390,96 @@ def prepare_squad(
     prepared = load_prepared(root)
     prepared.from_cache = False
     return prepared
+
+
+def _pretrained_for(toks: dict[str, TokenizedSplit], cfg: PrepareConfig) -> V.Pretrained:
+    """The pretrained vectors of ``cfg.embeddings``; from a file other than the default, only the
+    rows of words the splits (and the base vocabulary) hold are kept."""
+    wanted = None
+    if cfg.embeddings != V.DEFAULT_EMBEDDINGS:
+        wanted = {V.normalize_word(f, False) for t in toks.values() for f in t.forms}
+        if cfg.base_vocab:
+            wanted |= set(json.loads(Path(cfg.base_vocab).read_text())["words"])
+    return V.load_pretrained(cfg.embeddings, wanted)
+
+
+def _write_split(
+    root: Path, name: str, tok: TokenizedSplit, read: SquadDataset, file: str | Path, vocabs: Vocabularies
+) -> dict:
+    """Index one split with the vocabularies, write its arrays and texts into ``root``, and return
+    its entry of ``meta.json``: its file, version, statistics, coverage and misaligned offsets."""
+    arrays = index_split(tok, vocabs)
+    save_split(root, name, tok, arrays)
+    rep = read.report
+    return {
+        "file": str(file),
+        "version": rep.version,
+        **tok.stats,
+        "coverage": coverage(tok, arrays, vocabs),
+        "misaligned_offsets": [
+            {
+                "id": m.qid,
+                "answer": m.answer_index,
+                "text": m.text,
+                "answer_start": m.answer_start,
+                "found": m.found,
+            }
+            for m in rep.misaligned
+        ],
+    }
+
+
+def _write_vectors(root: Path, vocabs: Vocabularies, wv: np.ndarray, cv: np.ndarray | None) -> None:
+    """Write the word vectors, the character vectors (where there are any) and the vocabularies."""
+    np.save(root / "word_vectors.npy", wv)
+    if cv is not None:
+        np.save(root / "char_vectors.npy", cv)
+    (root / "vocab.json").write_text(json.dumps(vocabs.to_json()))
+
+
+def _write_meta(
+    root: Path,
+    key: str,
+    cfg: PrepareConfig,
+    pre: V.Pretrained,
+    vocabs: Vocabularies,
+    chars_found: int,
+    splits: dict[str, dict],
+    seconds: dict[str, float],
+) -> None:
+    """Write ``meta.json``: the key and every setting that shaped the data, the vocabularies'
+    sizes, each split's entry and the time taken. Written last: its presence marks a whole build."""
+    meta = {
+        "key": key,
+        "config": asdict(cfg),
+        "tokenizer": TOKENIZER_VERSION,
+        "format": FORMAT_VERSION,
+        "embeddings_source": pre.source,
+        "embedding_dim": pre.dim,
+        "lowercase": vocabs.lowercase,
+        "vocab": {
+            "words": len(vocabs.words),
+            "trainable_words": vocabs.words.n_trainable,
+            "chars": len(vocabs.chars),
+        },
+        "char_vectors_found": chars_found,
+        "splits": splits,
+        "seconds": seconds,
+    }
+    (root / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def _move_into_place(tmp: Path, root: Path, rebuild: bool) -> None:
+    """Rename the finished build ``tmp`` to ``root`` (an old one removed first on ``rebuild``),
+    unless another process finished the same build first; then ``tmp`` is dropped."""
+    if rebuild and root.exists():
+        shutil.rmtree(root)
+    try:
+        os.replace(tmp, root)  # the directory appears complete or not at all
+    except OSError:
+        if not (root / "meta.json").exists():
+            raise
+        shutil.rmtree(tmp)  # another process finished the same build first
 
 
 def featurize(ds: SquadDataset, vocabs: Vocabularies):

@@ -238,61 +238,16 @@ class PassageStore:
         if isinstance(paths, (str, Path)):
             paths = [paths]
         report = {"added": 0, "updated": 0, "unchanged": 0, "removed": 0, "skipped": []}
-        files: dict[Path, bool] = {}  # path -> given by name (errors raise) rather than found in a folder
-        folders = []
-        own = {Path(f"{self.path.resolve()}{end}") for end in ("", "-journal", "-wal", "-shm")}  # never the index
-        for given in paths:
-            if not Path(given).expanduser().exists():
-                raise FileNotFoundError(f"{given}: no such file or folder")
-            root = Path(given).expanduser().resolve()  # "~/notes" from Python, as a shell would have it
-            if root.is_dir():
-                folders.append(root)
-                for f in walk(root, report["skipped"]):
-                    if f not in own:
-                        files.setdefault(f, False)
-            elif root.is_file():
-                files[root] = True
-            else:
-                raise IndexInputError(root, "not a regular file")
+        files, folders = self._files_of(paths, report["skipped"])
         sizes = {f: _size(f) for f in files}
         if jobs is None:
             jobs = min(4, (os.cpu_count() or 1) - 1) if sum(sizes.values()) >= PARALLEL_BYTES else 0
         known = dict(self._db.execute("SELECT path, digest FROM sources").fetchall())
-        bar = tqdm(
-            total=sum(sizes.values()),
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc="indexing",
-            file=sys.stderr,
-            disable=None if progress else True,
-        )
-        done = 0
+        bar = _progress_bar(sum(sizes.values()), progress)
         try:
             self._db.execute("BEGIN IMMEDIATE")
-            began = time.monotonic()
-            reading = (
-                read_files(list(files), known, self.max_words)
-                if read_files is not None
-                else _read_files(list(files), known, self.max_words, jobs)
-            )
-            for read in reading:
-                self._add_file(read, files[read.path], report)
-                done += 1
-                bar.update(sizes[read.path])
-                bar.set_postfix_str(f"{done:,}/{len(files):,} files, {self._written:,} passages", refresh=False)
-                if time.monotonic() - began >= self.commit_seconds:
-                    self._db.execute("COMMIT")
-                    self._db.execute("BEGIN IMMEDIATE")
-                    began = time.monotonic()
-            for folder in folders:
-                prefix = os.path.join(str(folder), "")
-                for source_id, path in self._db.execute(
-                    "SELECT id, path FROM sources WHERE substr(path, 1, ?) = ?", (len(prefix), prefix)
-                ).fetchall():
-                    if not os.path.exists(path):
-                        self._remove(source_id, keep_source=False)
-                        report["removed"] += 1
+            self._write_files(files, sizes, known, jobs, read_files, report, bar)
+            self._remove_vanished(folders, report)
             self._db.execute("COMMIT")
             # Into the file itself, the log emptied: waits only for readers of an older snapshot.
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -306,6 +261,70 @@ class PassageStore:
         stats = self.stats()
         report["documents"], report["passages"] = stats["documents"], stats["passages"]
         return report
+
+    def _files_of(self, paths: list[str | Path], skipped: list[dict]) -> tuple[dict[Path, bool], list[Path]]:
+        """The files to read, in order, each with whether it was given by name rather than found in
+        a folder, and the folders given (resolved); never the index's own files. A folder that
+        cannot be listed is added to ``skipped``; a path that does not exist raises."""
+        files: dict[Path, bool] = {}  # path -> given by name (errors raise) rather than found in a folder
+        folders = []
+        own = {Path(f"{self.path.resolve()}{end}") for end in ("", "-journal", "-wal", "-shm")}  # never the index
+        for given in paths:
+            if not Path(given).expanduser().exists():
+                raise FileNotFoundError(f"{given}: no such file or folder")
+            root = Path(given).expanduser().resolve()  # "~/notes" from Python, as a shell would have it
+            if root.is_dir():
+                folders.append(root)
+                for f in walk(root, skipped):
+                    if f not in own:
+                        files.setdefault(f, False)
+            elif root.is_file():
+                files[root] = True
+            else:
+                raise IndexInputError(root, "not a regular file")
+        return files, folders
+
+    def _write_files(
+        self,
+        files: dict[Path, bool],
+        sizes: dict[Path, int],
+        known: dict[str, str],
+        jobs: int,
+        read_files: Callable[[list[Path], dict[str, str], int], Iterator[FileRead]] | None,
+        report: dict,
+        bar: tqdm,
+    ) -> None:
+        """Inside the transaction :meth:`add` began: each file read (by ``read_files``, else here or
+        by ``jobs`` workers) and written whole, the transaction committed and begun anew after each
+        file once :attr:`commit_seconds` of work have passed since it began."""
+        began = time.monotonic()
+        reading = (
+            read_files(list(files), known, self.max_words)
+            if read_files is not None
+            else _read_files(list(files), known, self.max_words, jobs)
+        )
+        done = 0
+        for read in reading:
+            self._add_file(read, files[read.path], report)
+            done += 1
+            bar.update(sizes[read.path])
+            bar.set_postfix_str(f"{done:,}/{len(files):,} files, {self._written:,} passages", refresh=False)
+            if time.monotonic() - began >= self.commit_seconds:
+                self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                began = time.monotonic()
+
+    def _remove_vanished(self, folders: list[Path], report: dict) -> None:
+        """Inside the transaction: remove the files indexed before under each folder given that no
+        longer exist (those now unreadable were removed as they were skipped)."""
+        for folder in folders:
+            prefix = os.path.join(str(folder), "")
+            for source_id, path in self._db.execute(
+                "SELECT id, path FROM sources WHERE substr(path, 1, ?) = ?", (len(prefix), prefix)
+            ).fetchall():
+                if not os.path.exists(path):
+                    self._remove(source_id, keep_source=False)
+                    report["removed"] += 1
 
     def _add_file(self, read: FileRead, by_name: bool, report: dict) -> None:
         path = read.path
@@ -474,6 +493,19 @@ class FileRead(NamedTuple):
     kind: str | None
     documents: list[tuple[Document, list[tuple[int, int]]]]
     error: Exception | None
+
+
+def _progress_bar(total: int, progress: bool) -> tqdm:
+    """:meth:`PassageStore.add`'s bar on stderr, in bytes read (shown only with ``progress``, on a terminal)."""
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc="indexing",
+        file=sys.stderr,
+        disable=None if progress else True,
+    )
 
 
 def _size(path: Path) -> int:

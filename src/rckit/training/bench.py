@@ -132,37 +132,9 @@ def bench(
         if heap_limit_mb > 0:
             memory.heap_for_inference()  # the training limit off again for what follows
 
-    # Inference, batch 32, whole contexts.
     model.eval()
-    sampler = BucketBatchSampler(task.eval_lengths(idx), 32, shuffle=False)
-    eval_batches = [task.eval_batch(idx[b]) for b in sampler]
-    with torch.inference_mode():
-        for b in eval_batches[:warmup]:
-            with autocast(device, dtype):
-                model(b.to(device))
-        sync()
-        t0 = time.perf_counter()
-        n = 0
-        for b in eval_batches:
-            b = b.to(device)
-            with autocast(device, dtype):
-                out = model(b)
-            task.decode(out, b, decode)
-            n += len(b)
-        sync()
-        infer_eps = n / (time.perf_counter() - t0)
-
-        # Latency, one question at a time.
-        times = []
-        for i in idx[: latency_questions + warmup]:
-            b = task.eval_batch([i]).to(device)
-            t = time.perf_counter()
-            with autocast(device, dtype):
-                out = model(b)
-            task.decode(out, b, decode)
-            sync()
-            times.append(time.perf_counter() - t)
-        times = times[warmup:]
+    infer_eps = _inference_speed(model, task, idx, device, dtype, decode, warmup, sync)
+    times = _latencies(model, task, idx, device, dtype, decode, latency_questions, warmup, sync)
     res = {
         "train_examples_per_s": None if train_eps is None else round(train_eps, 2),
         "train_first_pass_examples_per_s": None if first_pass_eps is None else round(first_pass_eps, 2),
@@ -180,6 +152,44 @@ def bench(
     if device.type == "cuda":
         res["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     return res
+
+
+def _inference_speed(model, task, idx, device, dtype, decode, warmup, sync) -> float:
+    """Inference examples/s over the slice in batches of 32 whole contexts, decoding included,
+    after ``warmup`` untimed batches (batches made before the clock starts)."""
+    sampler = BucketBatchSampler(task.eval_lengths(idx), 32, shuffle=False)
+    eval_batches = [task.eval_batch(idx[b]) for b in sampler]
+    with torch.inference_mode():
+        for b in eval_batches[:warmup]:
+            with autocast(device, dtype):
+                model(b.to(device))
+        sync()
+        t0 = time.perf_counter()
+        n = 0
+        for b in eval_batches:
+            b = b.to(device)
+            with autocast(device, dtype):
+                out = model(b)
+            task.decode(out, b, decode)
+            n += len(b)
+        sync()
+        return n / (time.perf_counter() - t0)
+
+
+def _latencies(model, task, idx, device, dtype, decode, latency_questions, warmup, sync) -> list[float]:
+    """Seconds to answer each of the first ``latency_questions`` questions one at a time (batch 1,
+    decoding included), after ``warmup`` untimed ones."""
+    times = []
+    with torch.inference_mode():
+        for i in idx[: latency_questions + warmup]:
+            b = task.eval_batch([i]).to(device)
+            t = time.perf_counter()
+            with autocast(device, dtype):
+                out = model(b)
+            task.decode(out, b, decode)
+            sync()
+            times.append(time.perf_counter() - t)
+    return times[warmup:]
 
 
 def _training_speed(model, task, idx, device, dtype, batch_size, steps, sync) -> tuple[float, float]:

@@ -52,14 +52,14 @@ import statistics
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from rckit.data.cloze.baselines import score_baselines
 from rckit.data.cloze.examples import ClozeExample, load_cloze_jsonl, write_cloze_jsonl
-from rckit.data.squad import SquadDataset, read_squad
+from rckit.data.squad import Answer, SquadDataset, SquadExample, read_squad
 from rckit.data.tokenize import char_to_token_span_fast, tokenize
 from rckit.data.vocab import normalize_word
 
@@ -288,8 +288,7 @@ def build_squad_cloze(dataset: SquadDataset, seed: int = 0) -> tuple[list[ClozeE
     paragraphs: dict[int, _Paragraph] = {}
     examples: list[ClozeExample] = []
     dropped: Counter = Counter()
-    cands, doc_lens, query_lens, query_mentions = [], [], [], []
-    most_frequent = answer_in_query = single = max_entities = 0
+    kept = _Kept()
     for sq in dataset.examples:
         if sq.is_impossible or not sq.answers:
             dropped["impossible"] += 1
@@ -297,78 +296,137 @@ def build_squad_cloze(dataset: SquadDataset, seed: int = 0) -> tuple[list[ClozeE
         p = paragraphs.get(sq.context_index)
         if p is None:
             p = paragraphs[sq.context_index] = _paragraph(sq.context)
-        ans = sq.answers[0]
-        if ans.start is None:
-            dropped["answer_offset_unknown"] += 1
-            continue
-        span = char_to_token_span_fast(p.starts, p.ends, ans.start, ans.end)
-        if span is None or not span[2]:
-            dropped["answer_not_token_aligned"] += 1
-            continue
-        first, last = span[0], span[1]
-        key = p.at.get((first, last)) or p.at.get(_trim(p.tokens, first, last))
+        key, why = _answer_entity(sq.answers[0], p)
         if key is None:
-            overlaps = any(s <= last and e >= first for s, e, _ in p.mentions)
-            dropped["answer_overlaps_entity" if overlaps else "answer_not_entity"] += 1
+            dropped[why] += 1
             continue
+        example, query_mentions = _cloze_example(sq, p, key, seed)
+        examples.append(example)
+        kept.count(example, p, key, query_mentions)
+    return examples, _statistics(dataset, seed, examples, dropped, paragraphs, kept)
 
-        q_tokens, q_offsets = tokenize(sq.question)
-        q_norm = [normalize_word(t, False) for t in q_tokens]
-        caps = p.caps | capitalised_non_initial(q_tokens, q_offsets)
-        q_keys = {tuple(q_norm[s : e + 1]) for s, e in find_entity_runs(q_tokens, q_offsets, caps)}
-        extra = q_keys.difference(p.keys)
-        index = p.index if not extra else _key_index([*p.keys, *extra])
-        q_mentions = _scan(q_norm, index)
-        all_keys = list(p.keys)
-        known = set(all_keys)
-        surface = dict(p.surface)
-        for s, e, k in q_mentions:
-            if k not in known:
-                known.add(k)
-                all_keys.append(k)
-                surface[k] = sq.question[q_offsets[s][0] : q_offsets[e][1]]
-        rng = np.random.default_rng([seed, zlib.crc32(sq.qid.encode("utf-8"))])
-        perm = rng.permutation(len(all_keys))
-        marker_of = {k: f"@entity{perm[i]}" for i, k in enumerate(all_keys)}
-        document = _anonymise(p.tokens, p.mentions, marker_of)
-        query = _anonymise(q_tokens, q_mentions, marker_of)
-        candidates = [marker_of[k] for k in p.keys]
-        answer = marker_of[key]
-        examples.append(
-            ClozeExample(sq.qid, document, query, answer, candidates, {marker_of[k]: surface[k] for k in all_keys})
-        )
 
+def _answer_entity(ans: Answer, p: _Paragraph) -> tuple[tuple[str, ...] | None, str]:
+    """The paragraph entity the first gold answer ``ans`` names, as it is or trimmed (the module
+    docstring, "Keeping a question"), and ``""``; or None and why the question is dropped."""
+    if ans.start is None:
+        return None, "answer_offset_unknown"
+    span = char_to_token_span_fast(p.starts, p.ends, ans.start, ans.end)
+    if span is None or not span[2]:
+        return None, "answer_not_token_aligned"
+    first, last = span[0], span[1]
+    key = p.at.get((first, last)) or p.at.get(_trim(p.tokens, first, last))
+    if key is None:
+        overlaps = any(s <= last and e >= first for s, e, _ in p.mentions)
+        return None, "answer_overlaps_entity" if overlaps else "answer_not_entity"
+    return key, ""
+
+
+def _query_mentions(question: str, p: _Paragraph) -> tuple[list[str], list, list[tuple[int, int, tuple[str, ...]]]]:
+    """The question's tokens, their offsets and its entity mentions (rule 4): its own runs that are
+    not paragraph entities join the paragraph's keys, and the question is scanned with them all."""
+    q_tokens, q_offsets = tokenize(question)
+    q_norm = [normalize_word(t, False) for t in q_tokens]
+    caps = p.caps | capitalised_non_initial(q_tokens, q_offsets)
+    q_keys = {tuple(q_norm[s : e + 1]) for s, e in find_entity_runs(q_tokens, q_offsets, caps)}
+    extra = q_keys.difference(p.keys)
+    index = p.index if not extra else _key_index([*p.keys, *extra])
+    return q_tokens, q_offsets, _scan(q_norm, index)
+
+
+def _example_entities(
+    p: _Paragraph, question: str, q_offsets, q_mentions: list[tuple[int, int, tuple[str, ...]]]
+) -> tuple[list[tuple[str, ...]], dict[tuple[str, ...], str]]:
+    """Every entity of one example, the paragraph's in order of first mention and then the
+    query-only ones in order of mention, and the text each is written as."""
+    all_keys = list(p.keys)
+    known = set(all_keys)
+    surface = dict(p.surface)
+    for s, e, k in q_mentions:
+        if k not in known:
+            known.add(k)
+            all_keys.append(k)
+            surface[k] = question[q_offsets[s][0] : q_offsets[e][1]]
+    return all_keys, surface
+
+
+def _markers(all_keys: list[tuple[str, ...]], qid: str, seed: int) -> dict[tuple[str, ...], str]:
+    """Each entity's ``@entityN`` marker, numbered by a permutation drawn for this question (rule 5)."""
+    rng = np.random.default_rng([seed, zlib.crc32(qid.encode("utf-8"))])
+    perm = rng.permutation(len(all_keys))
+    return {k: f"@entity{perm[i]}" for i, k in enumerate(all_keys)}
+
+
+def _cloze_example(sq: SquadExample, p: _Paragraph, key: tuple[str, ...], seed: int) -> tuple[ClozeExample, int]:
+    """The cloze example of one kept question whose answer is the entity ``key``: paragraph and
+    question anonymised with one numbering; and how many entity mentions its query holds."""
+    q_tokens, q_offsets, q_mentions = _query_mentions(sq.question, p)
+    all_keys, surface = _example_entities(p, sq.question, q_offsets, q_mentions)
+    marker_of = _markers(all_keys, sq.qid, seed)
+    document = _anonymise(p.tokens, p.mentions, marker_of)
+    query = _anonymise(q_tokens, q_mentions, marker_of)
+    candidates = [marker_of[k] for k in p.keys]
+    answer = marker_of[key]
+    entities = {marker_of[k]: surface[k] for k in all_keys}
+    return ClozeExample(sq.qid, document, query, answer, candidates, entities), len(q_mentions)
+
+
+@dataclass
+class _Kept:
+    """What the statistics say of the kept examples, counted as each is made."""
+
+    most_frequent: int = 0  # answers that are (one of) their paragraph's most mentioned entities
+    answer_in_query: int = 0
+    single: int = 0  # examples with one candidate
+    max_entities: int = 0  # paragraph + query-only entities of an example, the largest
+    cands: list[int] = field(default_factory=list)
+    doc_lens: list[int] = field(default_factory=list)
+    query_lens: list[int] = field(default_factory=list)
+    query_mentions: list[int] = field(default_factory=list)
+
+    def count(self, example: ClozeExample, p: _Paragraph, key: tuple[str, ...], query_mentions: int) -> None:
+        """Count one kept example, made from paragraph ``p`` with the answer entity ``key``."""
         counts = Counter(k for _, _, k in p.mentions)
-        most_frequent += counts[key] == max(counts.values())
-        answer_in_query += answer in query
-        single += len(candidates) == 1
-        max_entities = max(max_entities, len(all_keys))
-        cands.append(len(candidates))
-        doc_lens.append(len(document))
-        query_lens.append(len(query))
-        query_mentions.append(len(q_mentions))
+        self.most_frequent += counts[key] == max(counts.values())
+        self.answer_in_query += example.answer in example.query
+        self.single += len(example.candidates) == 1
+        self.max_entities = max(self.max_entities, len(example.entities))  # a marker per entity
+        self.cands.append(len(example.candidates))
+        self.doc_lens.append(len(example.document))
+        self.query_lens.append(len(example.query))
+        self.query_mentions.append(query_mentions)
 
+
+def _statistics(
+    dataset: SquadDataset,
+    seed: int,
+    examples: list[ClozeExample],
+    dropped: Counter,
+    paragraphs: dict[int, _Paragraph],
+    kept: _Kept,
+) -> dict:
+    """The statistics :func:`build_squad_cloze` returns: what was kept and dropped, and the kept
+    examples' sizes."""
     total = len(dataset.examples)
-    kept = len(examples)
-    stats = {
+    n_kept = len(examples)
+    return {
         "source": dataset.report.path,
         "seed": seed,
         "questions_total": total,
-        "questions_kept": kept,
-        "kept_pct": round(100.0 * kept / max(total, 1), 2),
+        "questions_kept": n_kept,
+        "kept_pct": round(100.0 * n_kept / max(total, 1), 2),
         "dropped": dict(sorted(dropped.items())),
         "paragraphs": len(paragraphs),
         "entities_per_paragraph": _summary([len(p.keys) for p in paragraphs.values()]),
-        "candidates_per_question": _summary(cands),
-        "max_entities_per_example": max_entities,  # paragraph + query-only; the class count needed
-        "document_tokens": _summary(doc_lens),
-        "query_tokens": _summary(query_lens),
-        "query_entity_mentions": _summary(query_mentions),
-        "single_candidate_questions": single,
-        "answer_in_query": answer_in_query,
-        "answer_most_frequent_pct": round(100.0 * most_frequent / max(kept, 1), 2),  # ties count as hits
+        "candidates_per_question": _summary(kept.cands),
+        "max_entities_per_example": kept.max_entities,  # paragraph + query-only; the class count needed
+        "document_tokens": _summary(kept.doc_lens),
+        "query_tokens": _summary(kept.query_lens),
+        "query_entity_mentions": _summary(kept.query_mentions),
+        "single_candidate_questions": kept.single,
+        "answer_in_query": kept.answer_in_query,
+        "answer_most_frequent_pct": round(100.0 * kept.most_frequent / max(n_kept, 1), 2),  # ties count as hits
     }
-    return examples, stats
 
 
 def write_squad_cloze(
