@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from rckit import kernels
+from rckit.answering.answer import Answer
 from rckit.answering.explanation import DEFAULT_STEPS, Attention, DecoderStep, Explanation, Saliency
 from rckit.answering.torch_backend import TorchModel
 from rckit.data.batching import Batch
@@ -71,71 +72,23 @@ def explain(
     if not isinstance(reader.model, TorchModel):
         raise ValueError("explaining needs a reader on a PyTorch model (rckit.answering.torch_backend.TorchModel)")
     module, device = reader.model.model, reader.model.device
-    answers = reader.answer(context, question, 1, max_answer_len, stride)
-    answer = explained = answers[0]
-    notes: list[str] = []
-    if answer["start"] is None and reader.verifier is not None and len(answers) > 1:
-        # The verifier's abstention, not the model's: what is explained is the reader's best span.
-        explained = answers[1]
-        notes.append(
-            f"the verifier says the text holds no answer (p {answer['no_answer_probability']:.2f}); "
-            f"shown: why the reader would answer {explained['answer']!r}, its best guess"
-        )
+    answer, explained, notes = answer_explained(reader, context, question, max_answer_len, stride)
     job = reader.plan([(context, question)], 1, max_answer_len, stride)
-    item, n_windows = answer_window(reader, job, explained)
-    _, c, lo, hi = item
-    a = job.arrays
-    offsets = a["ctx_offsets"][a["ctx_ptr"][c] + lo : a["ctx_ptr"][c] + hi].tolist()  # the window's tokens
+    item, offsets, span, window_notes = window_explained(reader, job, explained)
+    notes += window_notes
     _, q_offsets = tokenize(question)
-    if n_windows > 1:
-        notes.append(
-            f"the context is {int(a['ctx_ptr'][c + 1] - a['ctx_ptr'][c])} tokens, read in {n_windows} "
-            f"windows of at most {reader.window}; shown: tokens {lo} to {hi - 1}, the window that gave "
-            f"the answer"
-        )
-    span = None
-    if explained["start"] is not None:
-        starts, ends = [s for s, _ in offsets], [e for _, e in offsets]
-        span = (starts.index(explained["start"]), ends.index(explained["end"]))  # inclusive token span in the window
-
-    inputs = {k: torch.from_numpy(v).to(device) for k, v in answer_inputs(a, [item]).items()}
+    inputs = {k: torch.from_numpy(v).to(device) for k, v in answer_inputs(job.arrays, [item]).items()}
+    _, _, lo, hi = item
     with torch.no_grad(), recorded_attention(module, hi - lo) as seen:
         out = module.answer_pass(*(inputs[k] for k in INPUTS), **{k: inputs[k] for k in STATE_INPUTS if k in inputs})
     start_probs, end_probs, null_prob = probabilities(out)
-    attention = None
-    if seen:
-        attention = seen[0]
-        if len(seen) > 1:
-            notes.append(f"the model has {len(seen)} {attention['kind']} layers; shown: the first")
-        if attention["kind"] == "coattention":
-            notes.append(
-                "coattention without its sentinels: a context token's row sums to 1 less its weight on "
-                "the question's sentinel, a question token's column to 1 less the context's"
-            )
-    else:
-        notes.append(
-            f"{reader.info.get('model', 'this model')} has no attention layer (context-query or coattention) to show"
-        )
-    decoder = decoder_trace(out) if isinstance(out, DCNOutput) else None
-    if decoder and span is not None and (decoder[-1]["start"], decoder[-1]["end"]) != span:
-        # The Reader decodes the last iteration's logits as every span model's (best_spans), within
-        # the answer's length limit; the decoder's own pointers may lie outside it.
-        notes.append(
-            f"the decoder's last pointers (start word {decoder[-1]['start'] + 1}, end word "
-            f"{decoder[-1]['end'] + 1}) are not a span of at most {job.max_answer_len} words; the answer "
-            f"is the best such span of the last iteration's start and end probabilities"
-        )
+    attention, attention_notes = attention_shown(seen, reader.info.get("model", "this model"))
+    decoder, decoder_notes = decoder_shown(out, span, job.max_answer_len)
+    notes += attention_notes + decoder_notes
     if span is None:
         notes.append("the model abstains: the score explained is the null's, start_null + end_null")
-    path = (out.starts[:, 0], out.ends[:, 0]) if isinstance(out, DCNOutput) else None
-    saliency = word_saliency(module, inputs, span, steps, reader.batch_size, path)
-    ig = saliency["integrated_gradients"]
-    gap = ig["score"] - ig["baseline_score"]
-    if abs(ig["sum"] - gap) > 0.05 * abs(gap) + 1e-3:
-        notes.append(
-            f"integrated gradients sum to {ig['sum']:.4g} where score - baseline_score is {gap:.4g}: "
-            f"more steps than {steps} may close the gap"
-        )
+    saliency, saliency_notes = saliency_explained(module, inputs, out, span, steps, reader.batch_size)
+    notes += saliency_notes
     return {
         "model": reader.info.get("model", ""),
         "context": context,
@@ -155,6 +108,106 @@ def explain(
         "saliency": saliency,
         "notes": notes,
     }
+
+
+def answer_explained(
+    reader, context: str, question: str, max_answer_len: int | None, stride: int | None
+) -> tuple[Answer, Answer, list[str]]:
+    """The reader's answer and the answer explained: the same, but where the verifier abstains and
+    the model would not, the reader's best span (a note says so)."""
+    answers = reader.answer(context, question, 1, max_answer_len, stride)
+    answer = explained = answers[0]
+    notes: list[str] = []
+    if answer["start"] is None and reader.verifier is not None and len(answers) > 1:
+        # The verifier's abstention, not the model's: what is explained is the reader's best span.
+        explained = answers[1]
+        notes.append(
+            f"the verifier says the text holds no answer (p {answer['no_answer_probability']:.2f}); "
+            f"shown: why the reader would answer {explained['answer']!r}, its best guess"
+        )
+    return answer, explained, notes
+
+
+def window_explained(
+    reader, job, explained: Answer
+) -> tuple[tuple[int, int, int, int], list[tuple[int, int]], tuple[int, int] | None, list[str]]:
+    """The window that gave the ``explained`` answer (:func:`answer_window`): its item, its tokens'
+    character offsets, the answer's inclusive token span in it (None: an abstention), and a note
+    where the context was read in more than one window."""
+    item, n_windows = answer_window(reader, job, explained)
+    _, c, lo, hi = item
+    a = job.arrays
+    offsets = a["ctx_offsets"][a["ctx_ptr"][c] + lo : a["ctx_ptr"][c] + hi].tolist()  # the window's tokens
+    notes = []
+    if n_windows > 1:
+        notes.append(
+            f"the context is {int(a['ctx_ptr'][c + 1] - a['ctx_ptr'][c])} tokens, read in {n_windows} "
+            f"windows of at most {reader.window}; shown: tokens {lo} to {hi - 1}, the window that gave "
+            f"the answer"
+        )
+    span = None
+    if explained["start"] is not None:
+        starts, ends = [s for s, _ in offsets], [e for _, e in offsets]
+        span = (starts.index(explained["start"]), ends.index(explained["end"]))  # inclusive token span in the window
+    return item, offsets, span, notes
+
+
+def attention_shown(seen: list[Attention], model: str) -> tuple[Attention | None, list[str]]:
+    """The attention shown, the first layer's of those ``seen``, and notes on what it leaves out
+    (``model``: named where it has no attention layer)."""
+    if not seen:
+        return None, [f"{model} has no attention layer (context-query or coattention) to show"]
+    attention = seen[0]
+    notes = []
+    if len(seen) > 1:
+        notes.append(f"the model has {len(seen)} {attention['kind']} layers; shown: the first")
+    if attention["kind"] == "coattention":
+        notes.append(
+            "coattention without its sentinels: a context token's row sums to 1 less its weight on "
+            "the question's sentinel, a question token's column to 1 less the context's"
+        )
+    return attention, notes
+
+
+def decoder_shown(
+    out: SpanOutput, span: tuple[int, int] | None, max_answer_len: int
+) -> tuple[list[DecoderStep] | None, list[str]]:
+    """DCN's decoder iterations (:func:`decoder_trace`; None for another model), and a note where
+    its last pointers are not the answer's span."""
+    decoder = decoder_trace(out) if isinstance(out, DCNOutput) else None
+    notes = []
+    if decoder and span is not None and (decoder[-1]["start"], decoder[-1]["end"]) != span:
+        # The Reader decodes the last iteration's logits as every span model's (best_spans), within
+        # the answer's length limit; the decoder's own pointers may lie outside it.
+        notes.append(
+            f"the decoder's last pointers (start word {decoder[-1]['start'] + 1}, end word "
+            f"{decoder[-1]['end'] + 1}) are not a span of at most {max_answer_len} words; the answer "
+            f"is the best such span of the last iteration's start and end probabilities"
+        )
+    return decoder, notes
+
+
+def saliency_explained(
+    module: ReadingModel,
+    inputs: dict[str, torch.Tensor],
+    out: SpanOutput,
+    span: tuple[int, int] | None,
+    steps: int,
+    chunk: int,
+) -> tuple[Saliency, list[str]]:
+    """The words' saliency (:func:`word_saliency`; DCN's decoder held to the path ``out`` took), and
+    a note where the integrated gradients' sum misses the score's change (more steps may close it)."""
+    path = (out.starts[:, 0], out.ends[:, 0]) if isinstance(out, DCNOutput) else None
+    saliency = word_saliency(module, inputs, span, steps, chunk, path)
+    ig = saliency["integrated_gradients"]
+    gap = ig["score"] - ig["baseline_score"]
+    notes = []
+    if abs(ig["sum"] - gap) > 0.05 * abs(gap) + 1e-3:
+        notes.append(
+            f"integrated gradients sum to {ig['sum']:.4g} where score - baseline_score is {gap:.4g}: "
+            f"more steps than {steps} may close the gap"
+        )
+    return saliency, notes
 
 
 def answer_window(reader, job, answer) -> tuple[tuple[int, int, int, int], int]:

@@ -40,140 +40,171 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path, r
     (7 bits, as :func:`quantize_weights`): a piece's states then depend on its own text only, never on
     which texts share its batch or how wide they are padded."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     weights = {k.removeprefix("bert."): v for k, v in encoder_weights(files.root).items()}
     cfg = files.config
     d, H = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    eps = float(cfg.get("layer_norm_eps", 1e-12))
-    nodes, inits = [], []
-    count = {"n": 0}
-
-    def const(name: str, value) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
-
-    def w(name: str, transpose: bool = False) -> str:
-        value = weights[name]
-        return const(name, np.ascontiguousarray(value.T) if transpose else value)
-
-    def node(op: str, inputs: list[str], prefix: str = "", **attrs) -> str:
-        count["n"] += 1
-        out_name = f"{prefix}{op.lower()}_{count['n']}"
-        nodes.append(helper.make_node(op, inputs, [out_name], name=out_name, **attrs))
-        return out_name
-
-    quantized: dict[str, tuple[str, str]] = {}
-
-    def by_rows(x: str) -> tuple[str, str]:  # x (..., n) -> uint8 x / s + 128 and s (..., 1), s = max|x| / 127
-        if x not in quantized:
-            s = node("Div", [node("Max", [node("ReduceMax", [node("Abs", [x])], axes=[-1]), tiny]), c127])
-            q = node("Cast", [node("Add", [node("Round", [node("Div", [x, s])]), c128])], to=TensorProto.UINT8)
-            quantized[x] = (q, s)
-        return quantized[x]
-
-    def linear(x: str, prefix: str) -> str:  # x W^T + b, W stored (out, in) as PyTorch's
-        if not rows:
-            return node("Add", [node("MatMul", [x, w(prefix + ".weight", transpose=True)]), w(prefix + ".bias")])
-        q, s = by_rows(x)
-        # 7 bits a weight: on a CPU without VNNI (AVX2) the u8 x s8 products of 8-bit weights saturate in pairs.
-        w_q, w_scale = int8_rows(weights[prefix + ".weight"], 63)  # (out, in), (out,)
-        product = node("MatMulInteger", [q, const(prefix + ".q", np.ascontiguousarray(w_q.T)), zero_u8, zero_i8])
-        # The weight's scale first, then the rows': onnxruntime fuses MatMulInteger, Cast and a Mul by
-        # the weight's scale into one op, and multiplying by both at once there gave wrong states.
-        y = node(
-            "Mul", [node("Cast", [product], to=TensorProto.FLOAT), const(prefix + ".s", w_scale.astype(np.float32))]
-        )
-        return node("Add", [node("Mul", [y, s]), w(prefix + ".bias")])
-
-    def norm(x: str, prefix: str) -> str:
-        return node("LayerNormalization", [x, w(prefix + ".weight"), w(prefix + ".bias")], axis=-1, epsilon=eps)
-
-    tiny, c127, c128 = (
-        const(n, np.array(v, np.float32)) for n, v in (("tiny", 1e-12), ("c127", 127.0), ("c128", 128.0))
-    )
-    zero_u8, zero_i8 = const("zero_u8", np.array(128, np.uint8)), const("zero_i8", np.array(0, np.int8))
-    # h0 = LayerNorm(E_word[ids] + E_position[0..P-1] + E_type[0])
-    shape = node("Shape", ["ids"])
-    P = node("Gather", [shape, const("one_i", np.array(1, np.int64))], axis=0)
-    positions = node("Range", [const("zero_i", np.array(0, np.int64)), P, const("step_i", np.array(1, np.int64))])
-    h = node("Add", [node("Gather", ["embeddings_word", "ids"]), node("Gather", ["embeddings_position", positions])])
-    inits.append(numpy_helper.from_array(weights["embeddings.word_embeddings.weight"], "embeddings_word"))
-    inits.append(numpy_helper.from_array(weights["embeddings.position_embeddings.weight"], "embeddings_position"))
-    h = node("Add", [h, const("type0", weights["embeddings.token_type_embeddings.weight"][0])])
-    h = norm(h, "embeddings.LayerNorm")
-    # Padding: finfo(float32).min added to the scores of padded keys, (B, 1, 1, P).
-    pad = node("Not", ["mask"])
-    bias = node(
-        "Mul",
-        [node("Cast", [pad], to=TensorProto.FLOAT), const("fill", np.array(np.finfo(np.float32).min, np.float32))],
-    )
-    bias = node("Unsqueeze", [bias, const("axes_12", np.array([1, 2], np.int64))])
-    heads_shape = const("heads_shape", np.array([0, 0, H, d // H], np.int64))
-    merged_shape = const("merged_shape", np.array([0, 0, d], np.int64))
-    scale = const("scale", np.array(1.0 / math.sqrt(d // H), np.float32))
+    g = _Graph(weights, float(cfg.get("layer_norm_eps", 1e-12)), rows)
+    h = _embeddings(g)
+    bias = _padding_bias(g)
+    heads_shape = g.const("heads_shape", np.array([0, 0, H, d // H], np.int64))
+    merged_shape = g.const("merged_shape", np.array([0, 0, d], np.int64))
+    scale = g.const("scale", np.array(1.0 / math.sqrt(d // H), np.float32))
     states = {0: h}
     for n in range(max(layers)):
-        p = f"encoder.layer.{n}."
-
-        def heads(x: str) -> str:  # (B, P, d) -> (B, H, P, d/H)
-            return node("Transpose", [node("Reshape", [x, heads_shape])], perm=[0, 2, 1, 3])
-
-        q, k, v = (heads(linear(h, p + f"attention.self.{part}")) for part in ("query", "key", "value"))
-        # The two products of activations are named "attention_": int8 quantization leaves them in fp32.
-        scores = node(
-            "Add",
-            [
-                node("Mul", [node("MatMul", [q, node("Transpose", [k], perm=[0, 1, 3, 2])], prefix=ATTENTION), scale]),
-                bias,
-            ],
-        )  # (B, H, P, P)
-        ctx = node("MatMul", [node("Softmax", [scores], axis=-1), v], prefix=ATTENTION)  # (B, H, P, d/H)
-        ctx = node("Reshape", [node("Transpose", [ctx], perm=[0, 2, 1, 3]), merged_shape])  # (B, P, d)
-        a = norm(node("Add", [h, linear(ctx, p + "attention.output.dense")]), p + "attention.output.LayerNorm")
-        f = linear(a, p + "intermediate.dense")
-        # GELU with erf, as BERT's: x * (1 + erf(x / sqrt 2)) / 2
-        f = node(
-            "Mul",
-            [
-                f,
-                node(
-                    "Mul",
-                    [
-                        node(
-                            "Add",
-                            [
-                                node(
-                                    "Erf", [node("Div", [f, const(f"sqrt2_{n}", np.array(math.sqrt(2.0), np.float32))])]
-                                ),
-                                const(f"one_{n}", np.array(1.0, np.float32)),
-                            ],
-                        ),
-                        const(f"half_{n}", np.array(0.5, np.float32)),
-                    ],
-                ),
-            ],
-        )
-        h = norm(node("Add", [a, linear(f, p + "output.dense")]), p + "output.LayerNorm")
+        h = _encoder_layer(g, h, n, bias, heads_shape, merged_shape, scale)
         states[n + 1] = h
-    axis2 = const("axis2", np.array([2], np.int64))
-    stacked = [node("Unsqueeze", [states[layer], axis2]) for layer in layers]
-    nodes.append(helper.make_node("Concat", stacked, ["states"], axis=2))  # (B, P, K, D)
+    axis2 = g.const("axis2", np.array([2], np.int64))
+    stacked = [g.node("Unsqueeze", [states[layer], axis2]) for layer in layers]
+    g.nodes.append(helper.make_node("Concat", stacked, ["states"], axis=2))  # (B, P, K, D)
     graph = helper.make_graph(
-        nodes,
+        g.nodes,
         "rckit_contextual_encoder",
         [
             helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "P"]),
             helper.make_tensor_value_info("mask", TensorProto.BOOL, ["B", "P"]),
         ],
         [helper.make_tensor_value_info("states", TensorProto.FLOAT, ["B", "P", len(layers), d])],
-        inits,
+        g.inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rckit")
     onnx.checker.check_model(model)
     out = Path(out)
     onnx.save(model, str(out))
     return out
+
+
+class _Graph:
+    """The graph :func:`build_graph` writes, as it grows: its nodes and initializers in the order
+    made, each node named for its op and its place (``matmul_12``), and the encoder's weights.
+    The ``onnx`` package is imported where it is used: it is an extra, and this module loads
+    without it (:func:`encoder_graph` names the install)."""
+
+    def __init__(self, weights: dict[str, np.ndarray], eps: float, rows: bool):
+        self.weights, self.eps, self.rows = weights, eps, rows
+        self.nodes: list = []
+        self.inits: list = []
+        self.count = 0
+        self.quantized: dict[str, tuple[str, str]] = {}  # an activation's int8 rows, made once
+        self.tiny, self.c127, self.c128 = (
+            self.const(n, np.array(v, np.float32)) for n, v in (("tiny", 1e-12), ("c127", 127.0), ("c128", 128.0))
+        )
+        self.zero_u8 = self.const("zero_u8", np.array(128, np.uint8))
+        self.zero_i8 = self.const("zero_i8", np.array(0, np.int8))
+
+    def const(self, name: str, value) -> str:
+        """An initializer ``name`` holding ``value``; returns its name."""
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def weight(self, name: str, transpose: bool = False) -> str:
+        """The encoder's weight ``name`` as an initializer (``transpose``: stored transposed)."""
+        value = self.weights[name]
+        return self.const(name, np.ascontiguousarray(value.T) if transpose else value)
+
+    def node(self, op: str, inputs: list[str], prefix: str = "", **attrs) -> str:
+        """A node ``op`` on ``inputs``; returns the name of its one output (the node's own)."""
+        from onnx import helper
+
+        self.count += 1
+        out_name = f"{prefix}{op.lower()}_{self.count}"
+        self.nodes.append(helper.make_node(op, inputs, [out_name], name=out_name, **attrs))
+        return out_name
+
+    def by_rows(self, x: str) -> tuple[str, str]:  # x (..., n) -> uint8 x / s + 128 and s (..., 1), s = max|x| / 127
+        from onnx import TensorProto
+
+        if x not in self.quantized:
+            node = self.node
+            s = node("Div", [node("Max", [node("ReduceMax", [node("Abs", [x])], axes=[-1]), self.tiny]), self.c127])
+            q = node("Cast", [node("Add", [node("Round", [node("Div", [x, s])]), self.c128])], to=TensorProto.UINT8)
+            self.quantized[x] = (q, s)
+        return self.quantized[x]
+
+    def linear(self, x: str, prefix: str) -> str:  # x W^T + b, W stored (out, in) as PyTorch's
+        from onnx import TensorProto
+
+        node = self.node
+        if not self.rows:
+            product = node("MatMul", [x, self.weight(prefix + ".weight", transpose=True)])
+            return node("Add", [product, self.weight(prefix + ".bias")])
+        q, s = self.by_rows(x)
+        # 7 bits a weight: on a CPU without VNNI (AVX2) the u8 x s8 products of 8-bit weights saturate in pairs.
+        w_q, w_scale = int8_rows(self.weights[prefix + ".weight"], 63)  # (out, in), (out,)
+        product = node(
+            "MatMulInteger", [q, self.const(prefix + ".q", np.ascontiguousarray(w_q.T)), self.zero_u8, self.zero_i8]
+        )
+        # The weight's scale first, then the rows': onnxruntime fuses MatMulInteger, Cast and a Mul by
+        # the weight's scale into one op, and multiplying by both at once there gave wrong states.
+        y = node(
+            "Mul",
+            [node("Cast", [product], to=TensorProto.FLOAT), self.const(prefix + ".s", w_scale.astype(np.float32))],
+        )
+        return node("Add", [node("Mul", [y, s]), self.weight(prefix + ".bias")])
+
+    def norm(self, x: str, prefix: str) -> str:
+        """LayerNorm over the last axis with the weights under ``prefix``."""
+        return self.node(
+            "LayerNormalization",
+            [x, self.weight(prefix + ".weight"), self.weight(prefix + ".bias")],
+            axis=-1,
+            epsilon=self.eps,
+        )
+
+
+def _embeddings(g: _Graph) -> str:
+    """h0 = LayerNorm(E_word[ids] + E_position[0..P-1] + E_type[0]), (B, P, d)."""
+    shape = g.node("Shape", ["ids"])
+    P = g.node("Gather", [shape, g.const("one_i", np.array(1, np.int64))], axis=0)
+    positions = g.node("Range", [g.const("zero_i", np.array(0, np.int64)), P, g.const("step_i", np.array(1, np.int64))])
+    words = g.node("Gather", [g.const("embeddings_word", g.weights["embeddings.word_embeddings.weight"]), "ids"])
+    places = g.node(
+        "Gather", [g.const("embeddings_position", g.weights["embeddings.position_embeddings.weight"]), positions]
+    )
+    h = g.node("Add", [words, places])
+    h = g.node("Add", [h, g.const("type0", g.weights["embeddings.token_type_embeddings.weight"][0])])
+    return g.norm(h, "embeddings.LayerNorm")
+
+
+def _padding_bias(g: _Graph) -> str:
+    """finfo(float32).min added to the scores of padded keys, (B, 1, 1, P)."""
+    from onnx import TensorProto
+
+    pad = g.node("Not", ["mask"])
+    bias = g.node(
+        "Mul",
+        [g.node("Cast", [pad], to=TensorProto.FLOAT), g.const("fill", np.array(np.finfo(np.float32).min, np.float32))],
+    )
+    return g.node("Unsqueeze", [bias, g.const("axes_12", np.array([1, 2], np.int64))])
+
+
+def _encoder_layer(g: _Graph, h: str, n: int, bias: str, heads_shape: str, merged_shape: str, scale: str) -> str:
+    """Layer ``n`` on the states ``h`` (B, P, d): self-attention over the real pieces (``bias``), its
+    residual and LayerNorm, then the GELU feed-forward, its residual and LayerNorm."""
+    p = f"encoder.layer.{n}."
+
+    def heads(x: str) -> str:  # (B, P, d) -> (B, H, P, d/H)
+        return g.node("Transpose", [g.node("Reshape", [x, heads_shape])], perm=[0, 2, 1, 3])
+
+    q, k, v = (heads(g.linear(h, p + f"attention.self.{part}")) for part in ("query", "key", "value"))
+    # The two products of activations are named "attention_": int8 quantization leaves them in fp32.
+    qk = g.node("MatMul", [q, g.node("Transpose", [k], perm=[0, 1, 3, 2])], prefix=ATTENTION)
+    scores = g.node("Add", [g.node("Mul", [qk, scale]), bias])  # (B, H, P, P)
+    ctx = g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v], prefix=ATTENTION)  # (B, H, P, d/H)
+    ctx = g.node("Reshape", [g.node("Transpose", [ctx], perm=[0, 2, 1, 3]), merged_shape])  # (B, P, d)
+    a = g.norm(g.node("Add", [h, g.linear(ctx, p + "attention.output.dense")]), p + "attention.output.LayerNorm")
+    f = _gelu(g, g.linear(a, p + "intermediate.dense"), n)
+    return g.norm(g.node("Add", [a, g.linear(f, p + "output.dense")]), p + "output.LayerNorm")
+
+
+def _gelu(g: _Graph, f: str, n: int) -> str:
+    """GELU with erf, as BERT's: f * (1 + erf(f / sqrt 2)) / 2 (layer ``n``'s constants)."""
+    erf = g.node("Erf", [g.node("Div", [f, g.const(f"sqrt2_{n}", np.array(math.sqrt(2.0), np.float32))])])
+    plus_one = g.node("Add", [erf, g.const(f"one_{n}", np.array(1.0, np.float32))])
+    return g.node("Mul", [f, g.node("Mul", [plus_one, g.const(f"half_{n}", np.array(0.5, np.float32))])])
 
 
 def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cache: str | Path) -> Path:
@@ -240,8 +271,6 @@ def quantize_weights(fp32: Path, out: Path, exclude: list[str]) -> Path:
 
 class OnnxRunner:
     """The encoder's graph on ONNX Runtime: ids (B, P), mask (B, P) -> states (B, P, K, D) float32."""
-
-    backend = "onnxruntime"
 
     def __init__(
         self,

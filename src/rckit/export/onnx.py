@@ -125,9 +125,43 @@ def export_onnx(
     name = meta["model"]
     torch_reader = Reader.from_parts(TorchModel(module), vocabs, meta, meta["file"])
     pairs, where = check_pairs(check_data, meta, check_questions)
+    names, args, shapes = example_inputs(torch_reader, pairs)
+    outputs = ["start_logits", "end_logits"] + (["start_null", "end_null"] if module.no_answer else [])
+    out_file = Path(out_file)
+    tmp = temporary_beside(out_file)
+    try:
+        program = traced(module, args, names, shapes, outputs, source, name)
+        proto = compact(program.model_proto)
+        frozen_rows = leave_out_package_rows(proto, module, vocabs)
+        record = onnx_record(meta, torch_reader, vocabs, frozen_rows, int8, encoder_int8)
+        with_metadata(proto, record)
+        onnx.save(proto, str(tmp))
+        if int8:
+            _quantize(tmp)
+            record["quantized"] = f"int8-{int8}"
+            _set_metadata(tmp, record)
+        onnx_reader = Reader.from_parts(OnnxModel(tmp), vocabs, record, tmp)
+        check = checked(torch_reader, onnx_reader, pairs, where, source, name, exact=not int8 and not encoder_int8)
+        record["check"] = check
+        _set_metadata(tmp, record)
+        as_created(tmp)
+        os.replace(tmp, out_file)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {
+        "file": str(out_file),
+        "bytes": out_file.stat().st_size,
+        "sha256": file_digest(out_file),
+        "model": name,
+        "quantized": record["quantized"],
+        "check": check,
+    }
 
-    # Example inputs: three questions on two windows of different lengths, so that no size is
-    # traced as a constant and nothing as "no padding".
+
+def example_inputs(torch_reader: Reader, pairs: list[tuple[str, str]]) -> tuple[tuple[str, ...], tuple, dict]:
+    """The inputs the model is traced on (their names, the tensors, their dynamic dimensions): three
+    questions on two windows of different lengths, so that no size is traced as a constant and
+    nothing as "no padding"."""
     (c1, q1), (c2, q2) = pairs[:2] if len(pairs) >= 2 and pairs[0][0] != pairs[1][0] else SAMPLES_PAIRS[:2]
     job = torch_reader.plan([(c1, q1), (c1, q2), (c2[: len(c2) // 2], q2)])
     example = answer_inputs(job.arrays, [item for group in job.windows for item in group])
@@ -147,98 +181,114 @@ def export_onnx(
     }
     if "c_states" in example:
         shapes.update(c_states={0: u, 1: c_len}, q_states={0: b, 1: q_len})
-    outputs = ["start_logits", "end_logits"] + (["start_null", "end_null"] if module.no_answer else [])
-    out_file = Path(out_file)
+    return names, args, shapes
+
+
+def temporary_beside(out_file: Path) -> Path:
+    """An empty temporary file in ``out_file``'s folder (made where missing): the file is written and
+    checked there, then renamed to ``out_file``."""
     out_file.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out_file.name}.", suffix=".tmp.onnx", dir=out_file.parent)
     os.close(fd)
-    tmp = Path(tmp)
+    return Path(tmp)
+
+
+def traced(
+    module: torch.nn.Module,
+    args: tuple,
+    names: tuple[str, ...],
+    shapes: dict,
+    outputs: list[str],
+    source: Path,
+    name: str,
+):
+    """The model's answering pass traced by ``torch.export`` and written by ``torch.onnx.export``
+    (dynamo), with the graph forms of :mod:`rckit.kernels` that are on and the exporter's chatter
+    kept quiet; a model that does not trace is refused in one line."""
+    graph_forms = ",".join(n for n in kernels.GRAPH if kernels.enabled(n)) or "none"  # RCKIT_KERNELS may drop them
+    opset = OPSET if kernels.enabled("graph_attention") else PLAIN_OPSET
+    chatter = io.StringIO()  # the exporter prints its steps and, on failure, the traced graph
     try:
-        graph_forms = ",".join(n for n in kernels.GRAPH if kernels.enabled(n)) or "none"  # RCKIT_KERNELS may drop them
-        opset = OPSET if kernels.enabled("graph_attention") else PLAIN_OPSET
-        chatter = io.StringIO()  # the exporter prints its steps and, on failure, the traced graph
-        try:
-            with (
-                kernels.use(graph_forms),
-                torch.no_grad(),
-                warnings.catch_warnings(),
-                contextlib.redirect_stdout(chatter),
-                contextlib.redirect_stderr(chatter),
-                _quiet("torch"),
-            ):
-                warnings.simplefilter("ignore")
-                program = torch.onnx.export(
-                    _Forward(module).eval(),
-                    args,
-                    dynamo=True,
-                    dynamic_shapes=shapes,
-                    input_names=list(names),
-                    output_names=outputs,
-                    opset_version=opset,
-                    custom_translation_table=graph.onnx_translations(),
-                    optimize=True,
-                    verbose=False,
-                )
-        except Exception as e:
-            raise ValueError(
-                f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
-                "through PyTorch (a run or a .safetensors export)"
-            ) from e
-        proto = compact(program.model_proto)
-        frozen_rows = leave_out_package_rows(proto, module, vocabs)
-        record = {
-            "format": FORMAT,
-            "model": name,
-            "model_config": meta["model_config"],
-            "decode": asdict(decode_config_of(meta)),
-            "train_config": {"max_c_len": torch_reader.window},
-            "vocab": vocabs.to_json(),
-            "dev_score": meta.get("dev_score"),
-            "scores": [] if int8 or encoder_int8 else meta.get("scores", []),
-            "step": meta.get("step"),
-            "parameters": torch_reader.model.parameters,
-            "quantized": None,
-            "frozen_rows": frozen_rows,
-            "embedding": {"contextual": contextual_record(meta, encoder_int8)},
-            "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
-            **({"verifier": meta["verifier"]} if meta.get("verifier") else {}),  # rckit.answering.verifier
-        }
-        with_metadata(proto, record)
-        onnx.save(proto, str(tmp))
-        if int8:
-            _quantize(tmp)
-            record["quantized"] = f"int8-{int8}"
-            _set_metadata(tmp, record)
-        onnx_reader = Reader.from_parts(OnnxModel(tmp), vocabs, record, tmp)
-        try:
-            check = compare(torch_reader, onnx_reader, pairs)
-        except Exception as e:
-            if not type(e).__module__.startswith("onnxruntime"):  # its Fail, InvalidGraph, ...: no common base
-                raise
-            raise ValueError(
-                f"{source}: the {name} model's ONNX graph does not run on onnxruntime "
-                f"({' '.join(str(e).split())[:200]}): not written"
-            ) from e
-        check["data"] = where
-        if not int8 and not encoder_int8 and check["max_abs_logit_diff"] > TOLERANCE:
-            raise ValueError(
-                f"{source}: the ONNX model's logits differ from PyTorch's by "
-                f"{check['max_abs_logit_diff']:.3g} (more than {TOLERANCE}) on {where}: not written"
+        with (
+            kernels.use(graph_forms),
+            torch.no_grad(),
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(chatter),
+            contextlib.redirect_stderr(chatter),
+            _quiet("torch"),
+        ):
+            warnings.simplefilter("ignore")
+            return torch.onnx.export(
+                _Forward(module).eval(),
+                args,
+                dynamo=True,
+                dynamic_shapes=shapes,
+                input_names=list(names),
+                output_names=outputs,
+                opset_version=opset,
+                custom_translation_table=graph.onnx_translations(),
+                optimize=True,
+                verbose=False,
             )
-        record["check"] = check
-        _set_metadata(tmp, record)
-        as_created(tmp)
-        os.replace(tmp, out_file)
-    finally:
-        tmp.unlink(missing_ok=True)
+    except Exception as e:
+        raise ValueError(
+            f"{source}: the {name} model does not export to ONNX ({why_not(e)}); it answers "
+            "through PyTorch (a run or a .safetensors export)"
+        ) from e
+
+
+def onnx_record(
+    meta: dict, torch_reader: Reader, vocabs, frozen_rows: dict, int8: str | None, encoder_int8: bool
+) -> dict:
+    """The metadata the ONNX file carries (read by :mod:`rckit.answering.onnx_backend`), before it is
+    quantized and checked: a quantized file keeps none of its source's scores."""
     return {
-        "file": str(out_file),
-        "bytes": out_file.stat().st_size,
-        "sha256": file_digest(out_file),
-        "model": name,
-        "quantized": record["quantized"],
-        "check": check,
+        "format": FORMAT,
+        "model": meta["model"],
+        "model_config": meta["model_config"],
+        "decode": asdict(decode_config_of(meta)),
+        "train_config": {"max_c_len": torch_reader.window},
+        "vocab": vocabs.to_json(),
+        "dev_score": meta.get("dev_score"),
+        "scores": [] if int8 or encoder_int8 else meta.get("scores", []),
+        "step": meta.get("step"),
+        "parameters": torch_reader.model.parameters,
+        "quantized": None,
+        "frozen_rows": frozen_rows,
+        "embedding": {"contextual": contextual_record(meta, encoder_int8)},
+        "source": {"file": Path(meta["file"]).name, "sha256": file_digest(Path(meta["file"]))},
+        **({"verifier": meta["verifier"]} if meta.get("verifier") else {}),  # rckit.answering.verifier
     }
+
+
+def checked(
+    torch_reader: Reader,
+    onnx_reader: Reader,
+    pairs: list[tuple[str, str]],
+    where: str,
+    source: Path,
+    name: str,
+    exact: bool,
+) -> dict:
+    """The written graph compared with the PyTorch model on ``pairs`` (:func:`compare`, ``where``
+    noted): refused in one line where onnxruntime cannot run it, or, ``exact`` (an fp32 file), where
+    its logits differ by more than :data:`TOLERANCE`."""
+    try:
+        check = compare(torch_reader, onnx_reader, pairs)
+    except Exception as e:
+        if not type(e).__module__.startswith("onnxruntime"):  # its Fail, InvalidGraph, ...: no common base
+            raise
+        raise ValueError(
+            f"{source}: the {name} model's ONNX graph does not run on onnxruntime "
+            f"({' '.join(str(e).split())[:200]}): not written"
+        ) from e
+    check["data"] = where
+    if exact and check["max_abs_logit_diff"] > TOLERANCE:
+        raise ValueError(
+            f"{source}: the ONNX model's logits differ from PyTorch's by "
+            f"{check['max_abs_logit_diff']:.3g} (more than {TOLERANCE}) on {where}: not written"
+        )
+    return check
 
 
 def contextual_record(meta: dict, encoder_int8: bool) -> dict | None:

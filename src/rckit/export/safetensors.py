@@ -74,7 +74,27 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
     model, vocabs, loaded = load_model(run_dir, "cpu")
     if loaded["task"] == "cloze":
         raise ValueError(f"{run_dir} is a cloze model; only span models (SQuAD) can be exported for answering")
-    words = vocabs.words.itos
+    tensors, extra = state_parts(model, run_dir)
+    frozen_rows = package_rows_left_out(model, tensors, vocabs.words.itos)
+    out, quantized = stored_tensors(tensors, dtype)
+    meta = export_metadata(loaded, vocabs, frozen_rows, extra, dtype, quantized)
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out, meta, out_file)
+    return {
+        "file": str(out_file),
+        "bytes": out_file.stat().st_size,
+        "sha256": file_digest(out_file),
+        "dtype": dtype,
+        "model": loaded["model"],
+        "dev_score": loaded["dev_score"],
+        "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()},
+    }
+
+
+def state_parts(model: torch.nn.Module, run_dir: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """The model's state dict split into its tensors and the rest (``extra_state``), which must be
+    plain data (JSON)."""
     tensors: dict[str, torch.Tensor] = {}
     extra: dict = {}
     for key, value in model.state_dict().items():
@@ -86,7 +106,12 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         json.dumps(extra)
     except TypeError as e:
         raise ValueError(f"{run_dir}: the model holds state that is not a tensor and not plain data ({e})") from e
+    return tensors, extra
 
+
+def package_rows_left_out(model: torch.nn.Module, tensors: dict[str, torch.Tensor], words: list[str]) -> dict:
+    """The ``frozen_rows`` record of each fixed word table: its rows are taken out of ``tensors``
+    where they are exactly the GloVe package's vectors of its words (rebuilt at load), else stored."""
     frozen_rows = {}
     for key, table in frozen_tables(model).items():
         rows = tensors[key].float().numpy()
@@ -104,7 +129,12 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         }
         if from_package:
             del tensors[key]
+    return frozen_rows
 
+
+def stored_tensors(tensors: dict[str, torch.Tensor], dtype: str) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The tensors as the file stores them in ``dtype`` (each its own copy), and the keys stored as
+    int8 rows; a weight beyond fp16's range is refused in one line."""
     target = DTYPES[dtype]
     out: dict[str, torch.Tensor] = {}
     quantized = []
@@ -118,9 +148,12 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
             if biggest > torch.finfo(torch.float16).max:
                 raise ValueError(f"{key} holds {biggest:.3g}, beyond fp16's range: export with --dtype fp32")
         out[key] = (t.to(target) if t.is_floating_point() else t).contiguous().clone()  # no shared storage
+    return out, quantized
 
-    dev = loaded["dev_score"]
-    meta = {
+
+def export_metadata(loaded: dict, vocabs, frozen_rows: dict, extra: dict, dtype: str, quantized: list[str]) -> dict:
+    """The file's ``__metadata__["rckit"]`` record (module docstring)."""
+    return {
         "format": FORMAT,
         "model": loaded["model"],
         "model_config": loaded["model_config"],
@@ -130,24 +163,12 @@ def export_run(run_dir: str | Path, out_file: str | Path, dtype: str = "fp16") -
         "embedding": embedding_record(loaded["embedding"]),
         "frozen_rows": frozen_rows,
         "extra_state": extra,
-        "dev_score": dev,
+        "dev_score": loaded["dev_score"],
         "step": loaded.get("step"),
         "dtype": dtype,
         **({"int8_rows": quantized} if dtype == "int8" else {}),
         "exported_from": str(Path(loaded["file"]).resolve()),
         **({"verifier": loaded["verifier"]} if loaded.get("verifier") else {}),  # rckit.answering.verifier
-    }
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    write_safetensors(out, meta, out_file)
-    return {
-        "file": str(out_file),
-        "bytes": out_file.stat().st_size,
-        "sha256": file_digest(out_file),
-        "dtype": dtype,
-        "model": loaded["model"],
-        "dev_score": dev,
-        "frozen_rows": {k: {f: v[f] for f in ("rows", "source", "sha256")} for k, v in frozen_rows.items()},
     }
 
 

@@ -196,27 +196,32 @@ def _backward_loop(
             dc = dc.baddbmm(dgt[:, :, : 2 * H], w_cif)
     dh0 = dh + dhs[0]
     dxp = dg.view(T, S, B, G)
+    return dxp, dh0, dc, _peephole_grads(dg, c_prev, cs[1:], peep, kind)
+
+
+def _peephole_grads(dg: Tensor, c_prev: Tensor, c: Tensor, peep: Tensor, kind: int) -> Tensor:
+    """The peepholes' gradients summed over steps and batch from the gates' ``dg`` (T, S, B, 4, H):
+    ``w_ci`` and ``w_cf`` peep at ``c_prev`` = c(t-1), ``w_co`` at ``c`` = c(t) (T, S, B, H);
+    ``peep`` itself where there are none (``kind`` 0)."""
     if kind == 1:
-        dpeep = torch.stack(
+        return torch.stack(
             [
                 (dg[:, :, :, 0] * c_prev).sum((0, 2)),
                 (dg[:, :, :, 1] * c_prev).sum((0, 2)),
-                (dg[:, :, :, 3] * cs[1:]).sum((0, 2)),
+                (dg[:, :, :, 3] * c).sum((0, 2)),
             ],
             1,
         )  # (S, 3, H)
-    elif kind == 2:
-        dpeep = torch.stack(
+    if kind == 2:
+        return torch.stack(
             [
                 torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 0], c_prev),
                 torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 1], c_prev),
-                torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 3], cs[1:]),
+                torch.einsum("tsbo,tsbi->soi", dg[:, :, :, 3], c),
             ],
             1,
         )  # (S, 3, H, H)
-    else:
-        dpeep = peep
-    return dxp, dh0, dc, dpeep
+    return peep
 
 
 class _Recurrence(torch.autograd.Function):
