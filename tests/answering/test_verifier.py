@@ -20,13 +20,13 @@ import pytest
 
 from rckit.answering.answer import shown
 from rckit.answering.reader import Reader
-from rckit.answering.verifier import (
+from rckit.answering.verifier import CollectionVerifier, Verifier
+from rckit.answering.verifier_features import (
     COLLECTION_FEATURES,
     FEATURES,
     LEXICAL_FEATURES,
     READER_FEATURES,
     ReaderEvidence,
-    Verifier,
     collection_features,
     features_of,
     lexical_features,
@@ -372,7 +372,7 @@ def test_to_json_and_back_gives_the_same_probabilities():
         back = Verifier.from_json(d)
         x = sample_features(50)
         assert np.array_equal(back.probability(x), v.probability(x))
-        assert back.threshold == v.threshold and back.record == v.record and back.features == FEATURES
+        assert back.threshold == v.threshold and back.record == v.record and back.FEATURES == FEATURES
         assert back.to_json() == d
     p = random_verifier().probability(sample_features(200))
     assert p.shape == (200,) and ((0 < p) & (p < 1)).all() and p.std() > 0.01  # not a constant
@@ -395,6 +395,26 @@ def test_a_verifier_of_other_features_or_a_bad_threshold_is_refused():
         Verifier.from_json({k: v for k, v in d.items() if k != "layers"}, "model.safetensors")
     with pytest.raises(ValueError, match="damaged verifier"):
         Verifier.from_json({**d, "layers": None})
+
+
+def test_a_collection_verifier_travels_inside_the_verifier_and_is_checked_alike():
+    n = len(COLLECTION_FEATURES)
+    rng = np.random.default_rng(1)
+    collection = CollectionVerifier(rng.normal(size=n), np.ones(n), [(rng.normal(size=(1, n)), np.zeros(1))], 0.4)
+    v = random_verifier()
+    v.collection = collection
+    d = json.loads(json.dumps(v.to_json()))
+    assert list(d) == ["features", "mean", "scale", "layers", "threshold", "record", "features_version", "collection"]
+    back = Verifier.from_json(d).collection
+    x = rng.normal(size=(20, n))
+    assert back is not None and np.array_equal(back.probability(x), collection.probability(x))
+    assert back.to_json() == d["collection"] and back.threshold == 0.4
+    with pytest.raises(ValueError, match="model.safetensors: this collection verifier was made by another version"):
+        Verifier.from_json(
+            {**d, "collection": {**d["collection"], "features": d["collection"]["features"][:-1]}}, "model.safetensors"
+        )
+    with pytest.raises(ValueError, match="collection verifier's threshold is a probability"):
+        Verifier.from_json({**d, "collection": {**d["collection"], "threshold": 1.5}})
 
 
 # ---------------------------------------------------------------- 5. in exported files

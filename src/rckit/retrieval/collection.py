@@ -37,7 +37,8 @@ from pathlib import Path
 from rckit.answering.answer import Answer, FoundAnswer, Passage
 from rckit.answering.cross_verifier import CrossVerifier
 from rckit.answering.reader import Reader
-from rckit.answering.verifier import CollectionVerifier, collection_features
+from rckit.answering.verifier import CollectionVerifier
+from rckit.answering.verifier_features import collection_features
 from rckit.retrieval.store import Hit, PassageStore
 
 DEFAULT_PASSAGES = 20
@@ -233,7 +234,7 @@ def checked(
 
 
 def collection_evidence(question: str, read: list[tuple[Hit, list[Answer]]], best: FoundAnswer | None):
-    """:func:`rckit.answering.verifier.collection_features` of the passages ``read`` for
+    """:func:`rckit.answering.verifier_features.collection_features` of the passages ``read`` for
     ``question``, ``best`` the answer ranked first."""
     rows, at = [], None
     for i, (hit, answers) in enumerate(read):

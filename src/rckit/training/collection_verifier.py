@@ -12,7 +12,7 @@ Its training side is SQuAD v1.1 train only: an index of the train articles at ev
 the articles at odd positions (they are not: the right reply is "no answer in these
 documents"), half of each kind. Each question is read as ``rckit ask`` reads it (the reader with
 its passage verifier), ranked (:func:`rckit.retrieval.collection.rank`) and turned into
-:data:`rckit.answering.verifier.COLLECTION_FEATURES`; questions on which the passage verifier
+:data:`rckit.answering.verifier_features.COLLECTION_FEATURES`; questions on which the passage verifier
 already abstained everywhere are left out (the collection verifier never sees them). Each training
 question counts twice, with all its passages and with its first k (k drawn), so that a folder of
 a few files, which retrieves fewer, is not new to it. Logistic
@@ -174,4 +174,4 @@ def train_collection_verifier(
         "passages": passages,
         "seed": seed,
     }
-    return CollectionVerifier(v.mean, v.scale, v.layers, got["threshold"], record=record), record
+    return CollectionVerifier(v.mean, v.scale, v.layers, got["threshold"], record), record

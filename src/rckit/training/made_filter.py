@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rckit.answering.verifier import READER_FEATURES
+from rckit.answering.verifier_features import READER_FEATURES
 from rckit.training.verifier import FeatureCache, Pair, read_features
 
 if TYPE_CHECKING:
