@@ -309,7 +309,7 @@ def test_a_model_that_cannot_abstain_says_so_with_a_null_probability(tiny_run):
 
 
 def test_a_long_document_takes_its_lowest_null_over_the_windows():
-    from rckit.answering.reader import Job
+    from rckit.answering.job import Job
 
     a = {"ctx_ptr": [0, 3], "ctx_offsets": [(0, 1), (2, 3), (4, 5)]}
     job = Job([("a b c", "q")], top_k=1, max_answer_len=5, arrays=a, windows=[], no_answer_threshold=0.0)

@@ -1,15 +1,20 @@
-"""``rckit predict --questions``: a file of questions about new text, answered by a :class:`Reader`.
+"""Questions files: ``rckit predict --questions`` (a file of questions about new text, answered by
+a :class:`Reader`), ``rckit ask --questions`` and their ``--ray`` runs (:mod:`rckit.cluster.answers`).
 
-:func:`read_questions` reads ``{"id", "context", "question"}`` records (a JSON list or JSON
-lines) and refuses a bad one with its line or index before any is answered;
-:func:`answer_questions_file` answers them in order and writes ``{"id", "answers"}`` per record.
+:func:`stream_records` is the one reader of such a file: ``{"id", "context", "question"}`` records
+(``{"id", "question"}`` for ``ask``) from a JSON list or JSON lines, a line at a time; a bad record
+is refused with its line or index (:func:`read_records`: before any is answered) or, on a cluster,
+reported and skipped. :func:`answer_records` answers records in order, as ``{"id", "answers"}``,
+and :func:`answer_questions_file` writes them.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from rckit.answering.reader import Reader, check_text
 from rckit.data.squad import load_json
@@ -27,42 +32,63 @@ def read_questions(path: str | Path) -> list[dict]:
 def read_records(path: str | Path, fields: tuple[str, ...]) -> list[dict]:
     """Records with the text ``fields`` (and an optional ``id``), as :func:`read_questions`
     reads them: ``("question",)`` for questions asked of an index (``rckit ask --questions``)."""
+    return list(stream_records(path, fields))
+
+
+def stream_records(
+    path: str | Path, fields: tuple[str, ...], skip: Callable[[str], object] | None = None
+) -> Iterator[dict]:
+    """The records of a questions file in order, ``{"id", **fields}``, a JSON-lines file read a
+    line at a time (a JSON list is read whole: it has no lines). A line or record that is not one
+    (not UTF-8, not JSON, :func:`record_error`) is refused with its line or index, a ``ValueError``;
+    with ``skip``, reported to it and passed over (``--ray``: the rest is answered)."""
     path = Path(path)
-    shape = "{" + ", ".join(f'"{f}"' for f in ("id", *fields)) + "}"
-    if path.suffix == ".jsonl":
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(
-                f"{path}: not UTF-8 text (byte 0x{e.object[e.start : e.start + 1].hex()} at offset {e.start})"
-            ) from None
-        records = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append((f"line {lineno}", json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: line {lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
-    else:
-        data = load_json(path)
-        if not isinstance(data, list):
-            raise ValueError(
-                f"{path}: expected a list of {shape} records, "
-                f"got a JSON {type(data).__name__} (or use .jsonl, one record a line)"
-            )
-        records = [(f"record [{i}]", r) for i, r in enumerate(data)]
-    out = []
-    for n, (where, rec) in enumerate(records):
+    bad = skip or _refuse
+    numbered = _json_lines(path, bad) if path.suffix == ".jsonl" else _json_list(path, fields)
+    for n, (where, rec) in enumerate(numbered):
         why = record_error(rec, fields)
         if why:
-            raise ValueError(f"{path}: {where}: {why}")
-        out.append({"id": rec.get("id", n), **{f: rec[f] for f in fields}})
-    return out
+            bad(f"{path}: {where}: {why}")
+            continue
+        yield {"id": rec.get("id", n), **{f: rec[f] for f in fields}}
+
+
+def _refuse(why: str) -> None:
+    raise ValueError(why)
+
+
+def _json_lines(path: Path, bad: Callable[[str], object]) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` of each line of a JSON-lines file that holds any; the others to ``bad``."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad(f"{path}: line {lineno}: not UTF-8 text (byte 0x{raw[e.start : e.start + 1].hex()})")
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield f"line {lineno}", json.loads(line)
+            except json.JSONDecodeError as e:
+                bad(f"{path}: line {lineno}: not valid JSON ({e.msg}, column {e.colno})")
+
+
+def _json_list(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` of each item of a file holding a JSON list of records."""
+    data = load_json(path)
+    if not isinstance(data, list):
+        shape = "{" + ", ".join(f'"{f}"' for f in ("id", *fields)) + "}"
+        raise ValueError(
+            f"{path}: expected a list of {shape} records, "
+            f"got a JSON {type(data).__name__} (or use .jsonl, one record a line)"
+        )
+    return ((f"record [{i}]", r) for i, r in enumerate(data))
 
 
 def record_error(rec: object, fields: tuple[str, ...]) -> str | None:
     """Why ``rec`` is not a question record with the text ``fields`` (and an optional string or
-    integer ``id``), or None: what :func:`read_records` refuses a file for, and ``--ray`` skips."""
+    integer ``id``), or None: what :func:`stream_records` refuses a file for, or ``--ray`` skips."""
     shape = "{" + ", ".join(f'"{f}"' for f in ("id", *fields)) + "}"
     if not isinstance(rec, dict):
         return f"expected an object {shape}, got {type(rec).__name__}"
@@ -79,6 +105,24 @@ def record_error(rec: object, fields: tuple[str, ...]) -> str | None:
     return None
 
 
+def answer_records(
+    reader: Reader,
+    records: list[dict],
+    top_k: int = 1,
+    max_answer_len: int | None = None,
+    stride: int | None = None,
+    chunk: int = 2048,
+) -> list[dict]:
+    """``{"id", "answers"}`` of each record (``{"id", "context", "question"}``), in their order,
+    read ``chunk`` at a time (:meth:`Reader.answer_batch`): more than the Reader's own
+    :data:`~rckit.answering.reader.CHUNK`, as a file's questions on one text are usually adjacent,
+    and still bounded memory. A Ray block (:mod:`rckit.cluster.answers`) of at most ``chunk``
+    records is read as one chunk."""
+    pairs = [(r["context"], r["question"]) for r in records]
+    got = reader.answer_batch(pairs, top_k, max_answer_len, stride, chunk=chunk)
+    return [{"id": r["id"], "answers": answers} for r, answers in zip(records, got)]
+
+
 def answer_questions_file(
     reader: Reader,
     records: list[dict],
@@ -86,16 +130,11 @@ def answer_questions_file(
     top_k: int = 1,
     max_answer_len: int | None = None,
     stride: int | None = None,
-    chunk: int = 2048,
 ) -> int:
-    """Answer ``records`` (from :func:`read_questions`) in their order; write ``{"id", "answers"}``
-    per record to ``out`` (``.jsonl``: one a line, else a JSON list; None: JSON lines on stdout).
-    Returns how many were answered."""
-    results = []
-    for lo in range(0, len(records), chunk):  # bounded memory; a file's questions on one text are usually adjacent
-        part = records[lo : lo + chunk]
-        got = reader.answer_batch([(r["context"], r["question"]) for r in part], top_k, max_answer_len, stride)
-        results.extend({"id": r["id"], "answers": answers} for r, answers in zip(part, got))
+    """Answer ``records`` (from :func:`read_questions`) in their order (:func:`answer_records`);
+    write ``{"id", "answers"}`` per record to ``out`` (``.jsonl``: one a line, else a JSON list;
+    None: JSON lines on stdout). Returns how many were answered."""
+    results = answer_records(reader, records, top_k, max_answer_len, stride)
     write_records(results, out)
     return len(results)
 

@@ -13,7 +13,9 @@ can abstain (SQuAD v2.0, ``no_answer``) scores the null beside the spans; where 
 with ``start``/``end`` None, the best spans after it (``always_answer``: the best span first all the
 same). A long context's null is its lowest over the windows: the document answers if any window does.
 ``answer_batch`` does the same for many (context, question) pairs in batched forwards; ``rckit predict``
-and ``rckit serve`` both go through it.
+and ``rckit serve`` both go through it. :meth:`Reader.read_chunks` is the one loop that plans and reads
+many pairs a chunk (:data:`CHUNK`) at a time: answers, best spans (:meth:`Reader.best_spans`:
+evaluation, ``--ray``'s actors) and a verifier's features are all read through it.
 
 Long contexts are read in windows of ``window`` tokens (the run's ``train.max_c_len``, the
 longest context it trained on), ``stride`` tokens apart (default ``window // 2``). With half a
@@ -37,17 +39,18 @@ encodes each distinct window once; each distinct context is tokenized once.
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable
-from dataclasses import asdict, replace
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from rckit.answering.answer import Answer, no_answer, span
-from rckit.answering.decoding import DecodeConfig, abstains, decode_config_of, null_scores, topk_spans
+from rckit.answering.answer import Answer
+from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores, topk_spans
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
-from rckit.answering.verifier import FEATURES, ReaderEvidence, Verifier, features_of, window_evidence
+from rckit.answering.job import Job
+from rckit.answering.verifier import Verifier
+from rckit.answering.verifier_features import ReaderEvidence, window_evidence
 from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import tokenize_texts
 from rckit.data.vocab import FormIndex, Vocabularies
@@ -57,6 +60,10 @@ Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, 
 
 DEFAULT_WINDOW = 400  # tokens; TrainConfig.max_c_len's default, for runs that do not record one
 ENCODER_MEMO_MB = 32  # the contextual encoder keeps the states of the texts read last (about 60 paragraphs)
+# Pairs planned and read together by Reader.read_chunks: evaluation's questions, a verifier's training
+# pairs, a Ray block. Which pairs share a chunk decides which share a forward, so a run cut into the
+# same chunks reads the same answers.
+CHUNK = 256
 
 
 def text_problem(text: str) -> str | None:
@@ -300,15 +307,65 @@ class Reader:
         max_answer_len: int | None = None,
         stride: int | None = None,
         cross: bool = True,
+        chunk: int | None = None,
     ) -> list[list[Answer]]:
         """Answers to many ``(context, question)`` pairs, in their order, in batched forwards:
-        :meth:`plan`, :meth:`read_all`, :meth:`Job.answers`. ``cross``: where the verifier has a
+        :meth:`read_chunks`, :meth:`Job.answers`. ``cross``: where the verifier has a
         cross-encoder, it judges each pair (False: the verifier's features do, as for the many
-        passages of a collection, whose best answers the cross-encoder checks afterwards)."""
-        job = self.plan(pairs, top_k, max_answer_len, stride)
-        job.cross = cross
-        self.read_all(job)
-        return job.answers()
+        passages of a collection, whose best answers the cross-encoder checks afterwards).
+        ``chunk``: pairs planned and read at once (None: all of them, one plan)."""
+        chunks = self.read_chunks(pairs, top_k, max_answer_len, stride, cross=cross, chunk=chunk)
+        return [answers for job in chunks for answers in job.answers()]
+
+    def best_spans(
+        self,
+        pairs: list[tuple[str, str]],
+        *,
+        whole: bool = False,
+        chunk: int | None = CHUNK,
+        progress: Callable[[int], object] | None = None,
+    ) -> list[tuple[str, float | None]]:
+        """Each pair's best span and its no-answer score (:meth:`Job.best_spans`), read by
+        :meth:`read_chunks`: what evaluation scores (``whole``: each context in one window), here
+        or on a Ray actor."""
+        return [
+            best
+            for job in self.read_chunks(pairs, whole=whole, chunk=chunk, progress=progress)
+            for best in job.best_spans()
+        ]
+
+    def read_chunks(
+        self,
+        pairs: list[tuple[str, str]],
+        top_k: int = 1,
+        max_answer_len: int | None = None,
+        stride: int | None = None,
+        *,
+        whole: bool = False,
+        evidence: bool = False,
+        cross: bool = True,
+        chunk: int | None = CHUNK,
+        progress: Callable[[int], object] | None = None,
+    ) -> Iterator[Job]:
+        """The one loop that reads many pairs: ``chunk`` pairs at a time (None: all of them in one
+        plan, even none) planned (:meth:`plan`, with ``top_k``, ``max_answer_len``, ``stride`` and
+        ``whole``) and read (:meth:`read_all`), each chunk's job yielded once read, in order, and
+        ``progress(n)`` called with its number of pairs after it. ``evidence``: the jobs collect
+        the reader's evidence without a verifier, for the features a verifier is trained on
+        (:meth:`Job.features`); ``cross``: as :meth:`answer_batch` takes it. A chunk bounds the
+        arrays held at once and decides which pairs share a forward."""
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"chunk must be >= 1 pair, got {chunk}")
+        parts = [pairs] if chunk is None else (pairs[lo : lo + chunk] for lo in range(0, len(pairs), chunk))
+        for part in parts:
+            job = self.plan(part, top_k, max_answer_len, stride, whole)
+            job.cross = cross
+            if evidence:
+                job.wants_evidence = True
+            self.read_all(job)
+            yield job
+            if progress is not None:
+                progress(len(part))
 
     def explain(
         self,
@@ -476,173 +533,6 @@ class Reader:
             batch.extend(group)
         if batch:
             yield batch
-
-
-class Job:
-    """Answering some ``(context, question)`` pairs: planned (tokenized, cut into windows) by
-    :meth:`Reader.plan`, read a window at a time by :meth:`Reader.read` (a server interleaves
-    the windows of many jobs, :mod:`rckit.serve.batcher`), merged by :meth:`answers`.
-
-    ``windows``: the groups of items still to read, each the questions on one window of one
-    context, an item ``(pair, context, lo, hi)`` indexing ``arrays``; ``work``: how many
-    (question, window) items the job had in all.
-    """
-
-    def __init__(
-        self,
-        pairs: list[tuple[str, str]],
-        top_k: int,
-        max_answer_len: int,
-        arrays: dict,
-        windows: list[list[tuple]],
-        first: int = 0,
-        no_answer_threshold: float = 0.0,
-        verifier: tuple[Verifier, float] | None = None,
-    ):
-        self.pairs, self.top_k, self.max_answer_len, self.arrays = pairs, top_k, max_answer_len, arrays
-        self.windows = windows
-        self.first = first  # the arrays' row of this job's first pair (jobs planned together share arrays)
-        self.work = sum(len(w) for w in windows)
-        self.found: list[dict[tuple[int, int], float]] = [{} for _ in pairs]
-        self.no_answer_threshold = no_answer_threshold
-        # The null score of each pair (a model that can abstain): the lowest over its windows, the
-        # window most sure the text answers; None for a model that cannot abstain.
-        self.null: list[float | None] = [None for _ in pairs]
-        # (verifier, threshold on its p(no answer)), and what the reader said in the window of each
-        # pair's best span: the verifier's reader evidence.
-        self.verifier = None if verifier is None else verifier[0]
-        self.verifier_threshold = None if verifier is None else verifier[1]
-        self.evidence: list[ReaderEvidence | None] = [None for _ in pairs]
-        self.wants_evidence = verifier is not None  # True: collected without a verifier, to train one
-        # Whether a cross-encoder verifier (where the reader's has one) judges each pair; rckit ask
-        # judges its passages by the features and its best answers by the cross-encoder.
-        self.cross = True
-        self.lock = threading.Lock()  # a server may read two of its windows in two calls at once
-
-    @property
-    def threshold_in_use(self) -> float | None:
-        """The threshold on this job's p(no answer): the reader's, except where a cross-encoder
-        verifier stands aside (:attr:`cross` False) and the network judges by its own."""
-        if self.verifier is None or self.verifier.cross is None or self.cross or self.verifier_threshold == math.inf:
-            return self.verifier_threshold
-        return self.verifier.threshold
-
-    @staticmethod
-    def cost(items: list[tuple]) -> int:
-        """Context tokens the model reads for ``items``."""
-        return sum(hi - lo for _, _, lo, hi in items)
-
-    def record(
-        self,
-        items: list[tuple],
-        starts,
-        ends,
-        scores,
-        nulls: list[float] | None = None,
-        evidence: list[ReaderEvidence] | None = None,
-    ) -> None:
-        """The top spans of each item (token indices in its window), as character spans of its
-        context; ``nulls``: each item's null score (a model that can abstain); ``evidence``: each
-        item's window as the verifier reads it (a model with a verifier)."""
-        with self.lock:
-            self._record(items, starts, ends, scores, nulls, evidence)
-
-    def _record(
-        self, items: list[tuple], starts, ends, scores, nulls: list[float] | None, evidence: list[ReaderEvidence] | None
-    ) -> None:
-        a = self.arrays
-        for b, (i, c, lo, _) in enumerate(items):
-            k = i - self.first
-            if nulls is not None:
-                held = self.null[k]
-                self.null[k] = nulls[b] if held is None else min(held, nulls[b])
-            if evidence is not None and starts[b] and starts[b][0] >= 0:
-                held = self.evidence[k]
-                if held is None or scores[b][0] > held.span_log_p:  # the window of the best span
-                    self.evidence[k] = replace(evidence[b], span_log_p=float(scores[b][0]))
-            offsets = a["ctx_offsets"][a["ctx_ptr"][c] : a["ctx_ptr"][c + 1]]
-            for s, e, score in zip(starts[b], ends[b], scores[b]):
-                if s < 0:
-                    continue
-                span = (int(offsets[lo + s][0]), int(offsets[lo + e][1]))
-                found = self.found[k]
-                if score > found.get(span, -math.inf):  # a span two windows found counts once
-                    found[span] = score
-
-    def _ranked(self) -> list[list[tuple[tuple[int, int], float]]]:
-        """Each pair's spans over all its windows, best first."""
-        return [sorted(spans_of.items(), key=lambda kv: (-kv[1], kv[0])) for spans_of in self.found]
-
-    def no_answer_probabilities(self, ranked=None) -> list[float | None]:
-        """Each pair's probability that its text holds no answer: the verifier's, from its best
-        span (a model with a verifier), else the null's (a model that can abstain), else None."""
-        if self.verifier is None:
-            return [None if null is None else math.exp(null) for null in self.null]
-        ranked = self._ranked() if ranked is None else ranked
-        if self.verifier.cross is not None and self.cross:
-            triples = [
-                (context, question, *(spans[0][0] if spans else (None, None)))
-                for (context, question), spans in zip(self.pairs, ranked)
-            ]
-            return self.verifier.judge(triples, None).tolist()
-        x = self.features(ranked)
-        return self.verifier.probability(x).tolist() if len(x) else []
-
-    def features(self, ranked=None) -> np.ndarray:
-        """What a verifier reads of each pair, (pairs, :data:`rckit.answering.verifier.FEATURES`):
-        its best span, and the reader's evidence where the job collected it (:attr:`wants_evidence`:
-        a reader with a verifier, or one whose verifier is being trained)."""
-        ranked = self._ranked() if ranked is None else ranked
-        rows = []
-        for (context, question), spans, null, evidence in zip(self.pairs, ranked, self.null, self.evidence):
-            (s, e), score = spans[0] if spans else ((None, None), -math.inf)
-            if evidence is not None and null is not None:
-                evidence = replace(evidence, null_margin=null - score)
-            rows.append(features_of(context, question, s, e, evidence))
-        return np.stack(rows) if rows else np.zeros((0, len(FEATURES)), np.float32)
-
-    def answers(self) -> list[list[Answer]]:
-        """The ``top_k`` best answers of each pair, over all its windows, best first.
-
-        Each answer carries ``no_answer_probability`` (None for a model that can neither abstain
-        nor verify). Where the text holds no answer (the verifier's probability of that is above
-        its threshold; for a model without a verifier, the null beats the best span by more than
-        the threshold), the first answer is the abstention, ``{"answer": "", "score": p(no
-        answer), "start": None, "end": None}``, and the ``top_k`` best spans follow it.
-        """
-        ranked = self._ranked()
-        p_none = self.no_answer_probabilities(ranked)
-        results = []
-        for (context, _), spans, null, p_null in zip(self.pairs, ranked, self.null, p_none):
-            best = spans[: self.top_k]
-            answers = [span(context, s, e, math.exp(score), p_null) for (s, e), score in best]
-            best_score = best[0][1] if best else -math.inf
-            if self.verifier is not None:
-                abstain = abstains(p_null, self.threshold_in_use)
-            else:
-                abstain = abstains(None if null is None else null - best_score, self.no_answer_threshold)
-            if abstain:
-                answers.insert(0, no_answer(p_null))
-            results.append(answers)
-        return results
-
-    def best_spans(self) -> list[tuple[str, float | None]]:
-        """Each pair's best span over all its windows (``""`` where none was found) and its
-        no-answer score, compared with a threshold: the verifier's p(no answer) for a model with
-        a verifier, else for a model that can abstain its null margin (the null's score less the
-        best span's, in log-probability), else None. The abstention left to the caller is what
-        official evaluation scores at any threshold (:mod:`rckit.evaluation.evaluate`)."""
-        ranked = self._ranked()
-        verified = self.no_answer_probabilities(ranked) if self.verifier is not None else None
-        best = []
-        for k, ((context, _), spans, null) in enumerate(zip(self.pairs, ranked, self.null)):
-            top = spans[0] if spans else None
-            text = "" if top is None else context[top[0][0] : top[0][1]]
-            if verified is not None:
-                best.append((text, verified[k]))
-            else:
-                best.append((text, None if null is None else null - (-math.inf if top is None else top[1])))
-        return best
 
 
 def describe(

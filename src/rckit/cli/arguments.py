@@ -1,9 +1,15 @@
-"""Arguments that several commands share: where the data is, which model and preset, the device."""
+"""Arguments that several commands share: where the data is, which model and preset, the device;
+and what the answering commands (predict, ask, evaluate) do with theirs: load the reader
+(:func:`load_reader`) and answer a questions file on Ray (:func:`answer_on_ray`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
+from rckit.answering.reader import CHUNK, Reader
+from rckit.cluster.answers import AnswerTask, answer_file, summary
 from rckit.data.sources import DataSource
 from rckit.presets import models_and_presets
 from rckit.training.config import parse_duration
@@ -126,9 +132,10 @@ def ray_options(p: argparse.ArgumentParser, what: str, blocks: bool = False) -> 
         p.add_argument(
             "--ray-block",
             type=int,
-            default=256,
+            default=CHUNK,
             metavar="N",
-            help="with --ray: questions an actor answers in one call, and between flushes of the output (default 256)",
+            help=f"with --ray: questions an actor answers in one call, and between flushes of the output "
+            f"(default {CHUNK})",
         )
 
 
@@ -147,3 +154,27 @@ def span_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens between the starts of two windows of a long context (default: half a window)",
     )
+
+
+def reader_options(args: argparse.Namespace, on_ray: bool = False) -> dict:
+    """:meth:`Reader.load`'s options from ``--device`` and :func:`abstain_options`' flags. On a Ray
+    cluster (``on_ray``) ``--device auto`` is the CPU: an actor is given cores (``--cpus-per-worker``)."""
+    device = "cpu" if on_ray and args.device == "auto" else args.device
+    return {"device": device, "always_answer": args.always_answer, "no_answer_threshold": args.no_answer_threshold}
+
+
+def load_reader(source: str | Path | None, args: argparse.Namespace) -> Reader:
+    """The reader a command answers with: ``source`` (an installed model's name, a run or a file;
+    None: the default model) loaded with :func:`reader_options`."""
+    return Reader.load(source, **reader_options(args))
+
+
+def answer_on_ray(args: argparse.Namespace, task: AnswerTask, fields: tuple[str, ...], verb: str) -> int:
+    """``--questions Q --out A.jsonl --ray``: every record of the file (its text ``fields``)
+    answered as ``task`` says by the actors of :func:`ray_options`' flags
+    (:func:`rckit.cluster.answers.answer_file`), then one line on stderr saying how many were ``verb``."""
+    got = answer_file(
+        task, args.questions, args.out, fields, args.workers, args.cpus_per_worker, args.ray or None, args.ray_block
+    )
+    print(summary(got, verb, args.out), file=sys.stderr)
+    return 0

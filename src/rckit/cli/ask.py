@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rckit.answering.questions import read_records, write_records
-from rckit.answering.reader import Reader
-from rckit.cli.arguments import abstain_options, ray_options
+from rckit.cli.arguments import abstain_options, answer_on_ray, load_reader, ray_options, reader_options
+from rckit.cluster.answers import AskTask
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, Collection
 
 if TYPE_CHECKING:
@@ -71,9 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return on_ray(args)
     records = read_records(args.questions, ("question",)) if args.questions else None
     weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
-    reader = Reader.load(
-        args.model, args.device, always_answer=args.always_answer, no_answer_threshold=args.no_answer_threshold
-    )
+    reader = load_reader(args.model, args)
     with Collection.open(args.index, reader, weight) as collection:
         if records is not None:
             got = collection.ask_many([r["question"] for r in records], args.top_k, args.passages)
@@ -113,19 +111,15 @@ def on_ray(args: argparse.Namespace) -> int:
     """``--questions Q --out A.jsonl --ray``: each question asked of the index on a Ray cluster."""
     if not args.questions or not args.out:
         raise ValueError("--ray asks a --questions file into --out A.jsonl")
-    from rckit.cluster.answers import Job, answer_file, summary
-
-    weight = DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight
-    load = {"device": "cpu" if args.device == "auto" else args.device, "always_answer": args.always_answer}
-    load["no_answer_threshold"] = args.no_answer_threshold
-    options = {"load": load, "ask": {"top_k": args.top_k, "passages": args.passages}, "retriever_weight": weight}
-    job = Job("ask", args.model, options, index=str(Path(args.index).resolve()))
-    fields = ("question",)
-    got = answer_file(
-        job, args.questions, args.out, fields, args.workers, args.cpus_per_worker, args.ray or None, args.ray_block
+    task = AskTask(
+        args.model,
+        reader_options(args, on_ray=True),
+        index=str(Path(args.index).resolve()),
+        retriever_weight=DEFAULT_RETRIEVER_WEIGHT if args.retriever_weight is None else args.retriever_weight,
+        top_k=args.top_k,
+        passages=args.passages,
     )
-    print(summary(got, "asked", args.out), file=sys.stderr)
-    return 0
+    return answer_on_ray(args, task, ("question",), "asked")
 
 
 def location(answer: FoundAnswer) -> str:

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from rckit.cli.arguments import abstain_options, model_option, model_source, ray_options
+from rckit.cli.arguments import abstain_options, model_option, model_source, ray_options, reader_options
+from rckit.cluster.answers import EvaluateTask, run_blocks
 from rckit.evaluation.evaluate import evaluate
 from rckit.model_files.source import ModelFile, open_model
 
@@ -84,23 +85,19 @@ def run(args: argparse.Namespace) -> int:
 def on_ray(
     args: argparse.Namespace, found: ModelFile
 ) -> Callable[[Reader, list, Callable[[int], object]], tuple[dict, dict]]:
-    """What reads the questions with ``--ray``: blocks of the local run's size, answered by actors
-    each holding the model (:mod:`rckit.cluster.answers`); the scores are the local Reader's."""
-    from rckit.cluster.answers import Job, run_blocks
-    from rckit.evaluation.evaluate import CHUNK
-
+    """What reads the questions with ``--ray``: blocks of the Reader's chunk, as the local run reads
+    them, answered by actors each holding the model (:mod:`rckit.cluster.answers`); the scores are
+    the local Reader's."""
     if not args.data:
         raise ValueError("--ray evaluates on a SQuAD file: give it with --data")
     if args.weights != "ema":
         raise ValueError("--ray answers with a run's EMA weights, as the Reader loads it; --weights raw runs locally")
-    device = "cpu" if args.device == "auto" else args.device
-    load = {"device": device, "batch_size": args.batch_size, "no_answer_threshold": args.no_answer_threshold}
-    job = Job("spans", str(found.path), {"load": load})
+    task = EvaluateTask(str(found.path), {**reader_options(args, on_ray=True), "batch_size": args.batch_size})
 
     def spans_of(reader: Reader, questions: list, progress: Callable[[int], object]) -> tuple[dict, dict]:
         records = ({"id": ex.qid, "context": ex.context, "question": ex.question} for ex in questions)
         spans, margins = {}, {}
-        for r in run_blocks(job, records, args.workers, args.cpus_per_worker, args.ray or None, CHUNK):
+        for r in run_blocks(task, records, args.workers, args.cpus_per_worker, args.ray or None):
             spans[r["id"]] = r["span"]
             if r["margin"] is not None:
                 margins[r["id"]] = r["margin"]

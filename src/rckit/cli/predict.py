@@ -9,8 +9,19 @@ import time
 
 from rckit.answering.answer import shown
 from rckit.answering.questions import answer_questions_file, read_questions
-from rckit.answering.reader import Reader, check_text
-from rckit.cli.arguments import MODEL_HELP, abstain_options, model_option, model_source, ray_options, span_options
+from rckit.answering.reader import check_text
+from rckit.cli.arguments import (
+    MODEL_HELP,
+    abstain_options,
+    answer_on_ray,
+    load_reader,
+    model_option,
+    model_source,
+    ray_options,
+    reader_options,
+    span_options,
+)
+from rckit.cluster.answers import PredictTask
 from rckit.model_files.source import model_names, names_several
 
 
@@ -69,9 +80,7 @@ def run(args: argparse.Namespace) -> int:
         check_text("question", args.question)
     if several:
         return side_by_side(args, model_names(source))
-    reader = Reader.load(
-        source, args.device, always_answer=args.always_answer, no_answer_threshold=args.no_answer_threshold
-    )
+    reader = load_reader(source, args)
     if args.questions:
         n = answer_questions_file(reader, records, args.out, args.top_k, args.max_answer_len, args.stride)
         if args.out:
@@ -93,9 +102,7 @@ def side_by_side(args: argparse.Namespace, names: list[str]) -> int:
     answer with its model's milliseconds for it, timed on a second call (the first warms it up)."""
     rows = []
     for name in names:
-        reader = Reader.load(
-            name, args.device, always_answer=args.always_answer, no_answer_threshold=args.no_answer_threshold
-        )
+        reader = load_reader(name, args)
         reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
         start = time.perf_counter()
         answers = reader.answer(args.context, args.question, args.top_k, args.max_answer_len, args.stride)
@@ -120,21 +127,11 @@ def on_ray(args: argparse.Namespace, source: str | None, several: bool) -> int:
     """``--questions Q --out A.jsonl --ray``: the file answered on a Ray cluster (:mod:`rckit.cluster.answers`)."""
     if several or not args.questions or not args.out:
         raise ValueError("--ray answers a --questions file into --out A.jsonl, with one model")
-    from rckit.cluster.answers import Job, answer_file, summary
-
-    load = {"device": "cpu" if args.device == "auto" else args.device, "always_answer": args.always_answer}
-    load["no_answer_threshold"] = args.no_answer_threshold
-    ask = {"top_k": args.top_k, "max_answer_len": args.max_answer_len, "stride": args.stride}
-    job = Job("answers", source, {"load": load, "ask": ask})
-    got = answer_file(
-        job,
-        args.questions,
-        args.out,
-        ("context", "question"),
-        args.workers,
-        args.cpus_per_worker,
-        args.ray or None,
-        args.ray_block,
+    task = PredictTask(
+        source,
+        reader_options(args, on_ray=True),
+        top_k=args.top_k,
+        max_answer_len=args.max_answer_len,
+        stride=args.stride,
     )
-    print(summary(got, "answered", args.out), file=sys.stderr)
-    return 0
+    return answer_on_ray(args, task, ("context", "question"), "answered")

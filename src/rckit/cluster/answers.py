@@ -1,23 +1,25 @@
 """Answering a file of questions on a Ray cluster: ``rckit predict``, ``ask`` and ``evaluate`` with ``--ray``.
 
 Ray Data's batch-inference pattern: the questions, read by this process (the driver) in file
-order, go into a Ray Dataset a window at a time, cut into blocks of :data:`BLOCK` questions; a pool
-of ``workers`` actors (:class:`Answerer`), each holding one :class:`~rckit.answering.reader.Reader`
-loaded once, answers a block at a time (``map_batches``); the answers come back in input order
-(``preserve_order``) and are written as they arrive. Ray retries the block of an actor that died
-(its actor restarts): nothing is lost or answered twice.
+order, go into a Ray Dataset a window at a time, cut into blocks (of the Reader's
+:data:`~rckit.answering.reader.CHUNK` questions unless told); a pool of ``workers`` actors
+(:class:`Answerer`), each holding one :class:`~rckit.answering.reader.Reader` loaded once, answers a
+block at a time (``map_batches``) as its command's :class:`AnswerTask` says; the answers come back
+in input order (``preserve_order``) and are written as they arrive. Ray retries the block of an
+actor that died (its actor restarts): nothing is lost or answered twice.
 
-The file is read as a stream: a line that is not a question record is reported with its line
-number and skipped, the rest answered. A killed run resumes: the ids already in the output are
-skipped (a last line cut short by the kill is dropped first), the rest appended in order.
+The file is read as a stream (:func:`rckit.answering.questions.stream_records`): a line that is not
+a question record is reported with its line number and skipped, the rest answered. A killed run
+resumes: the ids already in the output are skipped (a last line cut short by the kill is dropped
+first), the rest appended in order.
 
-Each block is what one local :meth:`Reader.answer_batch` call reads, so the answers are those of
-the local run whose calls cut the file the same way (``rckit evaluate`` reads blocks of the local
-:data:`rckit.evaluation.evaluate.CHUNK`: the same scores). Cut otherwise, a model whose
-activations were quantized per batch answered a question differently beside other questions
-(the encoder's int8 graph until it scaled each piece by its own range:
-:mod:`rckit.contextual.onnx_runner`); ``rckit predict`` reads 2,048 at a time, ``--ray-block 2048``
-reads as it does.
+An actor reads its block through the same loop and in the same chunks as the local command
+(:meth:`Reader.read_chunks`), so where the blocks fall on the local run's chunks the answers are
+the local run's: ``rckit evaluate``'s blocks are the Reader's chunk (the same scores); ``rckit
+predict`` reads 2,048 records at a time (:func:`rckit.answering.questions.answer_records`), and
+``--ray-block`` 2048 (or a multiple of it) reads as it does. Cut otherwise, a model whose
+activations were quantized per batch answered a question differently beside other questions (the
+encoder's int8 graph until it scaled each piece by its own range: :mod:`rckit.contextual.onnx_runner`).
 """
 
 from __future__ import annotations
@@ -32,63 +34,88 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rckit.answering.questions import record_error
+import numpy as np
 
-BLOCK = 256  # questions an actor answers in one call
+from rckit.answering.questions import answer_records, stream_records
+from rckit.answering.reader import CHUNK, Reader
+
 WINDOW = 64  # blocks in one Ray Dataset: the driver holds at most this many blocks' records
 
 
 @dataclass
-class Job:
-    """What each actor does with a block: ``kind`` ``answers`` (``rckit predict``: a record's
-    answers about its context), ``ask`` (``rckit ask``: a question asked of the index ``index``)
-    or ``spans`` (``rckit evaluate``: each question's best span and null margin, its context read
-    whole); the reader ``source`` and its options."""
+class AnswerTask:
+    """What every actor of a run holds: the reader (``source``, and ``load``: the options of
+    :meth:`Reader.load`) and the cores it reads with (``threads``; None: the actor's share).
+    :meth:`answer` is what the run makes of a block of records, one subclass per command."""
 
-    kind: str
     source: str | None
-    options: dict = field(default_factory=dict)  # Reader.load's, and the answering call's
-    index: str | None = None
+    load: dict = field(default_factory=dict)
     threads: int | None = None
+
+    def answer(self, actor: Answerer, records: list[dict]) -> list[dict]:
+        raise NotImplementedError
+
+
+@dataclass
+class PredictTask(AnswerTask):
+    """``rckit predict --ray``: each record's answers about its context, ``{"id", "answers"}``."""
+
+    top_k: int = 1
+    max_answer_len: int | None = None
+    stride: int | None = None
+
+    def answer(self, actor: Answerer, records: list[dict]) -> list[dict]:
+        return answer_records(actor.reader, records, self.top_k, self.max_answer_len, self.stride)
+
+
+@dataclass(kw_only=True)
+class AskTask(AnswerTask):
+    """``rckit ask --ray``: each question asked of the index at ``index`` (the same path on every
+    node), ``{"id", "answers"}``."""
+
+    index: str
+    retriever_weight: float
+    top_k: int = 1
+    passages: int = 20
+
+    def answer(self, actor: Answerer, records: list[dict]) -> list[dict]:
+        got = actor.collection(self.index, self.retriever_weight).ask_many(
+            [r["question"] for r in records], self.top_k, self.passages
+        )
+        return [{"id": r["id"], "answers": a} for r, a in zip(records, got)]
+
+
+@dataclass
+class EvaluateTask(AnswerTask):
+    """``rckit evaluate --ray``: each question's best span and no-answer score, its context read
+    whole, ``{"id", "span", "margin"}`` (:func:`rckit.evaluation.evaluate.reader_spans` locally)."""
+
+    def answer(self, actor: Answerer, records: list[dict]) -> list[dict]:
+        spans = actor.reader.best_spans([(r["context"], r["question"]) for r in records], whole=True)
+        return [{"id": r["id"], "span": text, "margin": margin} for r, (text, margin) in zip(records, spans)]
 
 
 class Answerer:
     """A Ray actor's state: one Reader (and, for ``ask``, the open index), loaded once."""
 
-    def __init__(self, job: Job):
-        from rckit.answering.reader import Reader
-
-        self.job = job
-        load = job.options.get("load", {})
-        self.reader = Reader.load(job.source, threads=job.threads, **load)
+    def __init__(self, task: AnswerTask):
+        self.task = task
+        self.reader = Reader.load(task.source, threads=task.threads, **task.load)
         self.local = threading.local()  # Ray may call from another thread than this one: SQLite may not follow
 
-    def collection(self):
+    def collection(self, index: str, retriever_weight: float):
         """The index, opened in the calling thread (a SQLite connection stays in its thread)."""
         if getattr(self.local, "collection", None) is None:
             from rckit.retrieval.collection import Collection
 
-            self.local.collection = Collection.open(self.job.index, self.reader, self.job.options["retriever_weight"])
+            self.local.collection = Collection.open(index, self.reader, retriever_weight)
         return self.local.collection
 
     def __call__(self, batch: dict) -> dict:
-        import numpy as np
-
-        out = [json.dumps(self.answer(json.loads(str(block))), ensure_ascii=False) for block in batch["block"]]
+        out = [
+            json.dumps(self.task.answer(self, json.loads(str(block))), ensure_ascii=False) for block in batch["block"]
+        ]
         return {"seq": batch["seq"], "block": np.asarray(out, dtype=object)}
-
-    def answer(self, records: list[dict]) -> list[dict]:
-        job, ask = self.job, self.job.options.get("ask", {})
-        if job.kind == "answers":
-            got = self.reader.answer_batch([(r["context"], r["question"]) for r in records], **ask)
-            return [{"id": r["id"], "answers": a} for r, a in zip(records, got)]
-        if job.kind == "ask":
-            got = self.collection().ask_many([r["question"] for r in records], **ask)
-            return [{"id": r["id"], "answers": a} for r, a in zip(records, got)]
-        plan = self.reader.plan([(r["context"], r["question"]) for r in records], whole=True)
-        self.reader.read_all(plan)
-        spans = plan.best_spans()
-        return [{"id": r["id"], "span": text, "margin": margin} for r, (text, margin) in zip(records, spans)]
 
 
 def connect(address: str | None, log: Callable[[str], object] | None = None) -> Any:
@@ -134,23 +161,24 @@ def _cluster_errors_to_stderr(ray: Any) -> None:
 
 
 def run_blocks(
-    job: Job,
+    task: AnswerTask,
     records: Iterable[dict],
     workers: int,
     cpus_per_worker: float,
     address: str | None = None,
-    block: int = BLOCK,
+    block: int = CHUNK,
     window: int = WINDOW,
     log: Callable[[str], object] | None = None,
 ) -> Iterator[dict]:
-    """Each answer of ``records`` (dicts with an ``id``), in their order, answered by ``workers``
-    actors of ``cpus_per_worker`` cores each on the cluster ``connect(address)`` joins."""
+    """Each answer of ``records`` (dicts with an ``id``), in their order, answered as ``task`` says
+    by ``workers`` actors of ``cpus_per_worker`` cores each on the cluster ``connect(address)``
+    joins, ``block`` records to an actor's call."""
     if workers < 1:
         raise ValueError(f"--workers {workers}: at least 1")
     ray = connect(address, log)
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     ray.data.DataContext.get_current().enable_progress_bars = False
-    job.threads = job.threads or max(1, int(cpus_per_worker))
+    task.threads = task.threads or max(1, int(cpus_per_worker))
     seq = 0
     for blocks in _windows(records, block, window):
         ds = ray.data.from_items(
@@ -160,7 +188,7 @@ def run_blocks(
         seq += len(blocks)
         answered = ds.map_batches(
             Answerer,
-            fn_constructor_kwargs={"job": job},
+            fn_constructor_kwargs={"task": task},
             batch_size=1,
             compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker,  # Ray Data's defaults: an actor that dies is started again, its block retried
@@ -188,51 +216,6 @@ def _windows(records: Iterable[dict], block: int, window: int) -> Iterator[list[
         yield blocks
 
 
-def stream_records(
-    path: str | Path, fields: tuple[str, ...], skip: Callable[[str], object], skip_ids: set[str] = frozenset()
-) -> Iterator[dict]:
-    """The question records of a JSON-lines file, read as a stream: ``{"id", **fields}``; a line
-    that is not one is reported to ``skip`` with its line number and passed over; ids in
-    ``skip_ids`` (their JSON text: a run resumed) are passed over silently. A JSON list is read
-    whole (it has no lines), each bad record reported by its index."""
-    path = Path(path)
-    shape = "{" + ", ".join(f'"{f}"' for f in ("id", *fields)) + "}"
-    if path.suffix == ".jsonl":
-        numbered: Iterable[tuple[str, Any]] = _json_lines(path, skip)
-    else:
-        from rckit.data.squad import load_json
-
-        data = load_json(path)
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a list of {shape} records, got a JSON {type(data).__name__}")
-        numbered = ((f"record [{i}]", r) for i, r in enumerate(data))
-    for n, (where, rec) in enumerate(numbered):
-        why = record_error(rec, fields)
-        if why:
-            skip(f"{path}: {where}: {why}")
-            continue
-        qid = rec.get("id", n)
-        if json.dumps(qid) in skip_ids:
-            continue
-        yield {"id": qid, **{f: rec[f] for f in fields}}
-
-
-def _json_lines(path: Path, skip: Callable[[str], object]) -> Iterator[tuple[str, Any]]:
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                skip(f"{path}: line {lineno}: not UTF-8 text (byte 0x{raw[e.start : e.start + 1].hex()})")
-                continue
-            if not line.strip():
-                continue
-            try:
-                yield f"line {lineno}", json.loads(line)
-            except json.JSONDecodeError as e:
-                skip(f"{path}: line {lineno}: not valid JSON ({e.msg}, column {e.colno})")
-
-
 def resume_output(out: Path) -> set[str]:
     """The ids (as JSON text) already answered in ``out`` (JSON lines), after dropping a last line
     that a killed run left cut short; an empty set where there is no file."""
@@ -253,14 +236,14 @@ def resume_output(out: Path) -> set[str]:
 
 
 def answer_file(
-    job: Job,
+    task: AnswerTask,
     questions: str | Path,
     out: str | Path,
     fields: tuple[str, ...],
     workers: int,
     cpus_per_worker: float,
     address: str | None = None,
-    block: int = BLOCK,
+    block: int = CHUNK,
     log: Callable[[str], object] | None = None,
 ) -> dict:
     """``rckit predict|ask --questions Q --out A.jsonl --ray``: every record of ``questions``
@@ -279,10 +262,10 @@ def answer_file(
         skipped.append(why)
         log(f"skipped {why}")
 
-    records = stream_records(questions, fields, skip, done)
+    records = (r for r in stream_records(questions, fields, skip) if json.dumps(r["id"]) not in done)
     answered = 0
     with open(out, "a", encoding="utf-8") as f:
-        for rec in run_blocks(job, records, workers, cpus_per_worker, address, block, log=log):
+        for rec in run_blocks(task, records, workers, cpus_per_worker, address, block, log=log):
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             answered += 1
             if answered % block == 0:

@@ -39,8 +39,6 @@ from rckit.data.squad import SquadExample, read_squad
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, score_predictions
 from rckit.model_files.source import ModelFile, open_model
 
-CHUNK = 256  # questions planned and read together by the Reader
-
 
 def evaluate(
     source: str | Path | ModelFile,
@@ -76,17 +74,7 @@ def evaluate(
     it returns what :func:`reader_spans` returns.
     """
     found = open_model(source)
-    if found.exported:
-        if not data:
-            raise ValueError(
-                f"{found.path}: an exported model does not record its dev file; give the SQuAD file to "
-                "evaluate on with --data"
-            )
-        if weights != "ema":
-            raise ValueError(
-                f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
-                "--weights raw needs the run directory"
-            )
+    _check_exported(found, data, weights)
     if found.kind == "onnx":  # onnxruntime, without PyTorch
         reader = Reader.load(found, device, batch_size=batch_size, no_answer_threshold=no_answer_threshold)
     else:
@@ -130,6 +118,22 @@ def evaluate(
     return result
 
 
+def _check_exported(found: ModelFile, data: str | Path | None, weights: str) -> None:
+    """An exported file records no dev file and holds the EMA weights only: refuse asking otherwise."""
+    if not found.exported:
+        return
+    if not data:
+        raise ValueError(
+            f"{found.path}: an exported model does not record its dev file; give the SQuAD file to "
+            "evaluate on with --data"
+        )
+    if weights != "ema":
+        raise ValueError(
+            f"{found.path}: an exported model holds one set of weights (the run's EMA weights); "
+            "--weights raw needs the run directory"
+        )
+
+
 def score_squad(
     raw: dict,
     spans: dict[str, str],
@@ -155,20 +159,16 @@ def score_squad(
 
 def reader_spans(reader: Reader, questions: list[SquadExample], progress=None) -> tuple[dict, dict]:
     """(``{question id: best span text}``, ``{question id: null margin}``) of ``reader`` on
-    ``questions``, each context read whole; margins only for a model that can abstain.
-    ``progress(n)``, if given, is called with the number of questions read after each chunk."""
+    ``questions``, each context read whole (:meth:`Reader.best_spans`); margins only for a model
+    that can abstain. ``progress(n)``, if given, is called with the number of questions read after
+    each chunk."""
+    best = reader.best_spans([(ex.context, ex.question) for ex in questions], whole=True, progress=progress)
     spans: dict[str, str] = {}
     margins: dict[str, float] = {}
-    for lo in range(0, len(questions), CHUNK):
-        chunk = questions[lo : lo + CHUNK]
-        job = reader.plan([(ex.context, ex.question) for ex in chunk], whole=True)
-        reader.read_all(job)
-        for ex, (text, margin) in zip(chunk, job.best_spans()):
-            spans[ex.qid] = text
-            if margin is not None:
-                margins[ex.qid] = margin
-        if progress is not None:
-            progress(len(chunk))
+    for ex, (text, margin) in zip(questions, best):
+        spans[ex.qid] = text
+        if margin is not None:
+            margins[ex.qid] = margin
     return spans, margins
 
 

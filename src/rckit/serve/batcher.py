@@ -92,7 +92,7 @@ class Submission:
 class Pending:
     """One planned request waiting: its job, its windows still to read, and where its answers go."""
 
-    job: Any  # rckit.answering.reader.Job, or anything with windows, cost(), answers()
+    job: Any  # rckit.answering.job.Job, or anything with windows, cost(), answers()
     future: asyncio.Future = field(repr=False)
     arrived: float  # event-loop time
     windows: deque = field(default_factory=deque)

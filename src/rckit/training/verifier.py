@@ -50,16 +50,8 @@ import numpy as np
 import torch
 
 from rckit.answering.reader import Reader
-from rckit.answering.verifier import (
-    COLLECTION_FEATURES,
-    FEATURES,
-    FEATURES_VERSION,
-    READER_FEATURES,
-    CollectionVerifier,
-    Verifier,
-    content,
-    words,
-)
+from rckit.answering.verifier import CollectionVerifier, Verifier
+from rckit.answering.verifier_features import FEATURES, FEATURES_VERSION, READER_FEATURES, content, words
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json, normalize_answer
 from rckit.data.unanswerable import holds_answer, normalised_answers
@@ -72,7 +64,6 @@ if TYPE_CHECKING:
 FORMS = ((0, 1.0), (0, 10.0), (0, 30.0), (16, 30.0), (32, 10.0), (32, 30.0))
 # The default threshold keeps this share of the answers' F1 on the tuning quarter's answerable questions.
 KEEP = 0.98
-CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -186,15 +177,9 @@ def read_features(
     """(features (n, len(FEATURES)), best span text) of each pair, read as the reader answers
     (windows of its length), the reader's evidence collected without a verifier."""
     xs, texts = [], []
-    for lo in range(0, len(pairs), CHUNK):
-        chunk = pairs[lo : lo + CHUNK]
-        job = reader.plan([(p.context, p.question) for p in chunk])
-        job.wants_evidence = True
-        reader.read_all(job)
+    for job in reader.read_chunks([(p.context, p.question) for p in pairs], evidence=True, progress=progress):
         xs.append(job.features())
         texts += [text for text, _ in job.best_spans()]
-        if progress is not None:
-            progress(len(chunk))
     return (np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)), np.float32)), texts
 
 
@@ -311,8 +296,8 @@ def fit(
     linears = [m for m in (net if hidden else [net]) if isinstance(m, torch.nn.Linear)]
     layers = [(m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy()) for m in linears]
     if collection:
-        return CollectionVerifier(mean, scale, layers, threshold, COLLECTION_FEATURES, record)
-    return Verifier(mean, scale, layers, threshold, FEATURES, record)
+        return CollectionVerifier(mean, scale, layers, threshold, record)
+    return Verifier(mean, scale, layers, threshold, record)
 
 
 def tuned(p: np.ndarray, texts: list[str], pairs: list[Pair], raw: dict, threshold: float | None = None) -> dict:
@@ -400,27 +385,8 @@ def train_verifier(
     read_s = time.time() - t0
     y = np.asarray([p.unanswerable for p in pairs], np.float32)
     written = np.asarray([p.kind in ("written", "dev_answerable") for p in pairs])
-    tried = []
-    best: tuple[float, Verifier] | None = None
-    for hidden, w in forms:
-        weight = np.where(written, w, 1.0).astype(np.float32)
-        v = fit(x, y, weight, hidden, seed)
-        got = tuned(v.probability(xt), texts, tune, tune_raw)
-        tried.append({"hidden": hidden, "written_weight": w, **got})
-        log(f"  hidden {hidden:>2}, written x{w:g}: tuning F1 {got['f1']:.2f} at threshold {got['threshold']:.3f}")
-        if best is None or got["f1"] > best[0]:
-            best = (got["f1"], v, hidden, w, got)
-    _, v, hidden, w, got = best
-    # What each half of the evidence is worth, in the chosen form: the other half held constant.
-    ablations = {}
-    reader_cols = np.arange(len(READER_FEATURES))
-    for name, cols in (("reader_only", np.arange(len(READER_FEATURES), len(FEATURES))), ("lexical_only", reader_cols)):
-        xa, xta = x.copy(), xt.copy()
-        xa[:, cols] = 0.0
-        xta[:, cols] = 0.0
-        fitted = fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed)
-        ablations[name] = tuned(fitted.probability(xta), texts, tune, tune_raw)
-        log(f"  {name}: tuning F1 {ablations[name]['f1']:.2f}")
+    tried, (v, hidden, w, got) = _forms_compared(x, y, written, xt, texts, tune, tune_raw, forms, seed, log)
+    ablations = _ablations(x, y, written, xt, texts, tune, tune_raw, hidden, w, seed, log)
     p = v.probability(xt)
     keep = keeping(p, texts, tune, tune_raw)
     at_keep = {**tuned(p, texts, tune, tune_raw, keep), "keeps": KEEP}
@@ -448,6 +414,59 @@ def train_verifier(
         "reader": Path(str(reader.info.get("source"))).name,
         "made": None if made is None else Path(made).name,
     }
-    verifier = Verifier(v.mean, v.scale, v.layers, threshold, FEATURES, record)
+    verifier = Verifier(v.mean, v.scale, v.layers, threshold, record)
     verifier.record["curve"] = curve(p, texts, tune, tune_raw, (got["threshold"], keep, threshold))
     return verifier, verifier.record
+
+
+def _forms_compared(
+    x: np.ndarray,
+    y: np.ndarray,
+    written: np.ndarray,
+    xt: np.ndarray,
+    texts: list[str],
+    tune: list[Pair],
+    tune_raw: dict,
+    forms: Iterable[tuple[int, float]],
+    seed: int,
+    log: Callable[[str], object],
+) -> tuple[list[dict], tuple[Verifier, int, float, dict]]:
+    """Each form (hidden units, the written questions' weight) fitted and tuned: the figures of
+    each, and the best on the tuning quarter (its network, form and figures)."""
+    tried: list[dict] = []
+    best: tuple[float, Verifier, int, float, dict] | None = None
+    for hidden, w in forms:
+        weight = np.where(written, w, 1.0).astype(np.float32)
+        v = fit(x, y, weight, hidden, seed)
+        got = tuned(v.probability(xt), texts, tune, tune_raw)
+        tried.append({"hidden": hidden, "written_weight": w, **got})
+        log(f"  hidden {hidden:>2}, written x{w:g}: tuning F1 {got['f1']:.2f} at threshold {got['threshold']:.3f}")
+        if best is None or got["f1"] > best[0]:
+            best = (got["f1"], v, hidden, w, got)
+    return tried, best[1:]
+
+
+def _ablations(
+    x: np.ndarray,
+    y: np.ndarray,
+    written: np.ndarray,
+    xt: np.ndarray,
+    texts: list[str],
+    tune: list[Pair],
+    tune_raw: dict,
+    hidden: int,
+    w: float,
+    seed: int,
+    log: Callable[[str], object],
+) -> dict:
+    """What each half of the evidence is worth, in the chosen form: the other half held constant."""
+    ablations = {}
+    reader_cols = np.arange(len(READER_FEATURES))
+    for name, cols in (("reader_only", np.arange(len(READER_FEATURES), len(FEATURES))), ("lexical_only", reader_cols)):
+        xa, xta = x.copy(), xt.copy()
+        xa[:, cols] = 0.0
+        xta[:, cols] = 0.0
+        fitted = fit(xa, y, np.where(written, w, 1.0).astype(np.float32), hidden, seed)
+        ablations[name] = tuned(fitted.probability(xta), texts, tune, tune_raw)
+        log(f"  {name}: tuning F1 {ablations[name]['f1']:.2f}")
+    return ablations
