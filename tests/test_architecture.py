@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -47,3 +48,66 @@ def test_every_module_is_named_in_its_room_and_every_name_is_a_module():
     assert named, "the map names no module"
     gone = [f"{room}{name}" for room, name in named if not list((PACKAGE / room).rglob(name))]
     assert not gone, f"docs/architecture.md names modules that are not there: {gone}"
+
+
+def floors() -> list[list[str]]:
+    """The code block under "## Import floors", top floor first: each line's rooms (``cli``,
+    ``presets.py``, ...)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Import floors", 1)[1].split("```", 2)[1]
+    return [[name.strip() for name in line.split(",")] for line in block.splitlines() if line.strip()]
+
+
+def room_of(module: str) -> str | None:
+    """The room of ``rckit.X...``: a folder's name, or a top-level module's file name."""
+    parts = module.split(".")
+    if parts[0] != "rckit" or len(parts) < 2:
+        return None
+    return parts[1] if (PACKAGE / parts[1]).is_dir() else parts[1] + ".py"
+
+
+def imports(path: Path) -> set[str]:
+    """Every rckit module ``path`` imports, at the top or inside a function (``from rckit import
+    kernels`` names ``rckit.kernels``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            if node.module == "rckit":
+                found |= {f"rckit.{a.name}" for a in node.names}
+    return {m for m in found if m.startswith("rckit.")}
+
+
+def test_every_import_runs_down_the_floors():
+    levels = floors()
+    floor_of = {room: i for i, line in enumerate(levels) for room in line}
+    rooms = {
+        p.name if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").is_file()
+    }
+    assert sorted(rooms - set(floor_of)) == [], "rooms the floors leave out"
+    assert sorted(set(floor_of) - rooms) == [], "floors name rooms that are not there"
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        here = path.relative_to(PACKAGE).parts[0]
+        for module in sorted(imports(path)):
+            there = room_of(module)
+            if there is not None and there != here and floor_of[there] <= floor_of[here]:
+                upward.append(
+                    f"{path.relative_to(PACKAGE)} imports {module} (floor {floor_of[there]} from {floor_of[here]})"
+                )
+    assert not upward, "imports that do not run down the floors:\n" + "\n".join(upward)
+
+
+def test_the_floors_test_sees_an_upward_import(tmp_path):
+    """The check above can fail: a module of answering/ importing training/ is an upward import."""
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from rckit.training.loop import train\n    from rckit import kernels\n")
+    found = imports(module)
+    assert found == {"rckit.training.loop", "rckit.kernels"}
+    floor_of = {room: i for i, line in enumerate(floors()) for room in line}
+    assert floor_of[room_of("rckit.training.loop")] < floor_of["answering"]
+    assert room_of("rckit.kernels") == "kernels" and room_of("rckit.presets") == "presets.py"

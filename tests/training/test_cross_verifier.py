@@ -289,7 +289,7 @@ def test_a_run_stopped_and_resumed_ends_where_an_unbroken_run_ends(encoder, tiny
 @pytest.fixture(scope="module")
 def installed(encoder, tiny_reader, tiny_export, v2_dev, tmp_path_factory):
     """A fine-tuned tiny run exported and put into a copy of conftest's tiny model file."""
-    from rckit.export.cross_verifier import install_cross_verifier
+    from rckit.training.cross_verifier import install_cross_verifier
 
     root = tmp_path_factory.mktemp("installed")
     files = find_encoder(str(encoder))

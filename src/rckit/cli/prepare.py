@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rckit.cli.arguments import data_arguments, data_source
+from rckit.contextual.encoders import DEFAULT_LAYERS
 from rckit.data.no_answer import build_no_answer_data
 from rckit.data.sources import prepare_data, squad_files
 from rckit.data.unanswerable import RULES as UNANSWERABLE_RULES
@@ -44,6 +45,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="squad-cloze: seed of the per-example entity numbering; cloze-synthetic: seed of the generator",
     )
+    _no_answer_flags(p)
+    p.add_argument(
+        "--examples",
+        type=int,
+        nargs=2,
+        default=(5000, 500),
+        metavar=("TRAIN", "DEV"),
+        help="cloze-synthetic: how many training and dev examples (default 5000 500)",
+    )
+    _contextual_flags(p)
+    _unanswerable_flags(p)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
+    p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
+    p.add_argument("--json", action="store_true", help="print the full summary as JSON")
+
+
+def _no_answer_flags(p: argparse.ArgumentParser) -> None:
+    """``squad-no-answer``'s flags: how the unanswerable pairs are made from v1.1 train."""
     p.add_argument(
         "--rate",
         type=float,
@@ -67,14 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="squad-no-answer: write the v2.0 training "
         "quarter K times (its real unanswerable questions weigh more beside the made pairs; default 1)",
     )
-    p.add_argument(
-        "--examples",
-        type=int,
-        nargs=2,
-        default=(5000, 500),
-        metavar=("TRAIN", "DEV"),
-        help="cloze-synthetic: how many training and dev examples (default 5000 500)",
-    )
+
+
+def _contextual_flags(p: argparse.ArgumentParser) -> None:
+    """``squad``'s flags for a contextual encoder's states, computed beside the arrays."""
     p.add_argument(
         "--contextual",
         metavar="ENCODER",
@@ -84,10 +99,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--contextual-layers",
-        default="4,6",
+        default=",".join(map(str, DEFAULT_LAYERS)),
         metavar="L,L",
-        help="squad --contextual: the encoder's layers kept, as the model's contextual_layers (default 4,6)",
+        help="squad --contextual: the encoder's layers kept, as the model's contextual_layers (default "
+        f"{','.join(map(str, DEFAULT_LAYERS))})",
     )
+
+
+def _unanswerable_flags(p: argparse.ArgumentParser) -> None:
+    """``squad-unanswerable``'s flags: the rules, the articles, the adversarial filter's reader."""
     p.add_argument(
         "--rules",
         default=",".join(UNANSWERABLE_RULES),
@@ -121,9 +141,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", default="cpu", help="squad-unanswerable --filter-with: where the reader runs")
     p.add_argument("--no-progress", action="store_true", help="squad-unanswerable: no progress bar")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a PrepareConfig field")
-    p.add_argument("--rebuild", action="store_true", help="rebuild even if a cached copy exists")
-    p.add_argument("--json", action="store_true", help="print the full summary as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from rckit.cli.arguments import model_option, model_source
 from rckit.model_files.source import export_format
 
 if TYPE_CHECKING:
+    from rckit.answering.reader import Reader
     from rckit.answering.verifier import Verifier
 
 
@@ -27,6 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("run", nargs="?", metavar="SOURCE", help="the reader: a run, an exported file, or an installed name")
     model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
+    _data_flags(p)
+    _training_flags(p)
+    _file_flags(p)
+    p.add_argument("--device", default="cpu")
+    _cross_encoder_flags(p)
+
+
+def _data_flags(p: argparse.ArgumentParser) -> None:
+    """Where the SQuAD files it trains and tunes on are: a folder, or each file."""
     p.add_argument(
         "--data-dir",
         help="a directory holding squad-v1.1/train-v1.1*.json[.gz] and "
@@ -34,6 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--train", metavar="V11_TRAIN", help="SQuAD v1.1 training file")
     p.add_argument("--v2-dev", metavar="V2_DEV", help="SQuAD v2.0 dev file (split by article position)")
+
+
+def _training_flags(p: argparse.ArgumentParser) -> None:
+    """How the verifier is trained: its examples, its threshold, the seed, the features' cache,
+    the collection's verifier."""
     p.add_argument(
         "--per-kind",
         type=int,
@@ -63,11 +78,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also train the collection's verifier (rckit ask: whether the "
         "passages retrieved hold the answer), on an index of v1.1 train articles built in DIR",
     )
+
+
+def _file_flags(p: argparse.ArgumentParser) -> None:
+    """Where the verifier goes: a file of its own, exported model files; or out of them."""
     p.add_argument("--out", metavar="VERIFIER.json", help="write the trained verifier (and its report) here")
     p.add_argument("--from", dest="source", metavar="VERIFIER.json", help="a verifier written by --out, not trained")
     p.add_argument("--into", nargs="+", metavar="FILE", default=[], help="exported model files to put it into")
     p.add_argument("--remove", action="store_true", help="take the verifier out of the --into files")
-    p.add_argument("--device", default="cpu")
+
+
+def _cross_encoder_flags(p: argparse.ArgumentParser) -> None:
+    """The cross-encoder verifier's flags, in their own group of ``--help``: its fine-tuning run
+    and, with ``--into``, its threshold."""
     cross = p.add_argument_group(
         "the cross-encoder verifier",
         "fine-tune all-MiniLM-L6-v2 to read the question, the reader's span and the passage together "
@@ -162,18 +185,12 @@ def run(args: argparse.Namespace) -> int:
         if args.collection:
             from rckit.training.collection_verifier import train_collection_verifier
 
-            asking = Reader(
-                reader.model,
-                reader.vocabs,
-                reader.decode,
-                reader.window,
-                reader.info,
-                reader.batch_size,
-                verifier=verifier,
-                encoder=reader.encoder,
-            )  # reads as `rckit ask` will, with the verifier
             verifier.collection, collection = train_collection_verifier(
-                asking, train, args.collection, seed=args.seed, log=lambda m: print(m, file=sys.stderr)
+                _with_verifier(reader, verifier),  # reads as `rckit ask` will, with the verifier
+                train,
+                args.collection,
+                seed=args.seed,
+                log=lambda m: print(m, file=sys.stderr),
             )
             print(json.dumps({"collection": collection}))
         if args.out:
@@ -181,6 +198,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {args.out}", file=sys.stderr)
     put_into(args.into, verifier)
     return 0
+
+
+def _with_verifier(reader: Reader, verifier: Verifier) -> Reader:
+    """``reader`` (its model, vocabularies, decoding, window, info, batch size and encoder) made
+    anew with ``verifier`` and its threshold, abstaining as ``rckit ask`` reads (not always answering)."""
+    from rckit.answering.reader import Reader
+
+    return Reader(
+        reader.model,
+        reader.vocabs,
+        reader.decode,
+        reader.window,
+        reader.info,
+        reader.batch_size,
+        verifier=verifier,
+        encoder=reader.encoder,
+    )
 
 
 def fine_tune(args: argparse.Namespace) -> int:
@@ -244,8 +278,8 @@ def install_cross(args: argparse.Namespace) -> int:
     from rckit.answering.reader import Reader
     from rckit.answering.verifier import Verifier
     from rckit.contextual.encoders import find_encoder
-    from rckit.export.cross_verifier import install_cross_verifier
     from rckit.model_files.metadata import read_metadata
+    from rckit.training.cross_verifier import install_cross_verifier
 
     files = [Path(f) for f in args.into]
     if len({f.parent.resolve() for f in files}) != 1:

@@ -4,12 +4,13 @@
 (:mod:`rckit.training.cross_verifier`), writes :class:`rckit.models.cross_encoder.CrossEncoder`'s
 forward (word vectors, mask, segments -> the logit) with ``torch.onnx.export`` (dynamo; dynamic
 batch and length), and, with ``int8``, quantizes the weights of its MatMuls to int8 per output
-channel (7 bits, :func:`rckit.contextual.onnx_runner.quantize_weights`; the attention's products of two activations stay
-fp32). Before the file is kept it is checked against the PyTorch module on ``check`` inputs: an
-fp32 graph whose logits differ by more than :data:`TOLERANCE` is refused; an int8 graph's largest
-difference is reported (its tuning-quarter AUC against fp32's is what decides whether int8 ships:
-the issue's 0.005). The graph's name carries the first characters of its SHA-256, so a new
-fine-tuning never overwrites a file an older model file names.
+channel (7 bits, :func:`rckit.contextual.onnx_runner.quantize_weights`; the attention's products
+of two activations stay fp32). Before the file is kept it is checked against the PyTorch module on
+``check`` inputs: an fp32 graph whose logits differ by more than :data:`TOLERANCE` is refused; an
+int8 graph's largest difference is reported (its tuning-quarter AUC against fp32's decides whether
+int8 ships: :func:`rckit.training.cross_verifier.install_cross_verifier`). The graph's name carries
+the first characters of its SHA-256, so a new fine-tuning never overwrites a file an older model
+file names.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ import io
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from rckit.answering.cross_verifier import CrossVerifier, Triple
-from rckit.answering.reader import Reader
 from rckit.contextual.encoders import EncoderFiles
 from rckit.contextual.onnx_runner import quantize_weights
 from rckit.contextual.pieces import PieceTokenizer
@@ -34,7 +33,6 @@ from rckit.data.prepare import file_digest
 from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
 TOLERANCE = 1e-3  # largest |logit difference| an fp32 graph may show against PyTorch
-AUC_SLACK = 0.005  # int8 ships where its tuning ROC AUC is at most this much below fp32's
 OPSET = 18
 
 
@@ -135,50 +133,3 @@ def export_cross_verifier(
         "config": state["config"],
     }
     return meta, diff
-
-
-def install_cross_verifier(
-    run: str | Path,
-    reader: Reader,
-    encoder: EncoderFiles,
-    v2_dev: str | Path,
-    into: Path,
-    keep: float = 0.95,
-    threshold: float | None = None,
-    log: Callable[[str], object] = print,
-) -> dict:
-    """The run's graph exported beside the model file ``into`` in fp32 and int8, each judged on
-    the v2.0 dev tuning quarter (the reader's best spans, read once and kept in the run's folder);
-    int8 is kept where its ROC AUC is within :data:`AUC_SLACK` of fp32's, the other file removed.
-    Returns the ``cross`` entry a model file's verifier carries, with its tuning figures and its
-    ``threshold`` on p(no answer): ``threshold``, or the lowest keeping ``keep`` of the answers'
-    F1 on the quarter."""
-    from rckit.data.squad import load_json
-    from rckit.training.cross_verifier import CandidateCache, check_triples, judged, tuning_questions
-
-    tune, raw = tuning_questions(load_json(v2_dev))
-    spans = CandidateCache(run, reader).of(tune, log)
-    triples = [(q.context, q.question, *(s[0][:2] if s else (None, None))) for q, s in zip(tune, spans)]
-    stem = into.name.split(".")[0]
-    judged_by = {}
-    for int8 in (False, True):
-        meta, diff = export_cross_verifier(run, encoder, into.parent, stem, check_triples(), int8)
-        p = CrossVerifier.from_json(meta, into).probability(triples)
-        judged_by[int8] = (meta, judged(p, tune, spans, raw, (keep,)))
-        log(f"{meta['file']}: tuning AUC {judged_by[int8][1]['auc']:.4f}, largest logit difference {diff:.2e}")
-    use_int8 = judged_by[False][1]["auc"] - judged_by[True][1]["auc"] <= AUC_SLACK
-    (into.parent / judged_by[not use_int8][0]["file"]).unlink()
-    meta, figures = judged_by[use_int8]
-    chosen = threshold if threshold is not None else figures["kept"][0]["threshold"]
-    return {
-        **meta,
-        "threshold": chosen,
-        "tuning": {
-            "auc": figures["auc"],
-            "auc_fp32": judged_by[False][1]["auc"],
-            "best_f1": figures["best_f1"],
-            "kept": figures["kept"],
-            "curve": figures["curve"],
-            "rule": f"threshold {threshold}" if threshold is not None else f"keeps {keep} of the answers' F1",
-        },
-    }

@@ -51,13 +51,15 @@ from rckit.contextual.pieces import PieceTokenizer
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json
 from rckit.evaluation.squad_metrics import f1_score
+from rckit.export.cross_verifier import export_cross_verifier
 from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-from rckit.training.steps import PlannedRun, adamw, linear_schedule, previous_run, run_steps, save_atomic
+from rckit.training.steps import adamw_run, previous_run, run_steps, save_atomic
 from rckit.training.verifier import KEEP, Pair, curve, keeping, reader_key, tuned
 
 KEEPS = (KEEP, 0.95, 0.92, 0.9)  # shares of the answers' F1 kept, whose thresholds are recorded
 
 CHUNK = 256  # questions read by the reader at once, and saved after
+AUC_SLACK = 0.005  # the int8 graph ships where its tuning ROC AUC is at most this much below fp32's
 
 
 @dataclass(frozen=True)
@@ -377,12 +379,8 @@ def fine_tune(
 
     out = Path(out)
     state = previous_run(out, resume)
-    if state is not None:
-        config = CrossTrainConfig(**{**state["config"], "model": state["config"]["model"]})
-    config = config or CrossTrainConfig()
-    positions = int(encoder.config["max_position_embeddings"])
-    if config.max_pieces > positions:
-        raise ValueError(f"max_pieces {config.max_pieces}: the encoder reads at most {positions} positions")
+    config = CrossTrainConfig(**state["config"]) if state is not None else (config or CrossTrainConfig())
+    encoder.check_window(config.max_pieces)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     cache = CandidateCache(out, reader)
@@ -392,21 +390,10 @@ def fine_tune(
     tokenizer = PieceTokenizer(encoder.root / "tokenizer.json")
     model = CrossEncoder.from_encoder(load_file(str(encoder.root / "model.safetensors")), encoder.config, config.model)
     params = model.trainable()
-    per_epoch = -(-len(examples) // config.batch_size)
-    planned = int(config.epochs * per_epoch)
-    run = PlannedRun(
-        out,
-        model,
-        params,
-        adamw(params, config.lr, config.weight_decay),
-        linear_schedule(config.lr, config.warmup, planned),
-        planned,
-        per_epoch,
-        config.eval_every,
-        {"config": _config_dict(config), "examples": kinds},
-    )
+    kept = {"config": _config_dict(config), "examples": kinds}
+    run = adamw_run(out, model, params, -(-len(examples) // config.batch_size), config, kept)
     step, best = run.restore(state)
-    latest: dict = {}
+    latest: dict = {}  # the last figures, kept whole with the best
 
     def loss_of(idx: list[int]) -> torch.Tensor:
         batch = [examples[i] for i in idx]
@@ -417,13 +404,8 @@ def fine_tune(
 
     def figures() -> dict:
         p = 1.0 / (1.0 + np.exp(logits_of(model, tokenizer, tune_triples, config.max_pieces)))
-        latest["figures"] = f = judged(p, tune, tune_spans, tune_raw)
-        return {
-            "auc": f["auc"],
-            "tuning_f1": f["best_f1"]["f1"],
-            "threshold": f["best_f1"]["threshold"],
-            "kept_f1": {str(k["keeps"]): k["f1"] for k in f["kept"]},
-        }
+        latest["figures"] = judged(p, tune, tune_spans, tune_raw)
+        return _log_figures(latest["figures"])
 
     def keep(line: dict, best: dict | None) -> dict | None:  # the best F1 on the tuning questions
         if best is not None and line["tuning_f1"] <= best["tuning_f1"]:
@@ -442,12 +424,22 @@ def fine_tune(
         loss_of,
         figures,
         keep,
-        tqdm(total=planned, initial=step, desc="cross-encoder", unit="step"),
+        tqdm(total=run.planned, initial=step, desc="cross-encoder", unit="step"),
         minutes,
         max_steps,
         log,
     )
     return {**done, "examples": kinds}
+
+
+def _log_figures(figures: dict) -> dict:
+    """What a log line says of the tuning figures (:func:`judged`)."""
+    return {
+        "auc": figures["auc"],
+        "tuning_f1": figures["best_f1"]["f1"],
+        "threshold": figures["best_f1"]["threshold"],
+        "kept_f1": {str(k["keeps"]): k["f1"] for k in figures["kept"]},
+    }
 
 
 def _training_data(
@@ -485,6 +477,50 @@ def _training_data(
         f"({sum(q.unanswerable for q in train_qs):,} unanswerable); {len(tune):,} tuning questions"
     )
     return examples, weight, kinds, tune, tune_raw
+
+
+def install_cross_verifier(
+    run: str | Path,
+    reader: Reader,
+    encoder: EncoderFiles,
+    v2_dev: str | Path,
+    into: Path,
+    keep: float = 0.95,
+    threshold: float | None = None,
+    log: Callable[[str], object] = print,
+) -> dict:
+    """The run's graph exported beside the model file ``into`` in fp32 and int8, each judged on
+    the v2.0 dev tuning quarter (the reader's best spans, read once and kept in the run's folder);
+    int8 is kept where its ROC AUC is within :data:`AUC_SLACK` of fp32's, the other file removed.
+    Returns the ``cross`` entry a model file's verifier carries, with its tuning figures and its
+    ``threshold`` on p(no answer): ``threshold``, or the lowest keeping ``keep`` of the answers'
+    F1 on the quarter."""
+    tune, raw = tuning_questions(load_json(v2_dev))
+    spans = CandidateCache(run, reader).of(tune, log)
+    triples = [(q.context, q.question, *(s[0][:2] if s else (None, None))) for q, s in zip(tune, spans)]
+    stem = into.name.split(".")[0]
+    judged_by = {}
+    for int8 in (False, True):
+        meta, diff = export_cross_verifier(run, encoder, into.parent, stem, check_triples(), int8)
+        p = CrossVerifier.from_json(meta, into).probability(triples)
+        judged_by[int8] = (meta, judged(p, tune, spans, raw, (keep,)))
+        log(f"{meta['file']}: tuning AUC {judged_by[int8][1]['auc']:.4f}, largest logit difference {diff:.2e}")
+    use_int8 = judged_by[False][1]["auc"] - judged_by[True][1]["auc"] <= AUC_SLACK
+    (into.parent / judged_by[not use_int8][0]["file"]).unlink()
+    meta, figures = judged_by[use_int8]
+    chosen = threshold if threshold is not None else figures["kept"][0]["threshold"]
+    return {
+        **meta,
+        "threshold": chosen,
+        "tuning": {
+            "auc": figures["auc"],
+            "auc_fp32": judged_by[False][1]["auc"],
+            "best_f1": figures["best_f1"],
+            "kept": figures["kept"],
+            "curve": figures["curve"],
+            "rule": f"threshold {threshold}" if threshold is not None else f"keeps {keep} of the answers' F1",
+        },
+    }
 
 
 def _config_dict(config: CrossTrainConfig) -> dict:
