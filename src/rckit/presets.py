@@ -122,10 +122,12 @@ def saved_configs(model: str, path: Path):
     saved = json.loads(path.read_text())
     if saved.get("model") != model:
         raise ValueError(f"{path}: this run trains {saved.get('model')!r}, not {model!r}")
-    cfg_cls = model_config_class(model)
+    model_config_class(model)  # a known model, or the error naming them
+    from rckit.models import model_config
+
     # A setting added since the run was written is absent from its file: the run had its default.
     return (
-        from_dict(cfg_cls, saved["model_config"]),
+        model_config(model, saved["model_config"]),
         from_dict(TrainConfig, saved["train_config"]),
         from_dict(DecodeConfig, saved.get("decode") or {}),
     )

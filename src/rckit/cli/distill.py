@@ -7,6 +7,7 @@ import json
 import sys
 
 from rckit.cli.arguments import data_arguments, data_source
+from rckit.contextual.encoders import DEFAULT_LAYERS
 from rckit.training import memory
 
 
@@ -23,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--teacher", default="minilm", help="the teacher: a known encoder's name or a folder (default minilm)"
     )
-    p.add_argument("--teacher-layers", default="4,6", help="the teacher's layers the reader reads (default 4,6)")
+    layers = ",".join(map(str, DEFAULT_LAYERS))
+    p.add_argument("--teacher-layers", default=layers, help=f"the teacher's layers the reader reads (default {layers})")
     p.add_argument("--layers", type=int, default=2, help="the student's layers (default 2)")
     p.add_argument("--loss", default="mse", choices=["mse", "cosine"], help="per word and layer (default mse)")
     p.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (default 2e-4)")

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from rckit.answering.onnx_backend import read_metadata as onnx_metadata
-from rckit.cli import one_line
+from rckit.cli.errors import one_line
 from rckit.model_files.errors import CheckpointError, MissingPackage
 from rckit.model_files.metadata import read_metadata as safetensors_metadata
 from rckit.model_files.source import (

@@ -30,6 +30,9 @@ from pathlib import Path
 import numpy as np
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
+# The layers a reader reads by default (0 = the embeddings): all-MiniLM-L6-v2's fourth and last, the
+# pair that read best of those measured (docs/contextual.md); what rckit's student stands for.
+DEFAULT_LAYERS = (4, 6)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,16 @@ class EncoderFiles:
     @property
     def n_layers(self) -> int:
         return int(self.config["num_hidden_layers"])
+
+    @property
+    def positions(self) -> int:
+        """The most pieces it reads at once, [CLS] and [SEP] included."""
+        return int(self.config["max_position_embeddings"])
+
+    def check_window(self, max_pieces: int) -> None:
+        """Refuse a window of more pieces than the encoder reads."""
+        if max_pieces > self.positions:
+            raise ValueError(f"max_pieces {max_pieces}: the encoder reads at most {self.positions} positions")
 
 
 def missing_package(name: str) -> ModuleNotFoundError:

@@ -51,9 +51,7 @@ class ContextualSpec:
 class TorchRunner:
     """The encoder in PyTorch (:class:`rckit.contextual.bert.BertEncoder`), fp32, no gradients."""
 
-    backend = "torch"
-
-    def __init__(self, files: EncoderFiles, layers: tuple[int, ...], threads: int | None = None):
+    def __init__(self, files: EncoderFiles, layers: tuple[int, ...]):
         import torch
 
         from rckit.contextual.bert import BertEncoder
@@ -61,7 +59,6 @@ class TorchRunner:
         self.torch = torch
         self.module = BertEncoder.load(files.root, files.config)
         self.layers = layers
-        self.threads = threads
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         torch = self.torch

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 
-from rckit.config import from_dict
 from rckit.data.cloze.examples import ClozeVocab
 from rckit.data.vocab import Vocabularies
 from rckit.model_files.checkpoint import CheckpointError
@@ -33,7 +32,7 @@ from rckit.model_files.metadata import read_metadata
 from rckit.model_files.runs import embedding_placeholder, read_run, run_metadata, run_vocabularies, run_weights
 from rckit.model_files.safetensors import exported_weights
 from rckit.model_files.source import ModelFile, open_model
-from rckit.models import MODELS
+from rckit.models import MODELS, model_config
 
 
 def load_model(
@@ -67,10 +66,9 @@ def load_model(
         state = exported_weights(file, meta, vocabs.words.itos)
     else:
         vocabs, state = run_vocabularies(ckpt), run_weights(ckpt, ema)
-    cfg_cls, model_cls = MODELS[name]
     info = embedding_placeholder(meta["embedding"])
     try:
-        model = model_cls(from_dict(cfg_cls, meta["model_config"]), info)
+        model = MODELS[name][1](model_config(name, meta["model_config"]), info)
         model.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as err:
         detail = " ".join(ln.strip() for ln in str(err).splitlines() if ln.strip())

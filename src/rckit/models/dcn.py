@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rckit import kernels
+from rckit.contextual.encoders import DEFAULT_LAYERS
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.kernels import cpu
@@ -85,9 +86,9 @@ class DCNConfig:
     use_chars: bool = False  # concatenate a char-CNN vector to the word vector
     char_dim: int = 100  # ignored when EmbeddingInfo.char_vectors is given (its width wins)
     char_conv_width: int = 5
-    extra_dim: int = 0  # always 0: files saved before `contextual` replaced it carry the field
     contextual: str = "none"  # a frozen encoder's states beside GloVe: "none", "minilm" or a folder (rckit.contextual)
-    contextual_layers: list[int] = field(default_factory=lambda: [4, 6])  # mixed as ELMo's; 0 = embeddings
+    # the encoder's layers mixed as ELMo's (0: the embeddings)
+    contextual_layers: list[int] = field(default_factory=lambda: list(DEFAULT_LAYERS))
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
     no_answer: bool = False  # a learned null position before U (SQuAD v2.0; see docstring)
 
@@ -131,8 +132,6 @@ class TokenInput(nn.Module):
 
     def __init__(self, emb: EmbeddingInfo, c: DCNConfig, word_dropout: float = 0.0):
         super().__init__()
-        if c.extra_dim:
-            raise ValueError(f"extra_dim={c.extra_dim}: contextual vectors are set with contextual (e.g. minilm)")
         check_contextual(c, emb)
         V = emb.word_vectors.shape[0]
         self.word = PartiallyFrozenEmbedding(

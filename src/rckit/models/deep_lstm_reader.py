@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from rckit.contextual.encoders import DEFAULT_LAYERS
 from rckit.data.cloze.examples import ENTITY_OFFSET
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.layers.embedding import PartiallyFrozenEmbedding, ScalarMix
@@ -81,7 +82,8 @@ class DeepLSTMReaderConfig:
         0.0  # > 2: chrono initialisation of the cells' gate biases, memories up to this many steps; 0: forget bias 1
     )
     contextual: str = "none"  # span head: a frozen encoder's states beside the word vectors (rckit.contextual)
-    contextual_layers: list[int] = field(default_factory=lambda: [4, 6])  # mixed as ELMo's; 0 = embeddings
+    # the encoder's layers mixed as ELMo's (0: the embeddings)
+    contextual_layers: list[int] = field(default_factory=lambda: list(DEFAULT_LAYERS))
 
 
 def entity_logits(

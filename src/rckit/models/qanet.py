@@ -57,6 +57,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from rckit import kernels
+from rckit.contextual.encoders import DEFAULT_LAYERS
 from rckit.data.batching import Batch
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.kernels import cpu
@@ -91,7 +92,8 @@ class QANetConfig:
     freeze_pretrained_words: bool = True  # rows >= EmbeddingInfo.n_trainable_words stay fixed
     no_answer: bool = False  # a learned null position before the context (SQuAD v2.0; see docstring)
     contextual: str = "none"  # a frozen encoder's states beside GloVe: "none", "minilm" or a folder (rckit.contextual)
-    contextual_layers: list[int] = field(default_factory=lambda: [4, 6])  # mixed as ELMo's; 0 = embeddings
+    # the encoder's layers mixed as ELMo's (0: the embeddings)
+    contextual_layers: list[int] = field(default_factory=lambda: list(DEFAULT_LAYERS))
 
 
 def positional_encoding(T: int, d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

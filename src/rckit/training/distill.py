@@ -38,11 +38,11 @@ import torch
 from tqdm import tqdm
 
 from rckit.contextual.bert import BertEncoder
-from rckit.contextual.encoders import EncoderFiles
+from rckit.contextual.encoders import DEFAULT_LAYERS, EncoderFiles
 from rckit.contextual.pieces import PieceTokenizer, token_pieces
 from rckit.contextual.student import new_student, save_student, student_config, student_layers
 from rckit.data.split import SquadSplit
-from rckit.training.steps import PlannedRun, adamw, linear_schedule, previous_run, run_steps
+from rckit.training.steps import adamw_run, previous_run, run_steps
 
 LOSSES = ("mse", "cosine")
 
@@ -50,7 +50,7 @@ LOSSES = ("mse", "cosine")
 @dataclass(frozen=True)
 class DistillConfig:
     n_layers: int = 2  # the student's layers
-    teacher_layers: tuple[int, ...] = (4, 6)  # the teacher's layers it stands for
+    teacher_layers: tuple[int, ...] = DEFAULT_LAYERS  # the teacher's layers it stands for
     loss: str = "mse"
     lr: float = 2e-4
     warmup: float = 0.05  # share of the planned steps
@@ -229,30 +229,12 @@ def distill(
     model = new_student(teacher, model_config)
     model.word.weight.requires_grad_(False)
     tok = PieceTokenizer(teacher.root / "tokenizer.json")
-    contexts, questions, left_out = texts_of(train, tok, config.max_pieces)
-    texts = [*contexts, *questions]
-    kinds = [0] * len(contexts) + [1] * len(questions)
+    texts, kinds, held = _texts(train, dev, tok, config, log)
     train_states = (train.a["ctx_states"], train.a["q_states"])
-    held = list(texts_of(dev, tok, config.max_pieces, config.eval_contexts)[:2])
-    log(
-        f"{len(contexts):,} contexts and {len(questions):,} questions to learn from "
-        f"({left_out:,} words of texts longer than {config.max_pieces} pieces left out); "
-        f"held out: {len(held[0])} contexts and {len(held[1])} questions of the evaluation split"
-    )
     params = [p for p in model.parameters() if p.requires_grad]
     per_epoch = len(batches(texts, config.batch_pieces, config.seed, kinds))
-    planned = int(config.epochs * per_epoch)
-    run = PlannedRun(
-        out,
-        model,
-        params,
-        adamw(params, config.lr, config.weight_decay),
-        linear_schedule(config.lr, config.warmup, planned),
-        planned,
-        per_epoch,
-        config.eval_every,
-        {"config": asdict(config), "teacher_digest": teacher.digest},
-    )
+    kept = {"config": asdict(config), "teacher_digest": teacher.digest}
+    run = adamw_run(out, model, params, per_epoch, config, kept)
     step, best = run.restore(state)
 
     def figures() -> dict:
@@ -282,11 +264,26 @@ def distill(
         loss_of,
         figures,
         keep,
-        tqdm(total=planned, initial=step, desc="distilling", unit="step", disable=None if progress else True),
+        tqdm(total=run.planned, initial=step, desc="distilling", unit="step", disable=None if progress else True),
         minutes,
         max_steps,
         log,
     )
+
+
+def _texts(
+    train: SquadSplit, dev: SquadSplit, tok: PieceTokenizer, config: DistillConfig, log: Callable[[str], object]
+) -> tuple[list[Text], list[int], list[list[Text]]]:
+    """The training texts (contexts, then questions), each one's kind (0 a context, 1 a question:
+    which array of teacher states its rows index), and the held-out contexts and questions."""
+    contexts, questions, left_out = texts_of(train, tok, config.max_pieces)
+    held = list(texts_of(dev, tok, config.max_pieces, config.eval_contexts)[:2])
+    log(
+        f"{len(contexts):,} contexts and {len(questions):,} questions to learn from "
+        f"({left_out:,} words of texts longer than {config.max_pieces} pieces left out); "
+        f"held out: {len(held[0])} contexts and {len(held[1])} questions of the evaluation split"
+    )
+    return [*contexts, *questions], [0] * len(contexts) + [1] * len(questions), held
 
 
 def _config_of(state: dict, teacher: EncoderFiles, out: Path) -> DistillConfig:
@@ -311,6 +308,4 @@ def _check_states(train: SquadSplit, dev: SquadSplit, config: DistillConfig, tea
                 f"the {name} split carries {K} layers of teacher states, and the student stands for "
                 f"{len(config.teacher_layers)} ({list(config.teacher_layers)})"
             )
-    positions = int(teacher.config["max_position_embeddings"])
-    if config.max_pieces > positions:
-        raise ValueError(f"max_pieces {config.max_pieces}: the encoder reads at most {positions} positions")
+    teacher.check_window(config.max_pieces)

@@ -27,11 +27,10 @@ their means over the steps between two log lines in ``metrics.jsonl``, as ``loss
 from __future__ import annotations
 
 import json
-import math
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,50 +52,13 @@ from rckit.models.contract import ReadingModel
 from rckit.training.config import TrainConfig
 from rckit.training.distributed import DistInfo, barrier, init_distributed, largest
 from rckit.training.ema import EMA
+from rckit.training.optim import lr_factor, make_optimizer, set_learning_rate
 from rckit.training.tasks import ClozeTask, SpanTask
 
 if TYPE_CHECKING:
     from rckit.data.batching import Batch
     from rckit.data.cloze.examples import ClozeBatch
     from rckit.data.prepare import Prepared
-
-
-def warmup_factor(step: int, warmup: int) -> float:
-    """Inverse-exponential warm-up (log curve) from 0 to 1 over ``warmup`` steps."""
-    if warmup <= 1 or step >= warmup - 1:
-        return 1.0
-    return math.log(step + 1) / math.log(warmup)
-
-
-def lr_factor(
-    step: int, cfg: TrainConfig, elapsed: float = 0.0, time_budget: float | None = None, max_steps: int | None = None
-) -> float:
-    """The learning rate's multiplier for optimiser step ``step`` (``elapsed`` seconds of training
-    so far): the warm-up, then constant, then a straight line down to 0 at the end of the run.
-
-    The decay is placed by steps when ``decay_steps`` > 0 (from 1 at ``decay_from`` to 0 at
-    ``decay_from + decay_steps``), else, when ``decay_share`` > 0, on the run's horizon: over
-    the last ``decay_share`` of ``time_budget`` in training seconds when the run has one, else
-    of ``max_steps``; with neither the rate stays constant. A run ends on the decay, its last
-    steps averaging out the noise of a large constant rate instead of stopping in the middle of
-    it (docs/investigations/qanet-cpu-small.md, the bundled model; Li et al. 2020 found a linear
-    decay to zero over the budget the best simple schedule for budgeted training).
-    """
-    if cfg.decay_steps > 0:
-        if step >= cfg.decay_from:
-            return max(0.0, 1.0 - (step - cfg.decay_from) / cfg.decay_steps)
-        return warmup_factor(step, cfg.warmup_steps)
-    warm = warmup_factor(step, cfg.warmup_steps)
-    if cfg.decay_share > 0:
-        horizon, now = (time_budget, elapsed) if time_budget else (max_steps, step)
-        if horizon and now > (1.0 - cfg.decay_share) * horizon:
-            return warm * max(0.0, (horizon - now) / (cfg.decay_share * horizon))
-    return warm
-
-
-def set_learning_rate(opt: torch.optim.Optimizer, lr: float) -> None:
-    for group in opt.param_groups:
-        group["lr"] = lr
 
 
 def amp_dtype(
@@ -114,23 +76,6 @@ def amp_dtype(
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
         return torch.bfloat16 if device.type == "cpu" and model_cls.cpu_bf16 and cpu_has_bf16() else None
     raise ValueError(f"amp must be bf16, fp32 or auto, got {cfg.amp!r}")
-
-
-def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(
-            params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
-    if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(
-            params,
-            lr=cfg.lr,
-            alpha=cfg.rmsprop_alpha,
-            eps=cfg.eps,
-            momentum=cfg.momentum,
-            weight_decay=cfg.weight_decay,
-        )
-    raise ValueError(f"optimizer must be adam or rmsprop, got {cfg.optimizer!r}")
 
 
 def eval_subset(n: int, k: int, seed: int) -> np.ndarray:
@@ -269,17 +214,7 @@ def train(
     count start afresh. ``clock``: what training time is read from (seconds; tests give one
     that ticks once a step).
     """
-    if cfg.copy_steps and not isinstance(data, ClozeTask):  # before the run directory is made
-        raise ValueError("train.copy_steps is a cloze readers' setting; this is a span run")
-    if not 0.0 <= cfg.decay_share <= 1.0:
-        raise ValueError(
-            f"train.decay_share is the share of the run over which the learning rate decays, "
-            f"between 0 and 1; got {cfg.decay_share}"
-        )
-    if init_from is not None and resume:
-        raise ValueError(
-            "--init-from starts a new run from another run's weights and --resume continues this one; give one of them"
-        )
+    check_settings(cfg, data, init_from, resume)  # before the run directory is made
     dist, device = start_processes(device, cfg)
     files = RunFiles(run_dir)
     if dist.is_main:
@@ -307,16 +242,49 @@ def train(
     state = resume_from(run, parts) if resume else RunState()
     if dist.is_main:
         write_config(run)
-        if cfg.decay_share > 0 and cfg.decay_steps == 0 and run.max_steps is None and run.time_budget is None:
-            print(
-                f"rckit train: warning: train.decay_share={cfg.decay_share} places the learning rate's decay on the "
-                "run's time budget or max steps, and this run has neither: the rate stays constant (give "
-                "--time-budget or --max-steps)",
-                file=sys.stderr,
-                flush=True,
-            )
-    net = data_parallel(parts.model, dist)
+        warn_of_a_constant_rate(run)
     bar = progress_bar(run.max_steps, state.step) if progress and dist.is_main else None
+    stopped_by = train_until_stopped(run, parts, state, bar, clock)
+    if bar is not None:
+        bar.close()
+    return write_summary(run, state, stopped_by, len(parts.sampler))
+
+
+def check_settings(
+    cfg: TrainConfig, data: Prepared | SpanTask | ClozeTask, init_from: str | Path | None, resume: bool
+) -> None:
+    """Refuse settings that cannot go together, naming them."""
+    if cfg.copy_steps and not isinstance(data, ClozeTask):
+        raise ValueError("train.copy_steps is a cloze readers' setting; this is a span run")
+    if not 0.0 <= cfg.decay_share <= 1.0:
+        raise ValueError(
+            f"train.decay_share is the share of the run over which the learning rate decays, "
+            f"between 0 and 1; got {cfg.decay_share}"
+        )
+    if init_from is not None and resume:
+        raise ValueError(
+            "--init-from starts a new run from another run's weights and --resume continues this one; give one of them"
+        )
+
+
+def warn_of_a_constant_rate(run: Run) -> None:
+    """A decay placed on the run's horizon, in a run without one, would never happen: say so."""
+    cfg = run.cfg
+    if cfg.decay_share > 0 and cfg.decay_steps == 0 and run.max_steps is None and run.time_budget is None:
+        print(
+            f"rckit train: warning: train.decay_share={cfg.decay_share} places the learning rate's decay on the "
+            "run's time budget or max steps, and this run has neither: the rate stays constant (give "
+            "--time-budget or --max-steps)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def train_until_stopped(run: Run, parts: Parts, state: RunState, bar: tqdm | None, clock: Callable[[], float]) -> str:
+    """Train from ``state`` until a stop (:func:`stop_reason`): a step, its log line, the
+    evaluation and the checkpoint when due. Returns what stopped the run."""
+    cfg, task, dist, device = run.cfg, run.task, run.dist, run.device
+    net = data_parallel(parts.model, dist)
     sums = StepSums()
     t_start = clock() - state.elapsed
     stopped_by = "max_steps" if run.max_steps is not None and state.step >= run.max_steps else None
@@ -343,11 +311,9 @@ def train(
                 evaluate_and_keep_best(run, parts, state, bar)
                 sums.t += time.perf_counter() - t_eval  # keep evaluation out of examples/s
             if state.step % cfg.checkpoint_every == 0 or stopped_by:
-                checkpoint(run, parts, state, files.last)
+                checkpoint(run, parts, state, run.files.last)
             barrier(dist)
-    if bar is not None:
-        bar.close()
-    return write_summary(run, state, stopped_by, len(parts.sampler))
+    return stopped_by
 
 
 # ------------------------------------------------------------------------ set-up and resume

@@ -2,11 +2,8 @@
 distillation (:mod:`rckit.training.distill`) and the cross-encoder's fine-tuning
 (:mod:`rckit.training.cross_verifier`). The reading models' own engine is :mod:`rckit.training.loop`.
 
-**The optimiser.** AdamW over two groups: matrices (and higher) decay, vectors (biases, norms'
-gains) do not (:func:`adamw`).
-
-**The schedule.** Linear warm-up over the first ``warmup`` share of the planned steps, then a
-linear decay to 0 at the planned end (:func:`linear_schedule`).
+The job brings its optimiser and schedule; both jobs take AdamW and the linear schedule
+(:func:`adamw_run`).
 
 **The run.** ``DIR/last.pt`` holds the model, the optimiser, the step, the best figures so far, the
 torch RNG and what the job adds (its config, a teacher's digest); it is written (atomically) at
@@ -20,33 +17,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
+from rckit.training.optim import adamw, linear_schedule
+
 SAVE_EVERY = 100  # steps between saves of last.pt besides each evaluation
-
-
-def adamw(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only."""
-    params = list(params)
-    return torch.optim.AdamW(
-        [
-            {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-        ],
-        lr=lr,
-    )
-
-
-def linear_schedule(lr: float, warmup: float, planned: int) -> Callable[[int], float]:
-    """The learning rate at each step: up linearly over ``warmup`` (a share) of ``planned`` steps,
-    then down linearly to 0 at ``planned``."""
-    warm = max(1, int(warmup * planned))
-    return lambda step: lr * min((step + 1) / warm, max(0.0, (planned - step) / max(1, planned - warm)))
 
 
 def save_atomic(obj: dict, path: Path) -> None:
@@ -99,6 +80,19 @@ class PlannedRun:
         with open(self.out / "log.jsonl", "a") as fh:
             fh.write(json.dumps(line) + "\n")
         log(json.dumps(line))
+
+
+def adamw_run(
+    out: Path, model: torch.nn.Module, params: list[torch.nn.Parameter], per_epoch: int, config: Any, kept: dict
+) -> PlannedRun:
+    """A run of ``config.epochs`` epochs of ``per_epoch`` batches with AdamW
+    (:func:`~rckit.training.optim.adamw`) and the linear schedule
+    (:func:`~rckit.training.optim.linear_schedule`); ``config`` gives ``lr``, ``weight_decay``,
+    ``warmup``, ``epochs`` and ``eval_every``."""
+    planned = int(config.epochs * per_epoch)
+    opt = adamw(params, config.lr, config.weight_decay)
+    schedule = linear_schedule(config.lr, config.warmup, planned)
+    return PlannedRun(out, model, params, opt, schedule, planned, per_epoch, config.eval_every, kept)
 
 
 def run_steps(
