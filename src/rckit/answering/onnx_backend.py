@@ -27,7 +27,7 @@ import numpy as np
 from rckit.data.padding import INPUTS, STATE_INPUTS
 from rckit.model_files.errors import CheckpointError, MissingPackage
 from rckit.model_files.glove_rows import PACKAGE, decode_indices, package_version, rows_at, rows_digest
-from rckit.model_files.metadata import parse_metadata
+from rckit.model_files.metadata import contextual_of, parse_metadata
 
 FORMAT = "rckit-onnx-1"
 REQUIRED = ("model", "model_config", "decode", "vocab", "parameters")
@@ -74,7 +74,7 @@ class OnnxModel:
             detail = " ".join(str(e).split())[:200]
             raise CheckpointError(f"{path}: not a readable ONNX model ({detail})") from None
         self.meta = metadata(self.session, path)
-        reads_states = bool((self.meta.get("embedding") or {}).get("contextual"))
+        reads_states = bool(contextual_of(self.meta))
         self.spin = spin and not reads_states
         if spin and reads_states:
             # A model reading an encoder's states shares the cores with the encoder's session: only the

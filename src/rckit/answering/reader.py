@@ -54,6 +54,7 @@ from rckit.answering.verifier_features import ReaderEvidence, window_evidence
 from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import tokenize_texts
 from rckit.data.vocab import FormIndex, Vocabularies
+from rckit.model_files.metadata import contextual_of
 from rckit.model_files.source import ModelFile, open_model
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
@@ -266,7 +267,7 @@ class Reader:
         info["scores"] = meta.get("scores", [])  # `rckit evaluate FILE --record`: every question of a file
         verifier = Verifier.from_json(meta["verifier"], str(file), threads, spin) if meta.get("verifier") else None
         encoder = None
-        contextual = (meta.get("embedding") or {}).get("contextual")
+        contextual = contextual_of(meta)
         if contextual is not None:  # the encoder the model was trained with, refused if another is installed
             from rckit.contextual.states import ContextualEncoder, ContextualSpec
             from rckit.data.download import cache_root

@@ -10,6 +10,7 @@ from pathlib import Path
 from rckit.answering.onnx_backend import read_metadata as onnx_metadata
 from rckit.cli.errors import one_line
 from rckit.model_files.errors import CheckpointError, MissingPackage
+from rckit.model_files.metadata import contextual_of
 from rckit.model_files.metadata import read_metadata as safetensors_metadata
 from rckit.model_files.source import (
     BUNDLED,
@@ -75,7 +76,7 @@ def installed_table() -> str:
             backend = "onnxruntime" if open_model(installed_path(name)).backend == "onnxruntime" else "PyTorch"
         except MissingPackage as e:
             backend = f"nothing: {one_line(e)}"
-        reads = (meta.get("embedding") or {}).get("contextual")  # the encoder whose states it reads, if any
+        reads = contextual_of(meta)  # the encoder whose states it reads, if any
         rows.append(
             (
                 name,
@@ -120,6 +121,6 @@ def model_line(found: ModelFile) -> str:
             score += f" (on {dev['questions']} dev questions, during training)"
         scores = [score or "no dev score"]
     kind = meta.get("dtype") or ("onnx " + (meta.get("quantized") or "fp32") if found.kind == "onnx" else "?")
-    if ((meta.get("embedding") or {}).get("contextual") or {}).get("int8"):
+    if (contextual_of(meta) or {}).get("int8"):
         kind += ", encoder int8"
     return f"{path.name}  {meta['model']}  {size}  {kind}  {'; '.join(scores)}"

@@ -52,6 +52,7 @@ from rckit.model_files.glove_rows import (
     rows_digest,
 )
 from rckit.model_files.load import load_span_model
+from rckit.model_files.metadata import contextual_of
 
 TOLERANCE = 1e-3  # largest |logit difference| an fp32 file may show against PyTorch
 QUANTIZATIONS = ("dynamic",)
@@ -293,7 +294,7 @@ def checked(
 
 def contextual_record(meta: dict, encoder_int8: bool) -> dict | None:
     """The encoder an ONNX file's model reads (as its source names it), and whether its graph runs in int8."""
-    contextual = (meta.get("embedding") or {}).get("contextual")
+    contextual = contextual_of(meta)
     if contextual is None:
         if encoder_int8:
             raise ValueError("--encoder-int8 is for a model that reads contextual states, and this one reads none")

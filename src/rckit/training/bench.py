@@ -84,7 +84,8 @@ def bench_model(
         tcfg = replace(tcfg, **SPAN_LENGTHS)
     task = make_task(kind, data, tcfg, train_split="dev")
     torch.manual_seed(0)
-    model = model_cls(mcfg, task.model_inputs(model_cls.contextual_of(mcfg))).to(device)
+    task.attach_encoder(model_cls.contextual_of(mcfg))
+    model = model_cls(mcfg, task.model_inputs()).to(device)
     return bench(
         model,
         task,

@@ -342,7 +342,8 @@ def open_run_dir(files: RunFiles, resume: bool) -> None:
 def set_up(run: Run, model_cls: type[ReadingModel]) -> Parts:
     """The model on its device, what trains it (:func:`optimisation`) and the batch order."""
     cfg, dist = run.cfg, run.dist
-    model = model_cls(run.model_cfg, run.task.model_inputs(model_cls.contextual_of(run.model_cfg))).to(run.device)
+    run.task.attach_encoder(model_cls.contextual_of(run.model_cfg))  # an encoder's states, cached: maybe an hour
+    model = model_cls(run.model_cfg, run.task.model_inputs()).to(run.device)
     run.task.check_model(model)
     sampler = BucketBatchSampler(
         run.task.train_lengths,

@@ -3,10 +3,11 @@
 The loop in :mod:`rckit.training.loop` is the same for every model; what differs between
 SQuAD span extraction and cloze questions is small and lives here, behind one shape:
 
-- ``model_inputs(contextual)``: the :class:`EmbeddingInfo` a model is built from; with
-  ``contextual`` (``ReadingModel.contextual_of(config)``: a span model that reads an encoder's
-  states) the states of both splits, from their cache, built first where missing
-  (:mod:`rckit.contextual.cache`);
+- ``attach_encoder(contextual)``: a step of training's set-up, before the model is built: for a
+  span model that reads an encoder's states (``ReadingModel.contextual_of(config)``), the states
+  of both splits, from their cache, built first where missing (:mod:`rckit.contextual.cache`);
+- ``model_inputs()``: the :class:`EmbeddingInfo` a model is built from (with the attached
+  encoder's record);
 - ``train_rows`` / ``train_lengths``: which training examples are used, and their lengths
   for length bucketing (``lengths_for_training(rows)`` for any rows);
 - ``collate(ids)``: a training batch (contexts cut at ``train.max_c_len``);
@@ -116,26 +117,34 @@ class SpanTask:
         self._dev_raw = None  # parsed on first evaluation (rank 0 only)
         self._reward = None
 
-    def model_inputs(self, contextual: tuple[str, tuple[int, ...]] | None = None) -> EmbeddingInfo:
-        info = self.prepared.embedding_info()
+    def attach_encoder(self, contextual: tuple[str, tuple[int, ...]] | None) -> None:
+        """Bring encoder ``contextual``'s states (its name and layers; ``ReadingModel.contextual_of``)
+        to both splits, from their cache (:mod:`rckit.contextual.cache`), computed first where
+        missing: an hour and more for SQuAD v1.1 train on a CPU. None: a model that reads none."""
         if contextual is None:
-            return info
+            self.contextual = None
+            return
         name, layers = contextual
-        if self.contextual is None or (self.contextual["name"], tuple(self.contextual["layers"])) != (name, layers):
-            from rckit.contextual.states import ContextualEncoder, ContextualSpec
+        attached = self.contextual
+        if attached is not None and (attached["name"], tuple(attached["layers"])) == (name, layers):
+            return
+        from rckit.contextual.states import ContextualEncoder, ContextualSpec
 
-            encoder = ContextualEncoder.load(ContextualSpec(name, layers))
-            root = self.prepared.states_root
-            self.train_split = self.train_split.with_encoder(root, encoder, self.split_names[0])
-            self.dev_split = self.dev_split.with_encoder(root, encoder, self.split_names[1])
-            self.contextual = {
-                "name": name,
-                "layers": list(layers),
-                "digest": encoder.files.digest,
-                "max_pieces": encoder.max_pieces,
-                "dim": encoder.dim,
-            }
-        return replace(info, contextual=self.contextual)
+        encoder = ContextualEncoder.load(ContextualSpec(name, layers))
+        root = self.prepared.states_root
+        self.train_split = self.train_split.with_encoder(root, encoder, self.split_names[0])
+        self.dev_split = self.dev_split.with_encoder(root, encoder, self.split_names[1])
+        self.contextual = {
+            "name": name,
+            "layers": list(layers),
+            "digest": encoder.files.digest,
+            "max_pieces": encoder.max_pieces,
+            "dim": encoder.dim,
+        }
+
+    def model_inputs(self) -> EmbeddingInfo:
+        """The tables a model is built from, with the attached encoder's record (:meth:`attach_encoder`)."""
+        return replace(self.prepared.embedding_info(), contextual=self.contextual)
 
     def check_model(self, model: ReadingModel) -> None:
         """Refuse to train a model that cannot abstain on data with unanswerable questions
@@ -291,9 +300,11 @@ class ClozeTask:
         self.n_dev = len(self.dev_split)
         self.copy_on = False  # the engine sets it for the steps before train.copy_steps
 
-    def model_inputs(self, contextual: tuple[str, tuple[int, ...]] | None = None) -> EmbeddingInfo:
+    def attach_encoder(self, contextual: tuple[str, tuple[int, ...]] | None) -> None:
         if contextual is not None:
             raise ValueError("contextual states are for span models on SQuAD; cloze documents are anonymised")
+
+    def model_inputs(self) -> EmbeddingInfo:
         return self.data.embedding_info()
 
     def first_rows(self, n: int) -> np.ndarray:
