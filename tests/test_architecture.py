@@ -111,3 +111,31 @@ def test_the_floors_test_sees_an_upward_import(tmp_path):
     floor_of = {room: i for i, line in enumerate(floors()) for room in line}
     assert floor_of[room_of("rckit.training.loop")] < floor_of["answering"]
     assert room_of("rckit.kernels") == "kernels" and room_of("rckit.presets") == "presets.py"
+
+
+LONGEST_FUNCTION, LONGEST_FILE = 80, 700  # docs/style.md
+
+
+def long_places(root: Path) -> list[str]:
+    """Functions over LONGEST_FUNCTION lines and files over LONGEST_FILE lines under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > LONGEST_FILE:
+            found.append(f"{path.relative_to(root)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > LONGEST_FUNCTION:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}: {n} lines")
+    return found
+
+
+def test_functions_and_files_keep_to_their_length():
+    assert long_places(PACKAGE) == []
+
+
+def test_the_length_check_sees_a_long_function(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(LONGEST_FUNCTION))
+    (tmp_path / "m.py").write_text(f"def short():\n    pass\n\n\ndef long():\n{body}")
+    assert long_places(tmp_path) == [f"m.py:5 long: {LONGEST_FUNCTION + 1} lines"]
