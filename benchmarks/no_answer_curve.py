@@ -20,13 +20,12 @@ import time
 
 import numpy as np
 
-from rckit.answering.reader import Reader
+from rckit.answering.reader import CHUNK, Reader
 from rckit.data.squad import read_squad
 from rckit.evaluation.squad_metrics import abstaining, score_predictions
 from rckit.training.cross_verifier import auc
 
 THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.05, 1.0, 0.05))
-CHUNK = 256
 
 
 def judged(reader: Reader, path: str) -> tuple[dict, dict, dict, dict]:
@@ -34,11 +33,9 @@ def judged(reader: Reader, path: str) -> tuple[dict, dict, dict, dict]:
     data = read_squad(path)
     raw, examples = data.raw, data.examples
     spans, p_features, p_cross = {}, {}, {}
-    for lo in range(0, len(examples), CHUNK):
+    pairs = [(ex.context, ex.question) for ex in examples]
+    for lo, job in zip(range(0, len(examples), CHUNK), reader.read_chunks(pairs, whole=True, evidence=True)):
         chunk = examples[lo : lo + CHUNK]
-        job = reader.plan([(ex.context, ex.question) for ex in chunk], whole=True)
-        job.wants_evidence = True
-        reader.read_all(job)
         ranked = job._ranked()
         features = reader.verifier.probability(job.features(ranked))
         triples = [(ex.context, ex.question, *(r[0][0] if r else (None, None))) for ex, r in zip(chunk, ranked)]
