@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 from safetensors import safe_open
 
 from rckit.contextual.encoders import ENCODERS, encoder_weights, find_encoder, portable
-from rckit.contextual.states import ContextualEncoder, ContextualSpec
+from rckit.contextual.spec import ContextualSpec
+from rckit.contextual.states import ContextualEncoder
 from rckit.data.tokenize import tokenize
 
 TEXTS = [
@@ -57,9 +59,9 @@ def test_a_model_file_names_a_folder_copy_of_a_known_encoder_by_its_name(tmp_pat
     files = find_encoder("minilm-l2")
     copy = tmp_path / "my-student"
     shutil.copytree(files.root, copy)
-    record = {"name": str(copy), "layers": [1, 2], "digest": find_encoder(str(copy)).digest, "max_pieces": 256}
-    assert portable(record) == {**record, "name": "minilm-l2"}
+    spec = ContextualSpec(str(copy), (1, 2), find_encoder(str(copy)).digest, 256, 384)
+    assert portable(spec) == replace(spec, name="minilm-l2")
     (copy / "config.json").write_text(json.dumps({**files.config, "note": "changed"}))
-    other = {**record, "digest": find_encoder(str(copy)).digest}
+    other = replace(spec, digest=find_encoder(str(copy)).digest)
     assert portable(other) == other  # another encoder's files keep their folder's name
     assert portable(None) is None

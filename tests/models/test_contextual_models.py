@@ -8,13 +8,14 @@ from dataclasses import replace
 import pytest
 import torch
 
+from rckit.contextual.spec import ContextualSpec
 from rckit.data.batching import Batch
 from rckit.models import MODELS
 from tests.conftest import TINY
 from tests.models.test_contract import emb_info, span_batch
 
 K, D = 2, 8
-CONTEXTUAL = {"name": "tiny", "layers": [1, 2], "digest": "0" * 16, "max_pieces": 64, "dim": D}
+CONTEXTUAL = ContextualSpec("tiny", (1, 2), "0" * 16, 64, D)
 SPAN_MODELS = sorted(name for name, task in TINY if task == "span")
 
 
@@ -36,7 +37,7 @@ def build(name: str):
 @pytest.mark.parametrize("name", SPAN_MODELS)
 def test_a_contextual_model_reads_the_states_and_learns_their_mix(name):
     model = build(name).train()
-    assert model.contextual_of(model.config) == ("tiny", (1, 2))
+    assert model.contextual_of(model.config) == ContextualSpec("tiny", (1, 2))
     batch = contextual_batch()
     out = model(batch)
     assert out.start_logits.shape == batch.c_mask.shape

@@ -14,7 +14,8 @@ import torch
 from rckit.contextual.bert import BertEncoder, hf_names_to_ours
 from rckit.contextual.encoders import encoder_weights, find_encoder
 from rckit.contextual.pieces import PieceTokenizer, pool, token_pieces
-from rckit.contextual.states import ContextualEncoder, ContextualSpec
+from rckit.contextual.spec import ContextualSpec
+from rckit.contextual.states import ContextualEncoder
 from rckit.contextual.student import new_student, ours_to_hf_names, save_student, student_config, student_layers
 from rckit.data.sources import DataSource, prepare_data
 from rckit.data.split import SquadSplit

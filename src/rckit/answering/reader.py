@@ -269,18 +269,18 @@ class Reader:
         encoder = None
         contextual = contextual_of(meta)
         if contextual is not None:  # the encoder the model was trained with, refused if another is installed
-            from rckit.contextual.states import ContextualEncoder, ContextualSpec
+            from rckit.contextual.states import ContextualEncoder
             from rckit.data.download import cache_root
 
             encoder = ContextualEncoder.load(
-                ContextualSpec.of_model(contextual),
+                contextual,
                 runner=model.backend,
                 graphs=cache_root() / "encoders",
                 threads=threads,
                 spin=spin,
                 memo_mb=ENCODER_MEMO_MB,
             )
-            info["contextual"] = contextual
+            info["contextual"] = contextual.to_json()
         return cls(
             model, vocabs, decode, window, info, batch_size, always_answer, verifier, no_answer_threshold, encoder
         )

@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     memory.use_huge_pages()  # before torch is imported
     from rckit.contextual.encoders import find_encoder
-    from rckit.contextual.states import ContextualEncoder, ContextualSpec
+    from rckit.contextual.spec import ContextualSpec
+    from rckit.contextual.states import ContextualEncoder
     from rckit.data.sources import prepare_data
     from rckit.training.distill import DistillConfig, distill
 

@@ -80,7 +80,7 @@ def installed_table() -> str:
         rows.append(
             (
                 name,
-                meta["model"] + (f" + {reads['name']}" if reads else ""),
+                meta["model"] + (f" + {reads.name}" if reads else ""),
                 sizes,
                 figure,
                 ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-",
@@ -121,6 +121,7 @@ def model_line(found: ModelFile) -> str:
             score += f" (on {dev['questions']} dev questions, during training)"
         scores = [score or "no dev score"]
     kind = meta.get("dtype") or ("onnx " + (meta.get("quantized") or "fp32") if found.kind == "onnx" else "?")
-    if (contextual_of(meta) or {}).get("int8"):
+    contextual = contextual_of(meta)
+    if contextual is not None and contextual.int8:
         kind += ", encoder int8"
     return f"{path.name}  {meta['model']}  {size}  {kind}  {'; '.join(scores)}"

@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     prepared = prepare_data(data_source(args), args.set, args.out, rebuild=args.rebuild)
     if args.contextual:
-        from rckit.contextual.states import ContextualEncoder, ContextualSpec  # PyTorch runs the encoder
+        from rckit.contextual.spec import ContextualSpec
+        from rckit.contextual.states import ContextualEncoder  # PyTorch runs the encoder
 
         try:
             layers = tuple(int(x) for x in args.contextual_layers.split(","))

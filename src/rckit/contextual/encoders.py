@@ -23,11 +23,13 @@ import hashlib
 import importlib.util
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from rckit.contextual.spec import ContextualSpec
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 # The layers a reader reads by default (0 = the embeddings): all-MiniLM-L6-v2's fourth and last, the
@@ -138,21 +140,21 @@ def find_encoder(name: str) -> EncoderFiles:
     return EncoderFiles(name, root.resolve(), config, digest(root))
 
 
-def portable(record: dict | None) -> dict | None:
-    """A model's record of its encoder (``name``, ``digest``, ...) as an exported file keeps it: a
-    folder whose files are those of a known encoder installed here (the same digest) is named by
-    that name, so the file reads on a machine without that folder (a reader trained on
-    ``runs/student/l2/encoder`` names ``minilm-l2`` once that student ships in rckit)."""
-    if not record or record.get("name") in ENCODERS or record.get("digest") is None:
-        return record
+def portable(spec: ContextualSpec | None) -> ContextualSpec | None:
+    """A model's encoder as an exported file keeps it: a folder whose files are those of a known
+    encoder installed here (the same digest) is named by that name, so the file reads on a machine
+    without that folder (a reader trained on ``runs/student/l2/encoder`` names ``minilm-l2`` once
+    that student ships in rckit)."""
+    if spec is None or spec.name in ENCODERS or spec.digest is None:
+        return spec
     for name in ENCODERS:
         try:
             files = find_encoder(name)
         except (ModuleNotFoundError, ValueError):
             continue
-        if files.digest == record["digest"]:
-            return {**record, "name": name}
-    return record
+        if files.digest == spec.digest:
+            return replace(spec, name=name)
+    return spec
 
 
 def digest(root: str | Path) -> str:

@@ -14,38 +14,19 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rckit.contextual.encoders import EncoderFiles, find_encoder
 from rckit.contextual.pieces import PieceTokenizer, owners, piece_windows, pool
+from rckit.contextual.spec import ContextualSpec
 
 Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # ids (B, P), mask (B, P) -> (B, P, K, D) float32
 
 MAX_PIECES = 256  # the encoder's window, [CLS] and [SEP] included (all-MiniLM-L6-v2 was tuned at 256)
 BATCH_PIECES = 8192  # padded pieces per forward
 PAD_SLACK = 1.25  # a batch's widest window at most 1.25 times its narrowest (+16 pieces)
-
-
-@dataclass(frozen=True)
-class ContextualSpec:
-    """What a model reads: encoder ``name`` (a known name or a folder) and which of its layers
-    (0 = embeddings), mixed by the model. ``digest``: the encoder a model was trained with, where
-    known (a model file names it; an encoder with another digest is refused)."""
-
-    name: str
-    layers: tuple[int, ...]
-    digest: str | None = None
-    max_pieces: int | None = None  # the encoder's window (None: the default)
-    int8: bool = False  # on onnxruntime: its graph quantized to int8 (an ONNX file exported with --encoder-int8)
-
-    @classmethod
-    def of_model(cls, meta: dict) -> ContextualSpec:
-        """The spec a model file records (its ``embedding.contextual``: name, layers, digest, max_pieces,
-        and for an ONNX file whether the encoder runs in int8)."""
-        return cls(meta["name"], tuple(meta["layers"]), meta["digest"], meta.get("max_pieces"), bool(meta.get("int8")))
 
 
 class TorchRunner:
@@ -170,7 +151,7 @@ class ContextualEncoder:
 
     @property
     def spec(self) -> ContextualSpec:
-        return ContextualSpec(self.files.name, self.layers, self.files.digest, self.max_pieces)
+        return ContextualSpec(self.files.name, self.layers, self.files.digest, self.max_pieces, self.dim)
 
     def states(self, texts: list[str], token_offsets: list[np.ndarray]) -> list[np.ndarray]:
         """For each text, the states of its tokens (character spans ``token_offsets[i]``, (T, 2)):

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rckit.contextual.spec import ContextualSpec
+
 
 @dataclass
 class EmbeddingInfo:
@@ -22,10 +24,8 @@ class EmbeddingInfo:
     n_chars: int  # char vocabulary size, 0 = <pad>, 1 = <unk>
     char_vectors: torch.Tensor | None = None  # (n_chars, Dc) float32 pretrained init, or None
     n_entities: int = 0  # cloze data: entity markers @entity0..@entity{n-1}, the answer classes
-    # The contextual encoder whose states the data carries (a model with `contextual`): its name,
-    # layers, digest, max_pieces and dim (rckit.contextual.states.ContextualSpec, and the width D).
-    contextual: dict | None = None
+    contextual: ContextualSpec | None = None  # the encoder whose states the data carries (its dim: their width)
 
     @property
     def contextual_dim(self) -> int:
-        return 0 if self.contextual is None else int(self.contextual["dim"])
+        return 0 if self.contextual is None else int(self.contextual.dim)

@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -299,7 +299,7 @@ def contextual_record(meta: dict, encoder_int8: bool) -> dict | None:
         if encoder_int8:
             raise ValueError("--encoder-int8 is for a model that reads contextual states, and this one reads none")
         return None
-    return {**portable(contextual), "int8": bool(encoder_int8)}
+    return replace(portable(contextual), int8=bool(encoder_int8)).to_json()
 
 
 def why_not(e: Exception) -> str:

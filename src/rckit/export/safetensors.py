@@ -37,6 +37,7 @@ import torch
 
 from rckit.answering.decoding import decode_config_of
 from rckit.contextual.encoders import portable
+from rckit.contextual.spec import ContextualSpec
 from rckit.data.prepare import file_digest
 from rckit.export.metadata_edit import write_safetensors
 from rckit.layers.embedding import PartiallyFrozenEmbedding
@@ -177,4 +178,4 @@ def embedding_record(embedding: dict) -> dict:
     (:func:`rckit.contextual.encoders.portable`)."""
     if not embedding.get("contextual"):
         return embedding
-    return {**embedding, "contextual": portable(embedding["contextual"])}
+    return {**embedding, "contextual": portable(ContextualSpec.from_json(embedding["contextual"])).to_json()}

@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rckit.contextual.spec import ContextualSpec
 from rckit.model_files.errors import CheckpointError
 
 FORMAT = "rckit-export-1"
 _MAX_HEADER = 100 * 2**20  # safetensors' own limit
 
 
-def contextual_of(meta: dict) -> dict | None:
-    """What a model file says of the contextual encoder its model reads (``embedding.contextual``:
-    name, layers, digest, max_pieces, dim; in an ONNX file, whether the encoder runs in int8:
-    :meth:`rckit.contextual.states.ContextualSpec.of_model`), or None for a model that reads none."""
-    return (meta.get("embedding") or {}).get("contextual")
+def contextual_of(meta: dict) -> ContextualSpec | None:
+    """What a model file says of the contextual encoder its model reads (its ``embedding.contextual``
+    record: :class:`rckit.contextual.spec.ContextualSpec`), or None for a model that reads none."""
+    return ContextualSpec.from_json((meta.get("embedding") or {}).get("contextual"))
 
 
 def read_metadata(path: str | Path) -> dict:

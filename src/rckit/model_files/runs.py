@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from rckit.config import differences
+from rckit.contextual.spec import ContextualSpec
 from rckit.data.cloze.examples import ClozeVocab
 from rckit.data.embeddings import EmbeddingInfo
 from rckit.data.vocab import Vocabularies
@@ -88,7 +89,7 @@ def embedding_placeholder(e: dict) -> EmbeddingInfo:
         n_chars=e["n_chars"],
         char_vectors=None if e["char_vectors_dim"] is None else torch.zeros(e["n_chars"], e["char_vectors_dim"]),
         n_entities=e.get("n_entities", 0),
-        contextual=e.get("contextual"),
+        contextual=ContextualSpec.from_json(e.get("contextual")),
     )
 
 

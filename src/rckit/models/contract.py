@@ -46,6 +46,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from rckit.contextual.spec import ContextualSpec
 from rckit.models.losses import cloze_loss, span_loss
 
 TASKS = ("span", "cloze")
@@ -83,13 +84,13 @@ def check_contextual(config, emb) -> None:
     if wanted == "none" and have is None:
         return
     if wanted == "none":
-        raise ValueError(f"the data carries contextual states of {have['name']!r} but the model's contextual is 'none'")
+        raise ValueError(f"the data carries contextual states of {have.name!r} but the model's contextual is 'none'")
     if have is None:
         raise ValueError(f"the model reads contextual states ({wanted!r}) and the data carries none")
-    if list(have["layers"]) != list(config.contextual_layers):
+    if list(have.layers) != list(config.contextual_layers):
         raise ValueError(
             f"the model mixes contextual layers {list(config.contextual_layers)} and the data carries "
-            f"layers {list(have['layers'])}"
+            f"layers {list(have.layers)}"
         )
 
 
@@ -116,13 +117,13 @@ class ReadingModel(nn.Module):
         return cls.TASK
 
     @classmethod
-    def contextual_of(cls, config) -> tuple[str, tuple[int, ...]] | None:
-        """``(encoder, layers)`` whose states a model of this class with ``config`` reads beside its
+    def contextual_of(cls, config) -> ContextualSpec | None:
+        """The encoder and layers whose states a model of this class with ``config`` reads beside its
         word vectors (its ``contextual`` and ``contextual_layers`` settings), or None: known before
         the model is built, so the task can bring the states (:mod:`rckit.contextual`)."""
         if not cls.READS_CONTEXTUAL or config.contextual == "none":
             return None
-        return config.contextual, tuple(int(k) for k in config.contextual_layers)
+        return ContextualSpec(config.contextual, tuple(config.contextual_layers))
 
     def answer_pass(
         self,

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from rckit.answering.decoding import SpanPrediction
+    from rckit.contextual.spec import ContextualSpec
     from rckit.data.batching import Batch
     from rckit.data.cloze.dataset import ClozeData
     from rckit.data.cloze.examples import ClozeBatch
@@ -69,7 +70,7 @@ def embedding_shapes(info: EmbeddingInfo) -> dict:
         "n_chars": int(info.n_chars),
         "char_vectors_dim": None if cv is None else int(cv.shape[1]),
         "n_entities": int(info.n_entities),
-        "contextual": info.contextual,
+        "contextual": None if info.contextual is None else info.contextual.to_json(),
     }
 
 
@@ -107,7 +108,7 @@ class SpanTask:
         self.prepared, self.cfg = prepared, cfg
         self.train_split, self.dev_split = prepared.split(train_split), prepared.split("dev")
         self.split_names = (train_split, "dev")
-        self.contextual: dict | None = None  # the encoder whose states the splits carry, once attached
+        self.contextual: ContextualSpec | None = None  # the encoder whose states the splits carry, once attached
         self.train_rows = training_indices(self.train_split, cfg)
         self.train_lengths = self.lengths_for_training(self.train_rows)
         self.n_dev = len(self.dev_split)
@@ -117,30 +118,23 @@ class SpanTask:
         self._dev_raw = None  # parsed on first evaluation (rank 0 only)
         self._reward = None
 
-    def attach_encoder(self, contextual: tuple[str, tuple[int, ...]] | None) -> None:
-        """Bring encoder ``contextual``'s states (its name and layers; ``ReadingModel.contextual_of``)
+    def attach_encoder(self, contextual: ContextualSpec | None) -> None:
+        """Bring the states of encoder ``contextual`` (its name and layers: ``ReadingModel.contextual_of``)
         to both splits, from their cache (:mod:`rckit.contextual.cache`), computed first where
-        missing: an hour and more for SQuAD v1.1 train on a CPU. None: a model that reads none."""
+        missing: an hour and more for SQuAD v1.1 train on a CPU. None: a model that reads none.
+        Afterwards ``self.contextual`` is the attached encoder's whole spec (digest, window, width)."""
         if contextual is None:
             self.contextual = None
             return
-        name, layers = contextual
-        attached = self.contextual
-        if attached is not None and (attached["name"], tuple(attached["layers"])) == (name, layers):
+        if contextual.reads_same(self.contextual):
             return
-        from rckit.contextual.states import ContextualEncoder, ContextualSpec
+        from rckit.contextual.states import ContextualEncoder
 
-        encoder = ContextualEncoder.load(ContextualSpec(name, layers))
+        encoder = ContextualEncoder.load(contextual)
         root = self.prepared.states_root
         self.train_split = self.train_split.with_encoder(root, encoder, self.split_names[0])
         self.dev_split = self.dev_split.with_encoder(root, encoder, self.split_names[1])
-        self.contextual = {
-            "name": name,
-            "layers": list(layers),
-            "digest": encoder.files.digest,
-            "max_pieces": encoder.max_pieces,
-            "dim": encoder.dim,
-        }
+        self.contextual = encoder.spec
 
     def model_inputs(self) -> EmbeddingInfo:
         """The tables a model is built from, with the attached encoder's record (:meth:`attach_encoder`)."""
