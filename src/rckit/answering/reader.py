@@ -462,7 +462,7 @@ class Reader:
 
     def states(self, contexts: list[str], questions: list[str], a: dict) -> dict[str, np.ndarray]:
         """The encoder's states of ``contexts`` and ``questions``, rows aligned with their tokens
-        in the arrays ``a``: ``ctx_states`` (N, K, D) and ``q_states`` (Nq, K, D), float32."""
+        in the arrays ``a``: ``ctx_state_rows`` (N, K, D) and ``q_state_rows`` (Nq, K, D), float32."""
 
         def read(texts, ptr, offsets):
             got = self.encoder.states(texts, [offsets[ptr[i] : ptr[i + 1]] for i in range(len(texts))])
@@ -470,8 +470,8 @@ class Reader:
             return np.concatenate(got) if got else np.zeros((0, K, D), np.float32)
 
         return {
-            "ctx_states": read(contexts, a["ctx_ptr"], a["ctx_offsets"]),
-            "q_states": read(questions, a["q_ptr"], a["q_offsets"]),
+            "ctx_state_rows": read(contexts, a["ctx_ptr"], a["ctx_offsets"]),
+            "q_state_rows": read(questions, a["q_ptr"], a["q_offsets"]),
         }
 
     def _settings(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> tuple[int, int]:

@@ -16,8 +16,8 @@ questions share them (:meth:`rckit.models.contract.ReadingModel.answer_pass`):
 - ``q_tokens`` (B, Tq), ``q_mask`` (B, Tq): the questions; ``q_context`` (B,): each one's window.
 
 - ``c_states`` (U, Tc, K, D) and ``q_states`` (B, Tq, K, D), float32, for a model that reads
-  contextual states (:mod:`rckit.contextual`), where the arrays hold them (``ctx_states``,
-  ``q_states``, rows aligned with the tokens): a token's state belongs to its place, not its form.
+  contextual states (:mod:`rckit.contextual`), where the arrays hold them (``ctx_state_rows``,
+  ``q_state_rows``: (N, K, D), one row a token): a token's state belongs to its place, not its form.
 
 Masks are True on real tokens; padding is id (or row) 0.
 """
@@ -45,9 +45,9 @@ def padded_inputs(a: dict[str, np.ndarray], c_lo, c_len, q_lo, q_len) -> dict[st
         "q_chars": (a["form_chars"][q_forms] * q_mask[..., None]).astype(np.int64),  # (B, Tq, W)
         "q_mask": q_mask,
     }
-    if "ctx_states" in a:  # contextual states, (N, K, D) rows aligned with the tokens
-        out["c_states"] = _state_rows(a["ctx_states"], np.asarray(c_lo, np.int64), c_mask)  # (B, Tc, K, D)
-        out["q_states"] = _state_rows(a["q_states"], np.asarray(q_lo, np.int64), q_mask)  # (B, Tq, K, D)
+    if "ctx_state_rows" in a:  # contextual states, (N, K, D) rows aligned with the tokens
+        out["c_states"] = _state_rows(a["ctx_state_rows"], np.asarray(c_lo, np.int64), c_mask)  # (B, Tc, K, D)
+        out["q_states"] = _state_rows(a["q_state_rows"], np.asarray(q_lo, np.int64), q_mask)  # (B, Tq, K, D)
     return out
 
 
@@ -83,9 +83,9 @@ def answer_inputs(a: dict[str, np.ndarray], items: list[tuple[int, int, int, int
         "q_mask": q_mask,
         "q_context": q_context,
     }
-    if "ctx_states" in a:
-        out["c_states"] = _state_rows(a["ctx_states"], a["ctx_ptr"][wc] + wlo, c_mask)  # (U, Tc, K, D)
-        out["q_states"] = _state_rows(a["q_states"], a["q_ptr"][i], q_mask)  # (B, Tq, K, D)
+    if "ctx_state_rows" in a:
+        out["c_states"] = _state_rows(a["ctx_state_rows"], a["ctx_ptr"][wc] + wlo, c_mask)  # (U, Tc, K, D)
+        out["q_states"] = _state_rows(a["q_state_rows"], a["q_ptr"][i], q_mask)  # (B, Tq, K, D)
     return out
 
 

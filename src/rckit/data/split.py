@@ -83,16 +83,16 @@ class SquadSplit:
             arrays, self.qids[:n], self.contexts[:n_ctx], None if self.questions is None else self.questions[:n]
         )
 
-    def with_states(self, ctx_states: np.ndarray, q_states: np.ndarray) -> SquadSplit:
-        """This split whose batches carry contextual states: ``ctx_states`` (N, K, D) row ``j`` the
-        state of context token ``j``, ``q_states`` (Nq, K, D) of question token ``j``."""
-        if len(ctx_states) != len(self.a["ctx_forms"]) or len(q_states) != len(self.a["q_forms"]):
+    def with_states(self, ctx_rows: np.ndarray, q_rows: np.ndarray) -> SquadSplit:
+        """This split whose batches carry contextual states: ``ctx_rows`` (N, K, D) row ``j`` the
+        state of context token ``j``, ``q_rows`` (Nq, K, D) of question token ``j``."""
+        if len(ctx_rows) != len(self.a["ctx_forms"]) or len(q_rows) != len(self.a["q_forms"]):
             raise ValueError(
-                f"contextual states for {len(ctx_states)} context and {len(q_states)} question tokens, "
+                f"contextual states for {len(ctx_rows)} context and {len(q_rows)} question tokens, "
                 f"and the split has {len(self.a['ctx_forms'])} and {len(self.a['q_forms'])}"
             )
         return SquadSplit(
-            {**self.a, "ctx_states": ctx_states, "q_states": q_states}, self.qids, self.contexts, self.questions
+            {**self.a, "ctx_state_rows": ctx_rows, "q_state_rows": q_rows}, self.qids, self.contexts, self.questions
         )
 
     def with_encoder(self, root: str | Path, encoder, what: str = "", progress: bool = True) -> SquadSplit:

@@ -215,7 +215,7 @@ def distill(
 ) -> dict:
     """Distil a student of ``teacher`` into ``out`` (module docstring) for at most ``minutes`` of
     training (and ``max_steps`` steps) in this call. ``train`` and ``dev`` carry the teacher's
-    states of ``config.teacher_layers`` (``ctx_states``, ``q_states``: :meth:`SquadSplit.with_encoder`).
+    states of ``config.teacher_layers`` (``ctx_state_rows``, ``q_state_rows``: :meth:`SquadSplit.with_encoder`).
     ``resume``: continue ``out/last.pt``. Returns the run's state: steps done, planned, the best
     held-out figures."""
     out = Path(out)
@@ -230,7 +230,7 @@ def distill(
     model.word.weight.requires_grad_(False)
     tok = PieceTokenizer(teacher.root / "tokenizer.json")
     texts, kinds, held = _texts(train, dev, tok, config, log)
-    train_states = (train.a["ctx_states"], train.a["q_states"])
+    train_states = (train.a["ctx_state_rows"], train.a["q_state_rows"])
     params = [p for p in model.parameters() if p.requires_grad]
     per_epoch = len(batches(texts, config.batch_pieces, config.seed, kinds))
     kept = {"config": asdict(config), "teacher_digest": teacher.digest}
@@ -238,7 +238,7 @@ def distill(
     step, best = run.restore(state)
 
     def figures() -> dict:
-        return held_out(model, layers, held, [dev.a["ctx_states"], dev.a["q_states"]], tok, config)
+        return held_out(model, layers, held, [dev.a["ctx_state_rows"], dev.a["q_state_rows"]], tok, config)
 
     def loss_of(idx: list[int]) -> torch.Tensor:
         pooled, rows = student_states(model, layers, [texts[i] for i in idx], tok.cls, tok.sep)
@@ -300,9 +300,9 @@ def _check_states(train: SquadSplit, dev: SquadSplit, config: DistillConfig, tea
     """Refuse splits without the teacher's states of the layers the student stands for, or a window
     longer than the encoder reads."""
     for name, split in (("training", train), ("evaluation", dev)):
-        if "ctx_states" not in split.a:
+        if "ctx_state_rows" not in split.a:
             raise ValueError(f"the {name} split carries no teacher states (SquadSplit.with_encoder)")
-        K = split.a["ctx_states"].shape[1]
+        K = split.a["ctx_state_rows"].shape[1]
         if K != len(config.teacher_layers):
             raise ValueError(
                 f"the {name} split carries {K} layers of teacher states, and the student stands for "
