@@ -49,7 +49,7 @@ class OnnxModel:
     ``threads``: intra-op threads (None: onnxruntime's default, every core). ``spin``: whether
     those threads spin between operations waiting for work (onnxruntime's default: the fastest
     for a caller with the cores to itself) or sleep (a server, whose HTTP side needs the cores
-    meanwhile; BENCHMARKS.md, "Answering without PyTorch"). A file that is not an rckit ONNX
+    meanwhile; docs/benchmark-history.md, "Answering without PyTorch (issue 30)"). A file that is not an rckit ONNX
     model (damaged, truncated, another program's) is refused with one line.
     """
 

@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="N",
         help="CPU: allocations of N MiB and more get their own mapping, returned when freed: a lower "
-        'peak RSS, slower steps (e.g. 2; default 0: glibc\'s own threshold; BENCHMARKS.md, "Allocator")',
+        'peak RSS, slower steps (e.g. 2; default 0: glibc\'s own threshold; docs/benchmark-history.md, "Allocator")',
     )
 
 

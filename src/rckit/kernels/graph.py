@@ -3,8 +3,8 @@ layer is traced for export (``torch.compiler.is_exporting()``) and the fast path
 (:mod:`rckit.kernels`; ``rckit export --format onnx`` turns on these and none of :mod:`.cpu`).
 Each computes what the plain layer does (tested equal, ``tests/export/test_onnx.py``) in
 operations that onnxruntime runs well; what each gains in the installed model
-(``benchmarks/graph_forms.py``: exported with each left out in turn): BENCHMARKS.md, "Answering
-without PyTorch".
+(``benchmarks/graph_forms.py``: exported with each left out in turn): docs/benchmark-history.md,
+"Answering without PyTorch (issue 30)".
 
 - ``graph_attention``: self-attention as one ONNX ``Attention`` node (opset 23) on the (B, T, d)
   projections, heads split inside the node (``q_num_heads``), with the key mask as an additive

@@ -512,9 +512,9 @@ def model_settings(onnx: bool, model_workers: int | None = None) -> tuple[int, i
     them, threads sleeping between operations (``spin=False``) so the event loop gets a core
     whenever it needs one. While one call runs, the next forms from the requests that arrived
     meanwhile, which serves more questions/s than one call on every core, and threads that spin
-    starve the event loop (BENCHMARKS.md, "Answering without PyTorch"). PyTorch: one call on every
-    core but one, which the event loop needs to parse requests and write answers while the model
-    computes (BENCHMARKS.md, "Serving and long documents"; the alternatives measured:
+    starve the event loop (docs/benchmark-history.md, "Answering without PyTorch (issue 30)").
+    PyTorch: one call on every core but one, which the event loop needs to parse requests and
+    write answers while the model computes (BENCHMARKS.md, "Serving and long documents"; the alternatives measured:
     docs/benchmark-history.md, "Serving: the defaults")."""
     cores = available_cores()
     if onnx:

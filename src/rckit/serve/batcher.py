@@ -11,8 +11,8 @@ with other requests' in calls of bounded size.
 ``model_workers`` calls may be in flight at once, each in its own thread: the items waiting when calls
 are formed are shared between the idle workers, one call each, and what arrives while every
 worker is busy joins the next call. With 8 closed-loop clients one call's clients are being
-answered and their next requests parsed while the other call reads (BENCHMARKS.md, "Answering
-without PyTorch").
+answered and their next requests parsed while the other call reads (docs/benchmark-history.md,
+"Answering without PyTorch (issue 30)").
 
 Planning: the requests with short contexts (up to ten windows' worth of characters) that wait
 when a call is formed are planned together, in one tokenizing pass, in the model thread just
@@ -28,7 +28,7 @@ arrives during it waits for the next. Which windows go in (``policy``):
   (the one whose turn was longest ago). A paragraph question is read in the next call even
   while long documents are being read, and no long document starves behind a stream of short
   ones: it advances in every call they leave room in, and by one window in its turn
-  (BENCHMARKS.md, "Serving": measured against ``"round-robin"``, one window of each waiting
+  (BENCHMARKS.md, "Serving and long documents": measured against ``"round-robin"``, one window of each waiting
   request in turn).
 - ``"round-robin"``: one window of each waiting request in turn, in arrival order.
 
