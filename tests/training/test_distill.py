@@ -180,8 +180,11 @@ def test_distilling_lowers_the_held_out_error_and_a_resumed_run_continues_exactl
     other = find_encoder(str(write_tiny_encoder(tmp_path / "other", [*GREEK, "what"], layers=3, dim=8, seed=1)))
     with pytest.raises(ValueError, match="resume with that teacher"):
         distill(other, train, dev, tmp_path / "half", resume=True, log=lambda m: None, progress=False)
+    before = torch.load(tmp_path / "half" / "last.pt", weights_only=True)["seconds"]
     rest = distill(files, train, dev, tmp_path / "half", resume=True, log=lambda m: None, progress=False)
     assert rest["done"] and rest["step"] == whole["step"]
+    ended = json.loads((tmp_path / "half" / "log.jsonl").read_text().splitlines()[-1])
+    assert before > 0 and ended["seconds"] >= before  # the run's time, counted across the resume
     a = torch.load(tmp_path / "whole" / "last.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "half" / "last.pt", weights_only=True)["model"]
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)

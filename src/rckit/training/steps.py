@@ -8,7 +8,8 @@ The job brings its optimiser and schedule; both jobs take AdamW and the linear s
 **The run.** ``DIR/last.pt`` holds the model, the optimiser, the step, the best figures so far, the
 torch RNG and what the job adds (its config, a teacher's digest); it is written (atomically) at
 every evaluation and every ``SAVE_EVERY`` steps, so a killed run loses at most that many.
-``DIR/log.jsonl`` gets a line per evaluation. Each epoch's order is drawn by the job from
+``DIR/log.jsonl`` gets a line per evaluation; its ``seconds`` count the run's training time across
+resumes (the time between calls is not counted). Each epoch's order is drawn by the job from
 ``seed + epoch``, so a resumed run takes the batches the first call would have taken.
 """
 
@@ -62,6 +63,7 @@ class PlannedRun:
     per_epoch: int  # batches an epoch
     eval_every: int
     kept: dict  # saved in last.pt beside the model, optimiser, step, best and RNG
+    seconds: float = 0.0  # the run's training time before this call (its earlier calls')
 
     def restore(self, state: dict | None) -> tuple[int, dict | None]:
         """Load a previous run's last.pt; its step and best figures (0 and None for a new run)."""
@@ -70,11 +72,13 @@ class PlannedRun:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
+        self.seconds = float(state.get("seconds", 0.0))
         return state["step"], state.get("best")
 
-    def save(self, step: int, best: dict | None) -> None:
+    def save(self, step: int, best: dict | None, seconds: float) -> None:
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": step, "best": best}
-        save_atomic({**state, **self.kept, "rng": torch.get_rng_state(), "planned": self.planned}, self.out / "last.pt")
+        kept = {**self.kept, "rng": torch.get_rng_state(), "planned": self.planned, "seconds": seconds}
+        save_atomic({**state, **kept}, self.out / "last.pt")
 
     def log_line(self, line: dict, log: Callable[[str], object]) -> None:
         with open(self.out / "log.jsonl", "a") as fh:
@@ -115,6 +119,10 @@ def run_steps(
     job saves with it) or ``None`` to keep ``best``. Returns the steps done, planned, the best
     figures and whether the plan is done."""
     started = time.time()
+
+    def elapsed() -> float:
+        return run.seconds + time.time() - started
+
     loss_sum, loss_n = 0.0, 0
     while step < run.planned:
         epoch, within = divmod(step, run.per_epoch)
@@ -135,12 +143,12 @@ def run_steps(
             evaluate = step % run.eval_every == 0 or stop
             if evaluate:
                 held = figures()
-                line = {"step": step, "loss": loss_sum / loss_n, **held, "seconds": round(time.time() - started, 1)}
+                line = {"step": step, "loss": loss_sum / loss_n, **held, "seconds": round(elapsed(), 1)}
                 loss_sum, loss_n = 0.0, 0
                 run.log_line(line, log)
                 best = keep(line, best) or best
             if evaluate or step % SAVE_EVERY == 0:
-                run.save(step, best)
+                run.save(step, best, elapsed())
             if stop:
                 bar.close()
                 return {"step": step, "planned": run.planned, "best": best, "done": step >= run.planned}
