@@ -50,7 +50,9 @@ def test_a_span_reader_of_every_seed_is_installed_with_its_full_dev_figure():
         assert meta["dtype"] == ("fp16" if meta["model"] == "qanet" else "int8"), name  # the RNN readers: int8 rows
         assert installed_files(name)["safetensors"].stat().st_size < 16 * 2**20, name  # the wheel stays under 60 MB
         full = [s for s in meta["scores"] if s["total"] == 10570 and s["data"] == "dev-v1.1.json.gz"]
-        assert len(full) == 1 and 0 < full[0]["f1"] <= 100, (name, meta["scores"])
+        settings = [bool(s.get("always_answer")) for s in full]  # one figure a way of answering, at most
+        assert full and len(set(settings)) == len(settings), (name, meta["scores"])
+        assert all(0 < s["f1"] <= 100 for s in full), (name, meta["scores"])
         assert not any(r["stored"] for r in meta["frozen_rows"].values() if r["rows"]), name  # GloVe rebuilt
 
 
