@@ -80,9 +80,15 @@ def test_the_onnx_file_is_the_same_model_and_answers_alike():
     assert meta["check"]["max_abs_logit_diff"] < 1e-3
     # The encoder in int8 on onnxruntime, in fp32 on PyTorch: each file records its own figures.
     assert meta["embedding"]["contextual"]["int8"] and onnx_reader.encoder.runner.path.name.endswith("-int8row.onnx")
-    # Always answering (every v1.1 question has one); the ONNX file also keeps its figure as trained.
-    mine, (theirs,) = next(s for s in meta["scores"] if s.get("always_answer")), read_metadata(BUNDLED)["scores"]
-    assert mine["total"] == theirs["total"] == 10570 and abs(mine["f1"] - theirs["f1"]) <= 0.3
+
+    # Both files keep the full-dev figure always answering (every v1.1 question has one) and as
+    # trained (the verifier on), and agree on each within the int8 encoder's 0.3 F1.
+    def by_way(scores):
+        return {bool(s.get("always_answer")): s for s in scores if s["total"] == 10570}
+
+    mine, theirs = by_way(meta["scores"]), by_way(read_metadata(BUNDLED)["scores"])
+    assert set(mine) == set(theirs) == {True, False}
+    assert all(abs(mine[way]["f1"] - theirs[way]["f1"]) <= 0.3 for way in mine)
     assert meta["verifier"] == read_metadata(BUNDLED)["verifier"]
     for context, question, _ in CASES:
         a, b = torch_reader.answer(context, question, top_k=3), onnx_reader.answer(context, question, top_k=3)
