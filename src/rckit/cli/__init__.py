@@ -28,11 +28,13 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
   rckit prepare squad-no-answer --out DIR SQuAD v2.0 training/tuning/evaluation files (no-answer readers)
   rckit prepare squad-cloze --out DIR     an entity-anonymised cloze set built from SQuAD v1.1
   rckit train MODEL --out RUN             train a model, with checkpoints and a learning curve
+  rckit adapt --labels L.json --out DIR   fine-tune a reader on your own labelled questions
   rckit evaluate RUN                      official EM/F1 (SQuAD) or accuracy (cloze) of a trained run
   rckit predict [RUN] --context .. --question ..   answer a question (default: the installed model)
   rckit predict [RUN] --questions Q.jsonl --out A.jsonl   answer a file of questions
   rckit explain [RUN] --context .. --question .. --json   why the model gives its answer
   rckit export RUN --out MODEL.safetensors   one file with the model, for answering and serving
+  rckit distill --out RUN                 distil a small contextual encoder (a faster reader)
   rckit verifier --model qanet --data-dir DIR --into FILE   teach a reader to say "no answer"
   rckit models [DIR]                      the default model, and the exported models in DIR
   rckit index PATH... --out INDEX         index a folder of documents for asking (SQLite, BM25)
