@@ -26,6 +26,7 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
 
   rckit prepare squad                     tokenize, index and cache SQuAD (downloads if needed)
   rckit prepare squad-no-answer --out DIR SQuAD v2.0 training/tuning/evaluation files (no-answer readers)
+  rckit prepare squad-near-miss --out DIR near misses made from SQuAD v1.1 train (rckit finetune's data)
   rckit prepare squad-cloze --out DIR     an entity-anonymised cloze set built from SQuAD v1.1
   rckit train MODEL --out RUN             train a model, with checkpoints and a learning curve
   rckit adapt --labels L.json --out DIR   fine-tune a reader on your own labelled questions
@@ -35,6 +36,7 @@ rckit: neural machine reading comprehension on SQuAD and cloze data.
   rckit explain [RUN] --context .. --question .. --json   why the model gives its answer
   rckit export RUN --out MODEL.safetensors   one file with the model, for answering and serving
   rckit distill --out RUN                 distil a small contextual encoder (a faster reader)
+  rckit finetune --train T --out RUN ...  fine-tune rckit's own reader end to end (answers, "no answer")
   rckit verifier --model qanet --data-dir DIR --into FILE   teach a reader to say "no answer"
   rckit models [DIR]                      the default model, and the exported models in DIR
   rckit index PATH... --out INDEX         index a folder of documents for asking (SQLite, BM25)
@@ -61,6 +63,7 @@ COMMANDS = {
     "explain": ("explain", "why a span model gives its answer: probabilities, attention, saliency"),
     "export": ("export", "write a trained model to one file: .safetensors (PyTorch) or .onnx (onnxruntime)"),
     "distill": ("distill", "distil a small contextual encoder from a teacher's states"),
+    "finetune": ("finetune", 'fine-tune rckit\'s own reader end to end: answers and "no answer"'),
     "verifier": ("verifier", 'train the verifier that lets a reader say "no answer", and put it into model files'),
     "models": ("models", "the default model, and exported models in a directory"),
     "index": ("index", "index documents for `rckit ask`"),

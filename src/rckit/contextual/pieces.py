@@ -30,6 +30,10 @@ class PieceTokenizer:
         self.tok = WordPiece(path)
         self.cls = self._special("[CLS]")
         self.sep = self._special("[SEP]")
+        size = max([*self.tok.vocab.values(), *self.tok.special.values()], default=-1) + 1
+        self.continues = np.zeros(size, bool)  # (vocabulary,) True where a piece continues a word (##ing)
+        for piece, i in self.tok.vocab.items():
+            self.continues[i] = piece.startswith(self.tok.prefix)
 
     def _special(self, piece: str) -> int:
         i = self.tok.token_to_id(piece)
