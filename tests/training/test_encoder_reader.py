@@ -297,6 +297,11 @@ def test_a_run_goes_on_from_its_carry_alone(encoder, files, tmp_path):
         _run(encoder, files, tmp_path / "machine2", carry=carry)
     rest = _run(encoder, files, tmp_path / "machine2", resume=True, carry=carry, max_steps=7)
     assert rest["step"] == 7
+    other = json.loads(files["train"].read_text())
+    other["data"][0]["paragraphs"] = other["data"][0]["paragraphs"][1:]
+    moved = {**files, "train": write_json(tmp_path / "other-train.json", other)}
+    with pytest.raises(ValueError, match="trained on another file"):
+        _run(encoder, moved, tmp_path / "machine3", resume=True, carry=carry)
     log = [json.loads(line)["step"] for line in (tmp_path / "machine2" / "log.jsonl").read_text().splitlines()]
     assert log == [3, 6, 7]  # the curve came with the carry
     from safetensors.torch import load_file

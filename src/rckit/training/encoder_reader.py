@@ -22,6 +22,8 @@ written at every save when a path is given. Batches are drawn from chunks of lik
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import random
 from collections.abc import Callable
@@ -289,11 +291,22 @@ class Judge:
         }
 
 
-def _items(out: Path, tokenizer: PieceTokenizer, train: Path, encoder: EncoderFiles, config, log, progress) -> Items:
-    """The training windows, cut once and kept in ``out/items.npz`` (cut again where the file,
-    the encoder or the window differs)."""
-    stat = train.stat()
-    key = f"{train.resolve()}|{stat.st_size}|{encoder.digest}|{config.max_pieces}|{config.stride}"
+def content_digest(path: Path) -> str:
+    """SHA-256 (16 hex characters) of a file's content, after gzip where it is compressed: the same
+    training file written again (a new gzip header) has the same digest."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        opener = gzip.open if fh.read(2) == b"\x1f\x8b" else open
+    with opener(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _items(out: Path, tokenizer: PieceTokenizer, digest: str, train: Path, encoder, config, log, progress) -> Items:
+    """The training windows, cut once and kept in ``out/items.npz`` (cut again where the file's
+    content, the encoder or the window differs)."""
+    key = f"{digest}|{encoder.digest}|{config.max_pieces}|{config.stride}"
     path, key_file = out / "items.npz", out / "items.key"
     if path.is_file() and key_file.is_file() and key_file.read_text() == key:
         return Items.load(path)
@@ -378,13 +391,16 @@ def fine_tune(
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     tokenizer = PieceTokenizer(encoder.root / "tokenizer.json")
-    items = _items(out, tokenizer, Path(train), encoder, config, log, progress)
+    digest = content_digest(Path(train))
+    if carried is not None and carried["meta"].get("train_digest", digest) != digest:
+        raise ValueError(f"{carry}: the run was trained on another file than {train} (its content differs)")
+    items = _items(out, tokenizer, digest, Path(train), encoder, config, log, progress)
     judge = Judge.of(v11_dev, v2_dev, config.dev_questions)
     log(f"{len(items):,} training windows {items.counts()}")
     log(f"judged on {len(judge.dev):,} dev and {len(judge.tune):,} tuning questions")
     model = EncoderReader.from_encoder(pretrained, encoder.config, config.model)
     params = model.trainable()
-    kept = {"config": config_dict(config), "encoder": encoder.digest, "windows": items.counts()}
+    kept = {"config": config_dict(config), "encoder": encoder.digest, "train_digest": digest, "windows": items.counts()}
     plain = adamw_run(out, model, params, -(-len(items) // config.batch_size), config, kept)
     run = CarriedRun(**vars(plain))
     run.carry, run.start = carry, start
