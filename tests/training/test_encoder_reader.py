@@ -16,10 +16,10 @@ import torch
 from rckit.answering.pointer import no_answer_probability, point
 from rckit.contextual.encoders import find_encoder
 from rckit.contextual.pieces import PieceTokenizer
-from rckit.data.pair_windows import MAX_QUESTION, pair_windows, padded
-from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig
+from rckit.data.pair_windows import MAX_QUESTION, padded, pair_windows
+from rckit.model_files.carry import load_carry, save_carry
+from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig, pretrained_weights
 from rckit.models.losses import span_loss
-from rckit.training.carry import load_carry, save_carry
 from rckit.training.encoder_reader import (
     Items,
     ReaderTrainConfig,
@@ -44,11 +44,9 @@ def tokenizer(encoder) -> PieceTokenizer:
 
 
 def tiny_model(encoder: Path, dropout: float = 0.0) -> EncoderReader:
-    from safetensors.torch import load_file
-
     files = find_encoder(str(encoder))
     config = EncoderReaderConfig(dropout=dropout)
-    return EncoderReader.from_encoder(load_file(str(encoder / "model.safetensors")), files.config, config)
+    return EncoderReader.from_encoder(pretrained_weights(encoder / "model.safetensors"), files.config, config)
 
 
 PASSAGE = " ".join(GREEK * 3) + "."  # 36 words: longer than one window of 24 pieces
@@ -304,9 +302,7 @@ def test_a_run_goes_on_from_its_carry_alone(encoder, files, tmp_path):
         _run(encoder, moved, tmp_path / "machine3", resume=True, carry=carry)
     log = [json.loads(line)["step"] for line in (tmp_path / "machine2" / "log.jsonl").read_text().splitlines()]
     assert log == [3, 6, 7]  # the curve came with the carry
-    from safetensors.torch import load_file
-
-    start = {f"bert.{k}": v for k, v in _hf(load_file(str(encoder / "model.safetensors"))).items()}
+    start = pretrained_weights(encoder / "model.safetensors")
     tensors_, meta = load_carry(carry, start)
     assert meta["step"] == 7
     # the carry of step 6 rebuilt the weights to within int8 of a change a row
@@ -314,12 +310,6 @@ def test_a_run_goes_on_from_its_carry_alone(encoder, files, tmp_path):
     for name, value in six.items():
         change = (kept[name] - start.get(name, 0)).abs().max()
         assert (value - kept[name]).abs().max() <= change / 127 + 1e-6, name
-
-
-def _hf(state):
-    from rckit.contextual.bert import hf_names_to_ours
-
-    return hf_names_to_ours(state)
 
 
 def _carry_of(model_state: dict, start: dict, tmp_path: Path):

@@ -37,3 +37,22 @@ class TorchModel:
         if out.start_null is not None:
             got.update(start_null=out.start_null, end_null=out.end_null)
         return {k: v.float().cpu().numpy() for k, v in got.items()}
+
+
+class TorchPointer:
+    """rckit's own reader (:class:`rckit.models.encoder_reader.EncoderReader`, in eval mode) as
+    :class:`rckit.answering.pointer_reader.PointerReader` calls it: NumPy ``ids``, ``mask``,
+    ``types``, ``allowed`` in, the start and end scores (B, P) float32 out."""
+
+    backend = "torch"
+
+    def __init__(self, model: torch.nn.Module, device: str | torch.device = "cpu"):
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.parameters = sum(p.numel() for p in model.parameters())
+
+    @torch.inference_mode()
+    def __call__(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        x = [torch.from_numpy(inputs[k]).to(self.device) for k in ("ids", "mask", "types", "allowed")]
+        out = self.model(*x)
+        return out.start.float().cpu().numpy(), out.end.float().cpu().numpy()

@@ -24,9 +24,10 @@ from rckit.contextual.wordpiece import WordPiece
 
 
 class PieceTokenizer:
-    """The encoder's tokenizer: texts -> (piece ids (P,) int64, offsets (P, 2) int64)."""
+    """The encoder's tokenizer (``tokenizer.json``'s path or content): texts -> (piece ids (P,)
+    int64, offsets (P, 2) int64)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path | dict):
         self.tok = WordPiece(path)
         self.cls = self._special("[CLS]")
         self.sep = self._special("[SEP]")

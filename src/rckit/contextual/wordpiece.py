@@ -73,15 +73,19 @@ def is_punctuation(c: str) -> bool:
 
 
 class WordPiece:
-    """The tokenizer of a ``tokenizer.json``: :meth:`encode` gives a text's piece ids and their
-    (start, end) character offsets into it. Refuses, naming the field, a file of another kind."""
+    """The tokenizer of a ``tokenizer.json`` (its path, or its content as a dict): :meth:`encode`
+    gives a text's piece ids and their (start, end) character offsets into it. Refuses, naming the
+    field, a file of another kind."""
 
-    def __init__(self, path: str | Path):
-        path = Path(path)
-        try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{path}: not a readable tokenizer file ({e})") from None
+    def __init__(self, path: str | Path | dict):
+        if isinstance(path, dict):  # the file's content, as a model file carries it
+            spec, path = path, "the tokenizer"
+        else:
+            path = Path(path)
+            try:
+                spec = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{path}: not a readable tokenizer file ({e})") from None
         model, norm, pre = spec.get("model") or {}, spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}
         for field, got, want in (
             ("model.type", model.get("type"), "WordPiece"),

@@ -106,11 +106,11 @@ def pair_windows(
     return PairWindows(windows, len(q), spans, owner, np.asarray(ids, np.int64), offsets)
 
 
-def padded(rows: list[np.ndarray], q_lens: list[int]) -> dict[str, np.ndarray]:
+def padded(rows: list[np.ndarray], q_lens: list[int], length: int | None = None) -> dict[str, np.ndarray]:
     """Windows of several pairs as one batch: ``ids`` (B, P) int64, ``mask`` (B, P) bool (True on
     real pieces), ``types`` (B, P) int64 and ``allowed`` (B, P) bool (:meth:`PairWindows.allowed`),
-    P the longest; ``q_lens`` each row's question pieces."""
-    P = max((len(r) for r in rows), default=0)
+    P the longest (or ``length``); ``q_lens`` each row's question pieces."""
+    P = max([len(r) for r in rows] + [length or 0])
     out = {
         "ids": np.zeros((len(rows), P), np.int64),
         "mask": np.zeros((len(rows), P), bool),

@@ -20,8 +20,13 @@ def contextual_of(meta: dict) -> ContextualSpec | None:
     return ContextualSpec.from_json((meta.get("embedding") or {}).get("contextual"))
 
 
-def read_metadata(path: str | Path) -> dict:
-    """The rckit metadata of an exported file, after checking that the file is whole.
+def read_metadata(
+    path: str | Path,
+    fmt: str = FORMAT,
+    required: tuple[str, ...] = ("model", "model_config", "vocab", "embedding", "frozen_rows"),
+) -> dict:
+    """The rckit metadata of an exported file, after checking that the file is whole; ``fmt`` and
+    ``required``: the format it must be and the keys it must hold (a span model's by default).
 
     Reads only the header (no tensors, no torch): what ``rckit models`` lists.
     """
@@ -63,7 +68,7 @@ def read_metadata(path: str | Path) -> dict:
     text = (header.get("__metadata__") or {}).get("rckit")
     if text is None:
         raise CheckpointError(f"{path}: not an rckit model file (a safetensors file without rckit's metadata)")
-    return parse_metadata(text, path, FORMAT, ("model", "model_config", "vocab", "embedding", "frozen_rows"))
+    return parse_metadata(text, path, fmt, required)
 
 
 def parse_metadata(text: str, path: Path, fmt: str, required: tuple[str, ...]) -> dict:

@@ -26,11 +26,20 @@ keep their meaning; the positions, segments, every layer and the head are fine-t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from rckit.contextual.bert import BertEncoder, hf_names_to_ours
+
+
+def pretrained_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """An encoder's ``model.safetensors`` (Hugging Face BERT's names) in this model's names
+    (``bert.*``): the weights fine-tuning starts from, and a carry's changes are added to."""
+    from safetensors.torch import load_file
+
+    return {f"bert.{k}": v for k, v in hf_names_to_ours(load_file(str(path))).items()}
 
 
 @dataclass
@@ -62,10 +71,12 @@ class EncoderReader(nn.Module):
 
     @classmethod
     def from_encoder(cls, state: dict[str, torch.Tensor], bert_config: dict, config=None) -> EncoderReader:
-        """The reader started from a Hugging Face BERT state dict (the encoder's
-        ``model.safetensors``), its head small and random, as BERT's."""
+        """The reader started from an encoder's weights (:func:`pretrained_weights`), its head
+        small and random, as BERT's."""
         model = cls(bert_config, config)
-        model.bert.load_state_dict(hf_names_to_ours(state))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - {"head.weight", "head.bias"}:
+            raise ValueError(f"not this encoder's weights: missing {missing[:3]}, unexpected {unexpected[:3]}")
         nn.init.normal_(model.head.weight, std=0.02)
         nn.init.zeros_(model.head.bias)
         return model

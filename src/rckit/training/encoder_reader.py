@@ -16,7 +16,7 @@ half (odd articles) is never read here. ``DIR/best.pt`` keeps the model of the b
 
 **The run** is planned (``epochs`` over the windows: AdamW, BERT's linear warm-up and decay),
 time-budgeted (``minutes`` a call), resumable (``DIR/last.pt``, :mod:`rckit.training.steps`) and,
-where the folder does not outlive the machine, continued from its carry (:mod:`rckit.training.carry`),
+where the folder does not outlive the machine, continued from its carry (:mod:`rckit.model_files.carry`),
 written at every save when a path is given. Batches are drawn from chunks of like-length windows.
 """
 
@@ -34,20 +34,22 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rckit.answering.pointer import Pointed, point
-from rckit.contextual.bert import hf_names_to_ours
+from rckit.answering.pointer import Pointed
+from rckit.answering.pointer_reader import PointerReader
+from rckit.answering.torch_backend import TorchPointer
 from rckit.contextual.encoders import EncoderFiles
 from rckit.contextual.pieces import PieceTokenizer
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.pair_windows import padded, pair_windows
 from rckit.data.squad import load_json
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, score_predictions
-from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig
+from rckit.model_files.carry import load_carry, save_carry
+from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig, pretrained_weights
 from rckit.models.losses import span_loss
-from rckit.training.carry import REWARM, load_carry, save_carry
 from rckit.training.cross_verifier import auc
 from rckit.training.steps import PlannedRun, adamw_run, previous_run, run_steps, save_atomic
 
+REWARM = 100  # steps over which the learning rate comes back after a resume from a carry
 Pair = tuple[str, str, int | None, int | None]  # (passage, question, answer start, end): characters, None for none
 
 
@@ -180,43 +182,16 @@ def tensors(rows: list[np.ndarray], q_lens: list[int]) -> dict[str, torch.Tensor
     return {k: torch.from_numpy(v) for k, v in padded(rows, q_lens).items()}
 
 
-@torch.no_grad()
 def read(
-    model: EncoderReader,
-    tokenizer: PieceTokenizer,
-    pairs: list[Pair],
-    max_pieces: int,
-    stride: int,
-    top_k: int = 1,
-    batch: int = 32,
+    model: EncoderReader, tokenizer: PieceTokenizer, pairs: list[Pair], max_pieces: int, stride: int, top_k: int = 1
 ) -> list[Pointed]:
-    """The model's best spans and no-answer margin on each pair (:func:`rckit.answering.pointer.point`),
-    in eval mode, windows of like length read together."""
+    """The model's best spans and no-answer margin on each pair, read as answering reads them
+    (:meth:`rckit.answering.pointer_reader.PointerReader.read`), in eval mode."""
     was = model.training
-    model.eval()
-    texts = list(dict.fromkeys(c for c, *_ in pairs))
-    passages = dict(zip(texts, tokenizer.pieces(texts)))
-    questions = tokenizer.pieces([q for _, q, *_ in pairs])
-    windows = [
-        pair_windows(q[0], passages[c], tokenizer.cls, tokenizer.sep, max_pieces, stride)
-        for (c, *_), q in zip(pairs, questions)
-    ]
-    flat = [(p, w) for p, win in enumerate(windows) for w in range(len(win.ids))]
-    flat.sort(key=lambda t: len(windows[t[0]].ids[t[1]]))
-    scores: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    for lo in range(0, len(flat), batch):
-        part = flat[lo : lo + batch]
-        x = tensors([windows[p].ids[w] for p, w in part], [windows[p].q_len for p, _ in part])
-        out = model(x["ids"], x["mask"], x["types"], x["allowed"])
-        for b, key in enumerate(part):
-            scores[key] = (out.start[b].float().numpy(), out.end[b].float().numpy())
+    reader = PointerReader(TorchPointer(model), tokenizer, max_pieces, stride)
+    got = reader.read([(c, q) for c, q, *_ in pairs], top_k)
     model.train(was)
-    out = []
-    for p, win in enumerate(windows):
-        start = [scores[(p, w)][0] for w in range(len(win.ids))]
-        end = [scores[(p, w)][1] for w in range(len(win.ids))]
-        out.append(point(win, start, end, tokenizer.continues, top_k))
-    return out
+    return got
 
 
 def answer_texts(pairs: list[Pair], pointed: list[Pointed]) -> list[str]:
@@ -319,7 +294,7 @@ def _items(out: Path, tokenizer: PieceTokenizer, digest: str, train: Path, encod
 
 
 class CarriedRun(PlannedRun):
-    """A planned run that also writes its carry (:mod:`rckit.training.carry`) at every save."""
+    """A planned run that also writes its carry (:mod:`rckit.model_files.carry`) at every save."""
 
     carry: Path | None = None
     start: dict[str, torch.Tensor] | None = None
@@ -373,11 +348,8 @@ def fine_tune(
     """Fine-tune the encoder reader in ``out`` (module docstring) for at most ``minutes`` of training
     (and ``max_steps`` steps in all) in this call; ``resume``: continue ``out/last.pt``, or the carry
     at ``carry`` where there is no last.pt. Returns the steps done, planned and the best figures."""
-    from safetensors.torch import load_file
-
     out, carry = Path(out), Path(carry) if carry is not None else None
-    pretrained = load_file(str(encoder.root / "model.safetensors"))
-    start = {f"bert.{k}": v for k, v in hf_names_to_ours(pretrained).items()}
+    start = pretrained_weights(encoder.root / "model.safetensors")
     state = previous_run(out, resume)
     carried = None
     if state is None and carry is not None and carry.is_file():
@@ -398,7 +370,7 @@ def fine_tune(
     judge = Judge.of(v11_dev, v2_dev, config.dev_questions)
     log(f"{len(items):,} training windows {items.counts()}")
     log(f"judged on {len(judge.dev):,} dev and {len(judge.tune):,} tuning questions")
-    model = EncoderReader.from_encoder(pretrained, encoder.config, config.model)
+    model = EncoderReader.from_encoder(start, encoder.config, config.model)
     params = model.trainable()
     kept = {"config": config_dict(config), "encoder": encoder.digest, "train_digest": digest, "windows": items.counts()}
     plain = adamw_run(out, model, params, -(-len(items) // config.batch_size), config, kept)

@@ -12,9 +12,10 @@ folder does not outlive the machine, the run goes on from its **carry**: a ``.sa
 - in its metadata (JSON): the step, the training seconds, the best figures, the run's config and
   every log line so far, so the learning curve is whole wherever the run goes on.
 
-Resuming from a carry rebuilds the weights as ``W_0 + change`` and starts AdamW's moments afresh,
-the learning rate ramped back up over :data:`REWARM` steps on the run's own schedule; each epoch's
-order is drawn from ``seed + epoch``, so the batches are those the run would have taken.
+Resuming from a carry (:func:`rckit.training.encoder_reader.fine_tune`) rebuilds the weights as
+``W_0 + change`` and starts AdamW's moments afresh, the learning rate ramped back up on the run's own
+schedule; each epoch's order is drawn from ``seed + epoch``, so the batches are those the run would
+have taken. ``rckit export``'s reader file can be written from a carry too.
 """
 
 from __future__ import annotations
@@ -26,13 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REWARM = 100  # steps over which the learning rate comes back after a resume from a carry
+from rckit.contextual.encoders import int8_rows
+
 RNG = "__rng__"
-
-
-def _int8_rows(value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    scale = (np.maximum(np.abs(value).max(axis=1), 1e-12) / 127).astype(np.float32)
-    return np.clip(np.round(value / scale[:, None]), -127, 127).astype(np.int8), scale
 
 
 def save_carry(
@@ -50,7 +47,7 @@ def save_carry(
         w = value.detach().float().cpu().numpy()
         change = w - (start[name].detach().float().cpu().numpy() if name in start else 0.0)
         if change.ndim == 2 and name in start:
-            tensors[name], tensors[name + "_scale"] = _int8_rows(change)
+            tensors[name], tensors[name + "_scale"] = int8_rows(change, 127)
         else:
             tensors[name] = change.astype(np.float32)
     tensors[RNG] = torch.get_rng_state().numpy()

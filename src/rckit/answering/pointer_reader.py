@@ -1,0 +1,166 @@
+"""Asking rckit's own reader (:mod:`rckit.models.encoder_reader`) questions: :class:`PointerReader`.
+
+The reader reads each (passage, question) pair in its windows (:mod:`rckit.data.pair_windows`),
+windows of like length batched together, and :func:`rckit.answering.pointer.point` turns each
+pair's scores into its best spans and its no-answer margin; the margin, calibrated
+(``p(no answer) = sigmoid(a m + b)``, fitted on held-out questions), decides: where it passes the
+threshold the first answer is ``""`` (the reader's best spans after it, as guesses), as SQuAD
+v2.0 prediction files and :class:`rckit.answering.reader.Reader` have it.
+
+``model`` is a plain callable from NumPy inputs (``ids``, ``mask``, ``types``, ``allowed``: (B, P)
+each) to the start and end scores ((B, P) each): the PyTorch module
+(:class:`rckit.answering.torch_backend.TorchPointer`), so this module imports no PyTorch.
+
+**The same answer alone or batched.** A window's scores should not depend on what it is read
+beside: each window is padded to a multiple of :data:`PAD_TO` pieces and only windows of one
+padded length share a forward, so a question read alone meets the same sequence length as in a
+batch; padding is masked out of attention (its weights are exactly 0), and the rows of a batch
+never mix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from rckit.answering.answer import Answer, no_answer, span
+from rckit.answering.pointer import Pointed, no_answer_probability, point
+from rckit.contextual.pieces import PieceTokenizer
+from rckit.data.pair_windows import PairWindows, padded, pair_windows
+from rckit.model_files.reader_file import read_reader_file
+
+PointerModel = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
+PAD_TO = 32  # pieces: a window's padded length is the next multiple
+
+
+class PointerReader:
+    """The encoder reader with its tokenizer, windows and no-answer rule."""
+
+    def __init__(
+        self,
+        model: PointerModel,
+        tokenizer: PieceTokenizer,
+        max_pieces: int,
+        stride: int,
+        calibration: tuple[float, float] = (1.0, 0.0),
+        threshold: float | None = None,
+        always_answer: bool = False,
+        batch_size: int = 32,
+        info: dict | None = None,
+    ):
+        if threshold is not None and not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"the no-answer threshold is a probability between 0 and 1, got {threshold}")
+        self.model, self.tokenizer = model, tokenizer
+        self.max_pieces, self.stride = int(max_pieces), int(stride)
+        self.calibration = (float(calibration[0]), float(calibration[1]))
+        self.threshold = threshold
+        self.always_answer = always_answer or threshold is None
+        self.batch_size = batch_size
+        self.info = info or {}
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        device: str = "cpu",
+        always_answer: bool = False,
+        no_answer_threshold: float | None = None,
+        batch_size: int = 32,
+    ) -> PointerReader:
+        """The reader of a file of :mod:`rckit.model_files.reader_file`, on PyTorch; its
+        threshold unless ``no_answer_threshold`` is given."""
+        import torch
+
+        from rckit.answering.torch_backend import TorchPointer
+        from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig
+
+        state, meta = read_reader_file(path)
+        model = EncoderReader(meta["bert_config"], EncoderReaderConfig(dropout=0.0))
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        threshold = meta.get("threshold") if no_answer_threshold is None else no_answer_threshold
+        info = {
+            "model": meta["model"],
+            "file": str(Path(path).resolve()),
+            "format": meta["format"],
+            "backend": "torch",
+            "encoder": meta.get("encoder"),
+            "step": meta.get("step"),
+            "threshold": threshold,
+            "always_answer": always_answer,
+            "scores": meta.get("scores", []),
+        }
+        tokenizer = PieceTokenizer(meta["tokenizer"])
+        return cls(
+            TorchPointer(model, device),
+            tokenizer,
+            meta["max_pieces"],
+            meta["stride"],
+            tuple(meta["calibration"]),
+            threshold,
+            always_answer,
+            batch_size,
+            info,
+        )
+
+    def windows(self, pairs: list[tuple[str, str]]) -> list[PairWindows]:
+        """Each pair's windows; each distinct passage cut into pieces once."""
+        texts = list(dict.fromkeys(c for c, _ in pairs))
+        passages = dict(zip(texts, self.tokenizer.pieces(texts)))
+        questions = self.tokenizer.pieces([q for _, q in pairs])
+        cls, sep = self.tokenizer.cls, self.tokenizer.sep
+        return [
+            pair_windows(q[0], passages[c], cls, sep, self.max_pieces, self.stride)
+            for (c, _), q in zip(pairs, questions)
+        ]
+
+    def read(self, pairs: list[tuple[str, str]], top_k: int = 1) -> list[Pointed]:
+        """Each pair's best ``top_k`` spans and its no-answer margin (the one read loop)."""
+        windows = self.windows(pairs)
+        flat = [(p, w) for p, win in enumerate(windows) for w in range(len(win.ids))]
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for p, w in flat:
+            groups.setdefault(-(-len(windows[p].ids[w]) // PAD_TO) * PAD_TO, []).append((p, w))
+        scores: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for size, members in sorted(groups.items()):
+            for lo in range(0, len(members), self.batch_size):
+                part = members[lo : lo + self.batch_size]
+                x = padded([windows[p].ids[w] for p, w in part], [windows[p].q_len for p, _ in part], size)
+                start, end = self.model(x)
+                for b, key in enumerate(part):
+                    scores[key] = (start[b], end[b])
+        out = []
+        for p, win in enumerate(windows):
+            start = [scores[(p, w)][0] for w in range(len(win.ids))]
+            end = [scores[(p, w)][1] for w in range(len(win.ids))]
+            out.append(point(win, start, end, self.tokenizer.continues, top_k))
+        return out
+
+    def no_answer_probability(self, margin: float) -> float:
+        return float(no_answer_probability(margin, *self.calibration))
+
+    def answer_batch(self, pairs: list[tuple[str, str]], top_k: int = 1) -> list[list[Answer]]:
+        """The ``top_k`` best answers to each ``(context, question)`` pair, best first; ``""``
+        first where the reader abstains."""
+        out = []
+        for (context, _), got in zip(pairs, self.read(pairs, top_k)):
+            p_null = self.no_answer_probability(got.margin)
+            answers = [span(context, s.start, s.end, s.probability, p_null) for s in got.spans]
+            if not self.always_answer and p_null > self.threshold or not answers:
+                answers = [no_answer(p_null), *answers][:top_k]
+            out.append(answers)
+        return out
+
+    def answer(self, context: str, question: str | list[str], top_k: int = 1) -> list[Answer] | list[list[Answer]]:
+        """The ``top_k`` best answers to ``question`` about ``context``; a list of questions, one list each."""
+        questions = [question] if isinstance(question, str) else list(question)
+        got = self.answer_batch([(context, q) for q in questions], top_k)
+        return got[0] if isinstance(question, str) else got
+
+    def best_spans(self, pairs: list[tuple[str, str]]) -> list[tuple[str, float]]:
+        """Each pair's best span as text and its ``p(no answer)``: what evaluation scores."""
+        return [
+            (c[r.spans[0].start : r.spans[0].end] if r.spans else "", self.no_answer_probability(r.margin))
+            for (c, _), r in zip(pairs, self.read(pairs))
+        ]

@@ -1,0 +1,119 @@
+"""rckit's own reader as one file, on a tiny random encoder written here: exported from a run or its
+carry (int8 a row, the tokenizer inside), answered by :class:`PointerReader` as the run's own
+evaluation reads it, the same alone and batched, abstaining by its threshold, and a damaged file
+refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rckit.answering.pointer_reader import PointerReader
+from rckit.contextual.encoders import find_encoder
+from rckit.contextual.pieces import PieceTokenizer
+from rckit.export.encoder_reader import export_reader
+from rckit.model_files.carry import save_carry
+from rckit.model_files.errors import CheckpointError
+from rckit.model_files.reader_file import is_reader_file, read_reader_file
+from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig, pretrained_weights
+from rckit.training.encoder_reader import ReaderTrainConfig, config_dict, read
+from tests.conftest import GREEK, write_tiny_encoder
+
+PASSAGE = " ".join(GREEK * 2) + "."
+QUESTIONS = ["what follows beta ?", "what follows kappa ?", "what follows mu ?", "what follows omega ?"]
+CONFIG = ReaderTrainConfig(max_pieces=40, stride=12)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    return write_tiny_encoder(tmp_path_factory.mktemp("file-enc") / "tiny", [*GREEK, "what", "follows"], dim=8)
+
+
+@pytest.fixture(scope="module")
+def run(encoder, tmp_path_factory) -> tuple[Path, EncoderReader]:
+    """A run folder whose best.pt holds a tiny reader with a random head (as ``rckit finetune`` writes it)."""
+    torch.manual_seed(3)
+    files = find_encoder(str(encoder))
+    model = EncoderReader.from_encoder(pretrained_weights(encoder / "model.safetensors"), files.config)
+    torch.nn.init.normal_(model.head.weight, std=1.0)
+    folder = tmp_path_factory.mktemp("run")
+    best = {"step": 7, "tune_f1": 50.0, "tune_auc": 0.6, "calibration": [0.8, -0.2]}
+    torch.save({"model": model.state_dict(), "config": config_dict(CONFIG), "best": best}, folder / "best.pt")
+    return folder, model.eval()
+
+
+def test_the_file_answers_as_the_runs_own_evaluation(encoder, run, tmp_path):
+    folder, model = run
+    meta = export_reader(folder, find_encoder(str(encoder)), tmp_path / "reader.safetensors", threshold=0.7)
+    assert is_reader_file(tmp_path / "reader.safetensors") and meta["calibration"] == [0.8, -0.2]
+    assert meta["max_pieces"] == 40 and meta["step"] == 7 and meta["tokenizer"]["model"]["type"] == "WordPiece"
+    state, _ = read_reader_file(tmp_path / "reader.safetensors")
+    for name, value in model.state_dict().items():  # int8 a row: within half a step of each row's largest
+        v = value.numpy()
+        bound = np.abs(v).max(axis=-1, keepdims=True) / 254 + 1e-7 if v.ndim == 2 else 0
+        assert np.all(np.abs(state[name] - v) <= bound), name
+    reader = PointerReader.load(tmp_path / "reader.safetensors", always_answer=True)
+    tokenizer = PieceTokenizer(encoder / "tokenizer.json")
+    file_model = EncoderReader(find_encoder(str(encoder)).config, EncoderReaderConfig(dropout=0.0))
+    file_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    want = read(file_model, tokenizer, [(PASSAGE, q, None, None) for q in QUESTIONS], 40, 12, top_k=2)
+    got = reader.read([(PASSAGE, q) for q in QUESTIONS], top_k=2)
+    for a, b in zip(got, want):
+        assert [(s.start, s.end) for s in a.spans] == [(s.start, s.end) for s in b.spans]
+        assert a.margin == pytest.approx(b.margin, abs=1e-5)
+
+
+def test_answers_are_the_same_alone_and_batched_and_abstain_by_the_threshold(encoder, run, tmp_path):
+    folder, _ = run
+    path = tmp_path / "reader.safetensors"
+    export_reader(folder, find_encoder(str(encoder)), path, threshold=0.7)
+    reader = PointerReader.load(path)
+    other = "alpha beta gamma. " * 7 + "delta epsilon."
+    pairs = [(PASSAGE, q) for q in QUESTIONS] + [(other, q) for q in QUESTIONS]
+    batched = reader.answer_batch(pairs, top_k=2)
+    alone = [reader.answer(c, q, top_k=2) for c, q in pairs]
+    assert batched == alone
+    for (context, _), answers in zip(pairs, batched):
+        first = answers[0]
+        p = first["no_answer_probability"]
+        assert 0 < p < 1
+        if p > 0.7:
+            assert first["answer"] == "" and first["start"] is None and first["score"] == p
+        else:
+            assert context[first["start"] : first["end"]] == first["answer"] != ""
+    never = PointerReader.load(path, no_answer_threshold=1.0).answer_batch(pairs)
+    always = PointerReader.load(path, no_answer_threshold=0.0).answer_batch(pairs)
+    assert all(a[0]["answer"] for a in never) and not any(a[0]["answer"] for a in always)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        PointerReader.load(path, no_answer_threshold=1.5)
+
+
+def test_the_file_is_written_from_the_carry_alone(encoder, run, tmp_path):
+    folder, model = run
+    carry = tmp_path / "reader.carry.safetensors"
+    start = pretrained_weights(encoder / "model.safetensors")
+    trained = {k: v for k, v in model.state_dict().items() if k != "bert.word.weight"}
+    best = {"calibration": [1.0, 0.0]}
+    save_carry(carry, trained, start, {"config": config_dict(CONFIG), "step": 5, "best": best})
+    meta = export_reader(carry, find_encoder(str(encoder)), tmp_path / "from-carry.safetensors")
+    assert meta["step"] == 5 and meta["calibration"] == [1.0, 0.0]
+    state, _ = read_reader_file(tmp_path / "from-carry.safetensors")
+    assert np.allclose(state["head.weight"], model.head.weight.detach().numpy(), atol=0.05)
+
+
+def test_a_damaged_or_foreign_file_is_refused_in_one_line(encoder, run, tmp_path, tiny_export):
+    folder, _ = run
+    path = tmp_path / "reader.safetensors"
+    export_reader(folder, find_encoder(str(encoder)), path)
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match="cut.safetensors: truncated or damaged"):
+        PointerReader.load(cut)
+    assert not is_reader_file(cut) and not is_reader_file(tiny_export)
+    with pytest.raises(CheckpointError, match="format 'rckit-export-1', expected 'rckit-pointer-1'"):
+        PointerReader.load(tiny_export)
+    with pytest.raises(FileNotFoundError, match="no fine-tuning run here"):
+        export_reader(tmp_path / "nothing", find_encoder(str(encoder)), tmp_path / "x.safetensors")
