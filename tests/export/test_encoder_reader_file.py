@@ -117,3 +117,22 @@ def test_a_damaged_or_foreign_file_is_refused_in_one_line(encoder, run, tmp_path
         PointerReader.load(tiny_export)
     with pytest.raises(FileNotFoundError, match="no fine-tuning run here"):
         export_reader(tmp_path / "nothing", find_encoder(str(encoder)), tmp_path / "x.safetensors")
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_the_onnx_graph_answers_as_pytorch_without_it(encoder, run, tmp_path, monkeypatch, int8):
+    folder, _ = run
+    monkeypatch.setenv("RCKIT_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "reader.safetensors"
+    export_reader(folder, find_encoder(str(encoder)), path, threshold=0.7)
+    other = "alpha beta gamma. " * 7 + "delta epsilon."
+    pairs = [(PASSAGE, q) for q in QUESTIONS] + [(other, q) for q in QUESTIONS]
+    by_torch = PointerReader.load(path, backend="torch").read(pairs, top_k=2)
+    reader = PointerReader.load(path, backend="onnx", int8=int8)
+    assert reader.info["backend"] == "onnxruntime" and list((tmp_path / "cache" / "readers").glob("*.onnx"))
+    by_onnx = reader.read(pairs, top_k=2)
+    for a, b in zip(by_onnx, by_torch):
+        assert a.margin == pytest.approx(b.margin, abs=0.2 if int8 else 1e-4)
+        if not int8:
+            assert [(s.start, s.end) for s in a.spans] == [(s.start, s.end) for s in b.spans]
+    assert reader.answer_batch(pairs, top_k=2) == [reader.answer(c, q, top_k=2) for c, q in pairs]

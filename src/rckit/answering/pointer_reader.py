@@ -20,6 +20,7 @@ never mix.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from rckit.answering.answer import Answer, no_answer, span
 from rckit.answering.pointer import Pointed, no_answer_probability, point
 from rckit.contextual.pieces import PieceTokenizer
 from rckit.data.pair_windows import PairWindows, padded, pair_windows
-from rckit.model_files.reader_file import read_reader_file
+from rckit.model_files.reader_file import read_reader_file, reader_metadata
 
 PointerModel = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
 PAD_TO = 32  # pieces: a window's padded length is the next multiple
@@ -68,33 +69,35 @@ class PointerReader:
         always_answer: bool = False,
         no_answer_threshold: float | None = None,
         batch_size: int = 32,
+        backend: str = "auto",
+        int8: bool = False,
+        threads: int | None = None,
     ) -> PointerReader:
-        """The reader of a file of :mod:`rckit.model_files.reader_file`, on PyTorch; its
-        threshold unless ``no_answer_threshold`` is given."""
-        import torch
-
-        from rckit.answering.torch_backend import TorchPointer
-        from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig
-
-        state, meta = read_reader_file(path)
-        model = EncoderReader(meta["bert_config"], EncoderReaderConfig(dropout=0.0))
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        """The reader of a file of :mod:`rckit.model_files.reader_file`; its threshold unless
+        ``no_answer_threshold`` is given. ``backend``: ``torch``, ``onnx`` (onnxruntime on a graph
+        built from the file on first use, :mod:`rckit.answering.pointer_graph`; ``int8``: its
+        products in int8 by rows) or ``auto`` (PyTorch where it is installed)."""
+        if backend == "auto":
+            backend = "torch" if importlib.util.find_spec("torch") is not None else "onnx"
+        if backend not in ("torch", "onnx"):
+            raise ValueError(f"backend: torch, onnx or auto, got {backend!r}")
+        meta = reader_metadata(path)
+        model = _onnx_model(path, int8, threads) if backend == "onnx" else _torch_model(path, device, threads)
         threshold = meta.get("threshold") if no_answer_threshold is None else no_answer_threshold
         info = {
             "model": meta["model"],
             "file": str(Path(path).resolve()),
             "format": meta["format"],
-            "backend": "torch",
+            "backend": model.backend,
             "encoder": meta.get("encoder"),
             "step": meta.get("step"),
             "threshold": threshold,
             "always_answer": always_answer,
             "scores": meta.get("scores", []),
         }
-        tokenizer = PieceTokenizer(meta["tokenizer"])
         return cls(
-            TorchPointer(model, device),
-            tokenizer,
+            model,
+            PieceTokenizer(meta["tokenizer"]),
             meta["max_pieces"],
             meta["stride"],
             tuple(meta["calibration"]),
@@ -164,3 +167,24 @@ class PointerReader:
             (c[r.spans[0].start : r.spans[0].end] if r.spans else "", self.no_answer_probability(r.margin))
             for (c, _), r in zip(pairs, self.read(pairs))
         ]
+
+
+def _torch_model(path: str | Path, device: str, threads: int | None):
+    import torch
+
+    from rckit.answering.torch_backend import TorchPointer
+    from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    state, meta = read_reader_file(path)
+    model = EncoderReader(meta["bert_config"], EncoderReaderConfig(dropout=0.0))
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    return TorchPointer(model, device)
+
+
+def _onnx_model(path: str | Path, int8: bool, threads: int | None):
+    from rckit.answering.pointer_graph import OnnxPointer, reader_graph
+    from rckit.data.download import cache_root
+
+    return OnnxPointer(reader_graph(path, cache_root() / "readers", int8), threads)

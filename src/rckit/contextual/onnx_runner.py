@@ -44,17 +44,9 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path, r
 
     weights = {k.removeprefix("bert."): v for k, v in encoder_weights(files.root).items()}
     cfg = files.config
-    d, H = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    g = _Graph(weights, float(cfg.get("layer_norm_eps", 1e-12)), rows)
-    h = _embeddings(g)
-    bias = _padding_bias(g)
-    heads_shape = g.const("heads_shape", np.array([0, 0, H, d // H], np.int64))
-    merged_shape = g.const("merged_shape", np.array([0, 0, d], np.int64))
-    scale = g.const("scale", np.array(1.0 / math.sqrt(d // H), np.float32))
-    states = {0: h}
-    for n in range(max(layers)):
-        h = _encoder_layer(g, h, n, bias, heads_shape, merged_shape, scale)
-        states[n + 1] = h
+    d = int(cfg["hidden_size"])
+    g = Graph(weights, float(cfg.get("layer_norm_eps", 1e-12)), rows)
+    states = layer_states(g, cfg, max(layers))
     axis2 = g.const("axis2", np.array([2], np.int64))
     stacked = [g.node("Unsqueeze", [states[layer], axis2]) for layer in layers]
     g.nodes.append(helper.make_node("Concat", stacked, ["states"], axis=2))  # (B, P, K, D)
@@ -75,7 +67,24 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path, r
     return out
 
 
-class _Graph:
+def layer_states(g: Graph, cfg: dict, top: int, types: bool = False) -> dict[int, str]:
+    """The names of the states of layers 0 (the embeddings' output) to ``top`` of the encoder whose
+    ``config.json`` is ``cfg``, from the inputs ``ids`` and ``mask`` (and ``types``, the segments,
+    where ``types``; else every piece is of segment 0)."""
+    d, H = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    h = embeddings(g, types)
+    bias = padding_bias(g)
+    heads_shape = g.const("heads_shape", np.array([0, 0, H, d // H], np.int64))
+    merged_shape = g.const("merged_shape", np.array([0, 0, d], np.int64))
+    scale = g.const("scale", np.array(1.0 / math.sqrt(d // H), np.float32))
+    states = {0: h}
+    for n in range(top):
+        h = encoder_layer(g, h, n, bias, heads_shape, merged_shape, scale)
+        states[n + 1] = h
+    return states
+
+
+class Graph:
     """The graph :func:`build_graph` writes, as it grows: its nodes and initializers in the order
     made, each node named for its op and its place (``matmul_12``), and the encoder's weights.
     The ``onnx`` package is imported where it is used: it is an extra, and this module loads
@@ -155,8 +164,9 @@ class _Graph:
         )
 
 
-def _embeddings(g: _Graph) -> str:
-    """h0 = LayerNorm(E_word[ids] + E_position[0..P-1] + E_type[0]), (B, P, d)."""
+def embeddings(g: Graph, types: bool = False) -> str:
+    """h0 = LayerNorm(E_word[ids] + E_position[0..P-1] + E_type[s]), (B, P, d): ``s`` the input
+    ``types`` where ``types``, else 0 for every piece."""
     shape = g.node("Shape", ["ids"])
     P = g.node("Gather", [shape, g.const("one_i", np.array(1, np.int64))], axis=0)
     positions = g.node("Range", [g.const("zero_i", np.array(0, np.int64)), P, g.const("step_i", np.array(1, np.int64))])
@@ -165,11 +175,13 @@ def _embeddings(g: _Graph) -> str:
         "Gather", [g.const("embeddings_position", g.weights["embeddings.position_embeddings.weight"]), positions]
     )
     h = g.node("Add", [words, places])
-    h = g.node("Add", [h, g.const("type0", g.weights["embeddings.token_type_embeddings.weight"][0])])
+    table = g.weights["embeddings.token_type_embeddings.weight"]
+    segment = g.node("Gather", [g.const("embeddings_type", table), "types"]) if types else g.const("type0", table[0])
+    h = g.node("Add", [h, segment])
     return g.norm(h, "embeddings.LayerNorm")
 
 
-def _padding_bias(g: _Graph) -> str:
+def padding_bias(g: Graph) -> str:
     """finfo(float32).min added to the scores of padded keys, (B, 1, 1, P)."""
     from onnx import TensorProto
 
@@ -181,7 +193,7 @@ def _padding_bias(g: _Graph) -> str:
     return g.node("Unsqueeze", [bias, g.const("axes_12", np.array([1, 2], np.int64))])
 
 
-def _encoder_layer(g: _Graph, h: str, n: int, bias: str, heads_shape: str, merged_shape: str, scale: str) -> str:
+def encoder_layer(g: Graph, h: str, n: int, bias: str, heads_shape: str, merged_shape: str, scale: str) -> str:
     """Layer ``n`` on the states ``h`` (B, P, d): self-attention over the real pieces (``bias``), its
     residual and LayerNorm, then the GELU feed-forward, its residual and LayerNorm."""
     p = f"encoder.layer.{n}."
@@ -200,7 +212,7 @@ def _encoder_layer(g: _Graph, h: str, n: int, bias: str, heads_shape: str, merge
     return g.norm(g.node("Add", [a, g.linear(f, p + "output.dense")]), p + "output.LayerNorm")
 
 
-def _gelu(g: _Graph, f: str, n: int) -> str:
+def _gelu(g: Graph, f: str, n: int) -> str:
     """GELU with erf, as BERT's: f * (1 + erf(f / sqrt 2)) / 2 (layer ``n``'s constants)."""
     erf = g.node("Erf", [g.node("Div", [f, g.const(f"sqrt2_{n}", np.array(math.sqrt(2.0), np.float32))])])
     plus_one = g.node("Add", [erf, g.const(f"one_{n}", np.array(1.0, np.float32))])
