@@ -5,6 +5,7 @@ refused in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,31 @@ def test_the_onnx_graph_answers_as_pytorch_without_it(encoder, run, tmp_path, mo
         if not int8:
             assert [(s.start, s.end) for s in a.spans] == [(s.start, s.end) for s in b.spans]
     assert reader.answer_batch(pairs, top_k=2) == [reader.answer(c, q, top_k=2) for c, q in pairs]
+
+
+def test_the_commands_answer_with_the_file_and_those_that_cannot_say_so(encoder, run, tmp_path, capsys):
+    from rckit.answering.reader import Reader
+    from rckit.cli import main
+    from tests.conftest import squad_json, write_json
+
+    folder, _ = run
+    path = tmp_path / "reader.safetensors"
+    export_reader(folder, find_encoder(str(encoder)), path, threshold=0.7)
+    assert isinstance(Reader.load(path), PointerReader)
+    assert main(["predict", str(path), "--context", PASSAGE, "--question", QUESTIONS[0], "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert set(got) == {"answer", "score", "start", "end", "no_answer_probability"}
+    want = PointerReader.load(path).answer(PASSAGE, QUESTIONS[0])[0]
+    assert got == want
+    qas = [(f"q{k}", q, [("beta", PASSAGE.index("beta"))]) for k, q in enumerate(QUESTIONS)]
+    data = write_json(tmp_path / "dev.json", squad_json([(PASSAGE, qas)]))
+    assert main(["evaluate", str(path), "--data", str(data), "--always-answer", "--out", str(tmp_path / "p.json")]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    preds = json.loads((tmp_path / "p.json").read_text())
+    assert scores["total"] == 4 and set(preds) == {"q0", "q1", "q2", "q3"}
+    spans = PointerReader.load(path, always_answer=True).best_spans([(PASSAGE, q) for q in QUESTIONS])
+    assert [preds[f"q{k}"] for k in range(4)] == [text for text, _ in spans]
+    assert main(["explain", str(path), "--context", PASSAGE, "--question", QUESTIONS[0]]) == 2
+    assert "rckit explain does not take rckit's own reader yet" in capsys.readouterr().err
+    assert main(["serve", str(path), "--port", "0"]) == 2
+    assert "rckit serve does not take rckit's own reader yet" in capsys.readouterr().err

@@ -27,13 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from rckit.answering.answer import Answer, no_answer, span
-from rckit.answering.pointer import Pointed, no_answer_probability, point
+from rckit.answering.pointer import MAX_ANSWER, Pointed, no_answer_probability, point
 from rckit.contextual.pieces import PieceTokenizer
 from rckit.data.pair_windows import PairWindows, padded, pair_windows
 from rckit.model_files.reader_file import read_reader_file, reader_metadata
 
 PointerModel = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
 PAD_TO = 32  # pieces: a window's padded length is the next multiple
+CHUNK = 256  # pairs read at once by best_spans
 
 
 class PointerReader:
@@ -65,7 +66,7 @@ class PointerReader:
     def load(
         cls,
         path: str | Path,
-        device: str = "cpu",
+        device="cpu",
         always_answer: bool = False,
         no_answer_threshold: float | None = None,
         batch_size: int = 32,
@@ -107,20 +108,28 @@ class PointerReader:
             info,
         )
 
-    def windows(self, pairs: list[tuple[str, str]]) -> list[PairWindows]:
-        """Each pair's windows; each distinct passage cut into pieces once."""
+    # The span readers' verifiers (rckit.answering.reader.Reader): this reader judges "no answer" itself.
+    cross_verifier = None
+    collection_verifier = None
+
+    def windows(self, pairs: list[tuple[str, str]], stride: int | None = None) -> list[PairWindows]:
+        """Each pair's windows (``stride`` passage pieces apart; None: the file's); each distinct
+        passage cut into pieces once."""
         texts = list(dict.fromkeys(c for c, _ in pairs))
         passages = dict(zip(texts, self.tokenizer.pieces(texts)))
         questions = self.tokenizer.pieces([q for _, q in pairs])
         cls, sep = self.tokenizer.cls, self.tokenizer.sep
         return [
-            pair_windows(q[0], passages[c], cls, sep, self.max_pieces, self.stride)
+            pair_windows(q[0], passages[c], cls, sep, self.max_pieces, stride or self.stride)
             for (c, _), q in zip(pairs, questions)
         ]
 
-    def read(self, pairs: list[tuple[str, str]], top_k: int = 1) -> list[Pointed]:
-        """Each pair's best ``top_k`` spans and its no-answer margin (the one read loop)."""
-        windows = self.windows(pairs)
+    def read(
+        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer: int = MAX_ANSWER, stride: int | None = None
+    ) -> list[Pointed]:
+        """Each pair's best ``top_k`` spans (of at most ``max_answer`` pieces) and its no-answer
+        margin: the one read loop."""
+        windows = self.windows(pairs, stride)
         flat = [(p, w) for p, win in enumerate(windows) for w in range(len(win.ids))]
         groups: dict[int, list[tuple[int, int]]] = {}
         for p, w in flat:
@@ -137,44 +146,84 @@ class PointerReader:
         for p, win in enumerate(windows):
             start = [scores[(p, w)][0] for w in range(len(win.ids))]
             end = [scores[(p, w)][1] for w in range(len(win.ids))]
-            out.append(point(win, start, end, self.tokenizer.continues, top_k))
+            out.append(point(win, start, end, self.tokenizer.continues, top_k, max_answer))
         return out
 
     def no_answer_probability(self, margin: float) -> float:
         return float(no_answer_probability(margin, *self.calibration))
 
-    def answer_batch(self, pairs: list[tuple[str, str]], top_k: int = 1) -> list[list[Answer]]:
+    def answer_batch(
+        self,
+        pairs: list[tuple[str, str]],
+        top_k: int = 1,
+        max_answer_len: int | None = None,
+        stride: int | None = None,
+        cross: bool = True,
+        chunk: int | None = None,
+    ) -> list[list[Answer]]:
         """The ``top_k`` best answers to each ``(context, question)`` pair, best first; ``""``
-        first where the reader abstains."""
+        first where the reader abstains. ``max_answer_len``: pieces in an answer at most
+        (default :data:`~rckit.answering.pointer.MAX_ANSWER`); ``stride``: passage pieces between
+        two windows (default: the file's); ``chunk``: pairs read at once (None: all). ``cross`` is
+        the span readers' (their cross-encoder verifier) and means nothing here."""
         out = []
-        for (context, _), got in zip(pairs, self.read(pairs, top_k)):
-            p_null = self.no_answer_probability(got.margin)
-            answers = [span(context, s.start, s.end, s.probability, p_null) for s in got.spans]
-            if not self.always_answer and p_null > self.threshold or not answers:
-                answers = [no_answer(p_null), *answers][:top_k]
-            out.append(answers)
+        step = chunk or max(1, len(pairs))
+        for lo in range(0, len(pairs), step):
+            part = pairs[lo : lo + step]
+            for (context, _), got in zip(part, self.read(part, top_k, max_answer_len or MAX_ANSWER, stride)):
+                p_null = self.no_answer_probability(got.margin)
+                answers = [span(context, s.start, s.end, s.probability, p_null) for s in got.spans]
+                if not self.always_answer and p_null > self.threshold or not answers:
+                    answers = [no_answer(p_null), *answers][:top_k]
+                out.append(answers)
         return out
 
-    def answer(self, context: str, question: str | list[str], top_k: int = 1) -> list[Answer] | list[list[Answer]]:
+    def answer(
+        self,
+        context: str,
+        question: str | list[str],
+        top_k: int = 1,
+        max_answer_len: int | None = None,
+        stride: int | None = None,
+    ) -> list[Answer] | list[list[Answer]]:
         """The ``top_k`` best answers to ``question`` about ``context``; a list of questions, one list each."""
         questions = [question] if isinstance(question, str) else list(question)
-        got = self.answer_batch([(context, q) for q in questions], top_k)
+        got = self.answer_batch([(context, q) for q in questions], top_k, max_answer_len, stride)
         return got[0] if isinstance(question, str) else got
 
-    def best_spans(self, pairs: list[tuple[str, str]]) -> list[tuple[str, float]]:
-        """Each pair's best span as text and its ``p(no answer)``: what evaluation scores."""
-        return [
-            (c[r.spans[0].start : r.spans[0].end] if r.spans else "", self.no_answer_probability(r.margin))
-            for (c, _), r in zip(pairs, self.read(pairs))
-        ]
+    def best_spans(
+        self,
+        pairs: list[tuple[str, str]],
+        *,
+        whole: bool = False,
+        chunk: int | None = CHUNK,
+        progress: Callable[[int], object] | None = None,
+    ) -> list[tuple[str, float]]:
+        """Each pair's best span as text and its ``p(no answer)``: what evaluation scores, read
+        ``chunk`` pairs at a time (``progress(n)`` after each). ``whole`` is
+        :meth:`rckit.answering.reader.Reader.best_spans`' and means nothing here: a passage is
+        always read in windows, each piece answering from the one where it has most context."""
+        out = []
+        step = chunk or max(1, len(pairs))
+        for lo in range(0, len(pairs), step):
+            part = pairs[lo : lo + step]
+            for (c, _), r in zip(part, self.read(part)):
+                out.append(
+                    (c[r.spans[0].start : r.spans[0].end] if r.spans else "", self.no_answer_probability(r.margin))
+                )
+            if progress is not None:
+                progress(len(part))
+        return out
 
 
 def _torch_model(path: str | Path, device: str, threads: int | None):
     import torch
 
     from rckit.answering.torch_backend import TorchPointer
+    from rckit.device import pick_device
     from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig
 
+    device = pick_device(device) if isinstance(device, str) else device
     if threads is not None:
         torch.set_num_threads(threads)
     state, meta = read_reader_file(path)

@@ -42,6 +42,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -55,7 +56,11 @@ from rckit.data.padding import answer_inputs, merge_answer_inputs
 from rckit.data.prepare import tokenize_texts
 from rckit.data.vocab import FormIndex, Vocabularies
 from rckit.model_files.metadata import contextual_of
+from rckit.model_files.reader_file import is_reader_file
 from rckit.model_files.source import ModelFile, open_model
+
+if TYPE_CHECKING:
+    from rckit.answering.pointer_reader import PointerReader
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
 
@@ -187,7 +192,7 @@ class Reader:
         spin: bool = True,
         batch_size: int = 32,
         no_answer_threshold: float | None = None,
-    ) -> Reader:
+    ) -> Reader | PointerReader:
         """A run directory or checkpoint (``.pt``), an exported ``.safetensors`` file, an ONNX file
         (onnxruntime, no PyTorch), or None: the default model. ``device``: a name (``cpu``,
         ``cuda``, ``auto``) or a ``torch.device``. ``threads``: the cores the model may use (None:
@@ -197,8 +202,17 @@ class Reader:
         first (its ``no_answer_probability`` still said), as a model trained on SQuAD v1.1 does.
         ``batch_size``: items (question, window) per forward. ``no_answer_threshold``: for a
         model with a verifier (:mod:`rckit.answering.verifier`), abstain where its p(no answer)
-        is above this instead of the file's threshold (lower: more abstentions)."""
+        is above this instead of the file's threshold (lower: more abstentions). A file of rckit's
+        own reader (:mod:`rckit.model_files.reader_file`) is read by its own
+        :class:`~rckit.answering.pointer_reader.PointerReader`, which answers (``answer``,
+        ``answer_batch``, ``best_spans``) as this class does."""
         found = open_model(source)
+        if found.kind == "safetensors" and is_reader_file(found.path):  # rckit's own reader: its own loop
+            from rckit.answering.pointer_reader import PointerReader
+
+            return PointerReader.load(
+                found.path, device, always_answer, no_answer_threshold, batch_size, threads=threads
+            )
         if found.kind == "onnx":
             from rckit.answering.onnx_backend import OnnxModel
 
@@ -534,6 +548,18 @@ class Reader:
             batch.extend(group)
         if batch:
             yield batch
+
+
+def span_reader(reader: Reader | PointerReader, what: str) -> Reader:
+    """``reader`` where it reads with a span model; rckit's own reader (a
+    :class:`~rckit.answering.pointer_reader.PointerReader`) refused in one line: ``what`` (a
+    command, a feature) does not take it yet."""
+    if isinstance(reader, Reader):
+        return reader
+    raise ValueError(
+        f"{reader.info.get('file')}: {what} does not take rckit's own reader yet "
+        "(rckit predict, rckit evaluate, rckit ask and rckit.Reader answer with it)"
+    )
 
 
 def describe(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rckit.answering.answer import shown
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
-from rckit.answering.reader import Reader, check_text
+from rckit.answering.reader import Reader, check_text, span_reader
 from rckit.cli.arguments import model_option, model_source, span_options
 from rckit.explain.write import write_explanation
 from rckit.model_files.source import names_installed, pytorch_source
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give --context and --question (a span model), or --example N (a cloze run)")
     check_text("context", args.context)
     check_text("question", args.question)
-    reader = Reader.load(torch_source(model_source(args)), args.device)
+    reader = span_reader(Reader.load(torch_source(model_source(args)), args.device), "rckit explain")
     explanation = reader.explain(args.context, args.question, args.steps, args.max_answer_len, args.stride)
     if args.out is not None:
         write_explanation(explanation, Path(args.out))

@@ -127,9 +127,9 @@ def prepare_unanswerable(args: argparse.Namespace) -> int:
         raise ValueError(f"--min-confidence {args.min_confidence}: a probability, 0 to 1")
     reader = None
     if args.filter_with:  # loaded first: a wrong name fails before the making
-        from rckit.answering.reader import Reader
+        from rckit.answering.reader import Reader, span_reader
 
-        reader = Reader.load(args.filter_with, args.device, always_answer=True)
+        reader = span_reader(Reader.load(args.filter_with, args.device, always_answer=True), "--filter-with")
     read_squad(train)  # a broken file is named here, before any work
     articles = load_json(train)["data"]
     if args.articles is not None:

@@ -164,12 +164,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 "give the reader to train a verifier for (SOURCE or --model NAME), or --from VERIFIER.json"
             )
-        from rckit.answering.reader import Reader
+        from rckit.answering.reader import Reader, span_reader
         from rckit.training.verifier import train_verifier
 
         train = _found(args.data_dir, args.train, "squad-v1.1", "train-v1.1*.json*")
         v2_dev = _found(args.data_dir, args.v2_dev, "squad-v2.0", "dev-v2.0*.json*")
-        reader = Reader.load(source, args.device, always_answer=True)
+        reader = span_reader(Reader.load(source, args.device, always_answer=True), "rckit verifier")
         verifier, report = train_verifier(
             reader,
             train,
@@ -218,7 +218,7 @@ def _with_verifier(reader: Reader, verifier: Verifier) -> Reader:
 
 
 def fine_tune(args: argparse.Namespace) -> int:
-    from rckit.answering.reader import Reader
+    from rckit.answering.reader import Reader, span_reader
     from rckit.contextual.encoders import find_encoder
     from rckit.models.cross_encoder import CrossEncoderConfig
     from rckit.training.cross_verifier import CrossTrainConfig
@@ -243,7 +243,7 @@ def fine_tune(args: argparse.Namespace) -> int:
         made=args.made_sample,
         model=CrossEncoderConfig(train_layers=args.train_layers, pool=args.pool),
     )
-    reader = Reader.load(model_source(args), args.device, always_answer=True)
+    reader = span_reader(Reader.load(model_source(args), args.device, always_answer=True), "rckit verifier")
     got = run_fine_tune(
         reader,
         find_encoder(args.encoder),
@@ -275,7 +275,7 @@ def fine_tune(args: argparse.Namespace) -> int:
 def install_cross(args: argparse.Namespace) -> int:
     """Export the run's best checkpoint beside the --into files and name it in each, with its
     threshold; the feature verifier the files carry stays in them, for a collection's passages."""
-    from rckit.answering.reader import Reader
+    from rckit.answering.reader import Reader, span_reader
     from rckit.answering.verifier import Verifier
     from rckit.contextual.encoders import find_encoder
     from rckit.model_files.metadata import read_metadata
@@ -289,7 +289,7 @@ def install_cross(args: argparse.Namespace) -> int:
         raise ValueError(f"{files[0]}: has no verifier to add the cross-encoder to (rckit verifier --into it first)")
     inner = {k: v for k, v in meta["verifier"].items() if k != "cross"}
     v2_dev = _found(args.data_dir, args.v2_dev, "squad-v2.0", "dev-v2.0*.json*")
-    reader = Reader.load(model_source(args), args.device, always_answer=True)
+    reader = span_reader(Reader.load(model_source(args), args.device, always_answer=True), "rckit verifier")
     cross = install_cross_verifier(
         args.cross_encoder,
         reader,

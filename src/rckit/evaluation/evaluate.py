@@ -34,9 +34,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from rckit.answering.pointer_reader import PointerReader
 from rckit.answering.reader import Reader
 from rckit.data.squad import SquadExample, read_squad
 from rckit.evaluation.squad_metrics import abstaining, best_thresholds, only_questions, score_predictions
+from rckit.model_files.reader_file import is_reader_file
 from rckit.model_files.source import ModelFile, open_model
 
 
@@ -75,6 +77,12 @@ def evaluate(
     """
     found = open_model(source)
     _check_exported(found, data, weights)
+    if found.kind == "safetensors" and is_reader_file(found.path):  # rckit's own reader
+        reader = PointerReader.load(
+            found.path, str(device), batch_size=batch_size, no_answer_threshold=no_answer_threshold
+        )
+        threshold = 1.0 if reader.threshold is None else reader.threshold
+        return _scored(reader, data, limit, out, progress, threshold, always_answer, spans_of)
     if found.kind == "onnx":  # onnxruntime, without PyTorch
         reader = Reader.load(found, device, batch_size=batch_size, no_answer_threshold=no_answer_threshold)
     else:
@@ -107,11 +115,17 @@ def evaluate(
             batch_size=batch_size,
             no_answer_threshold=no_answer_threshold,
         )
+    threshold = reader.decode.no_answer_threshold if reader.verifier is None else reader.verifier_threshold
+    return _scored(reader, data, limit, out, progress, threshold, always_answer, spans_of)
+
+
+def _scored(reader, data, limit, out, progress, threshold, always_answer, spans_of) -> dict:
+    """The questions of the SQuAD file ``data`` read by ``reader`` (or ``spans_of``) and scored
+    (:func:`score_squad`), the predictions written to ``out``."""
     ds = read_squad(data)
     questions = ds.examples[:limit] if limit else ds.examples
     with progress_bar(len(questions), progress) as bar:
         spans, margins = (spans_of or reader_spans)(reader, questions, bar.update)
-    threshold = reader.decode.no_answer_threshold if reader.verifier is None else reader.verifier_threshold
     raw = only_questions(ds.raw, set(spans)) if limit else ds.raw
     result, preds = score_squad(raw, spans, margins, threshold, ds.report.version, always_answer)
     write_predictions(out, preds)
