@@ -165,3 +165,21 @@ def test_the_commands_answer_with_the_file_and_those_that_cannot_say_so(encoder,
     assert "rckit explain does not take rckit's own reader yet" in capsys.readouterr().err
     assert main(["serve", str(path), "--port", "0"]) == 2
     assert "rckit serve does not take rckit's own reader yet" in capsys.readouterr().err
+
+
+def test_a_collection_is_asked_with_the_file(encoder, run, tmp_path):
+    from rckit.retrieval.collection import Collection
+
+    folder, _ = run
+    path = tmp_path / "reader.safetensors"
+    export_reader(folder, find_encoder(str(encoder)), path, threshold=1.0)  # never abstains
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "greek.txt").write_text(PASSAGE)
+    (docs / "other.txt").write_text("alpha beta gamma. " * 7 + "delta epsilon.")
+    with Collection.open(tmp_path / "index.sqlite", path) as index:
+        index.add([docs])
+        found = index.ask(QUESTIONS[0], top_k=2)
+    assert found and found[0]["answer"] and found[0]["source"].endswith(".txt")
+    best = PointerReader.load(path).answer(Path(found[0]["source"]).read_text(), QUESTIONS[0], top_k=2)
+    assert found[0]["answer"] in {a["answer"] for a in best}
