@@ -50,6 +50,7 @@ def test_the_file_answers_as_the_runs_own_evaluation(encoder, run, tmp_path):
     folder, model = run
     meta = export_reader(folder, find_encoder(str(encoder)), tmp_path / "reader.safetensors", threshold=0.7)
     assert is_reader_file(tmp_path / "reader.safetensors") and meta["calibration"] == [0.8, -0.2]
+    assert (tmp_path / "reader.safetensors").stat().st_mode & 0o044  # an ordinary file others may read
     assert meta["max_pieces"] == 40 and meta["step"] == 7 and meta["tokenizer"]["model"]["type"] == "WordPiece"
     state, _ = read_reader_file(tmp_path / "reader.safetensors")
     for name, value in model.state_dict().items():  # int8 a row: within half a step of each row's largest

@@ -170,7 +170,10 @@ def test_the_model_scores_only_cls_and_the_passage_and_learns_everywhere_but_the
     torch.testing.assert_close(one.start[0], out.start[1, :5], rtol=1e-5, atol=1e-5)
 
 
-def test_fine_tuning_steps_fit_a_small_batch(encoder, tokenizer):
+def test_fine_tuning_steps_fit_a_small_batch(tmp_path):
+    # 16 wide: at 8 the tiny model stalls on the uniform answer (loss 2 log 8) under some thread counts
+    wide = write_tiny_encoder(tmp_path / "wide", [*GREEK, "what", "follows"], dim=16)
+    tokenizer = PieceTokenizer(wide / "tokenizer.json")
     torch.manual_seed(0)
     passage = " ".join(GREEK)
     qas = []
@@ -179,12 +182,12 @@ def test_fine_tuning_steps_fit_a_small_batch(encoder, tokenizer):
         qas.append((f"q{k}", f"what follows {GREEK[k - 1]} ?", [(GREEK[k], start)]))
     pairs, _, kinds = pairs_of(squad_json([(passage, qas)]))
     items = make_items(tokenizer, pairs, kinds, 48, 16, progress=False)
-    model = tiny_model(encoder)
-    opt = torch.optim.AdamW(model.trainable(), 1e-2)
+    model = tiny_model(wide)
+    opt = torch.optim.AdamW(model.trainable(), 3e-3)
     idx = list(range(len(items)))
     y = torch.from_numpy(items.target.astype(np.int64))
     losses = []
-    for _ in range(150):
+    for _ in range(120):
         x = tensors(items.rows(idx), items.q_len[idx].tolist())
         out = model(x["ids"], x["mask"], x["types"], x["allowed"])
         loss = span_loss(out.start, out.end, y[:, 0], y[:, 1])
@@ -192,7 +195,7 @@ def test_fine_tuning_steps_fit_a_small_batch(encoder, tokenizer):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert losses[-1] < 0.2 * losses[0]
+    assert losses[-1] < 0.1 * losses[0]
 
 
 def test_windows_are_kept_and_batched_by_length(tmp_path, tokenizer):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rckit.model_files.metadata import as_created
 from rckit.model_files.source import export_format
 
 if TYPE_CHECKING:
@@ -147,11 +148,3 @@ def with_metadata(proto, meta: dict) -> None:
     del proto.metadata_props[:]
     entry = proto.metadata_props.add()
     entry.key, entry.value = "rckit", json.dumps(meta, ensure_ascii=False)
-
-
-def as_created(path: str | Path) -> None:
-    """Give a file from ``tempfile.mkstemp`` (private, 0600) the permissions ``open()`` would have
-    given it (0666 less the umask): an exported model is an ordinary file others may read."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

@@ -39,7 +39,7 @@ from rckit.contextual.encoders import portable
 from rckit.data.padding import INPUTS, STATE_INPUTS, answer_inputs
 from rckit.data.prepare import file_digest
 from rckit.data.squad import read_squad
-from rckit.export.metadata_edit import as_created, with_metadata
+from rckit.export.metadata_edit import with_metadata
 from rckit.export.safetensors import frozen_tables
 from rckit.kernels import graph
 from rckit.model_files.glove_rows import (
@@ -52,7 +52,7 @@ from rckit.model_files.glove_rows import (
     rows_digest,
 )
 from rckit.model_files.load import load_span_model
-from rckit.model_files.metadata import contextual_of
+from rckit.model_files.metadata import as_created, contextual_of
 
 TOLERANCE = 1e-3  # largest |logit difference| an fp32 file may show against PyTorch
 QUANTIZATIONS = ("dynamic",)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from rckit.contextual.encoders import int8_rows
+from rckit.model_files.metadata import as_created
 
 RNG = "__rng__"
 
@@ -55,6 +56,7 @@ def save_carry(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata={"rckit_carry": json.dumps(meta)})
+    as_created(tmp)
     os.replace(tmp, path)
 
 

@@ -5,6 +5,7 @@ model file it cannot run."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from rckit.contextual.spec import ContextualSpec
@@ -87,3 +88,11 @@ def parse_metadata(text: str, path: Path, fmt: str, required: tuple[str, ...]) -
     if missing:
         raise CheckpointError(f"{path}: rckit metadata is missing {missing}")
     return meta
+
+
+def as_created(path: str | Path) -> None:
+    """Give a file from ``tempfile.mkstemp`` or safetensors (private, 0600) the permissions ``open()`` would have
+    given it (0666 less the umask): an exported model is an ordinary file others may read."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)

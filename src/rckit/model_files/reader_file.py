@@ -25,7 +25,7 @@ import numpy as np
 
 from rckit.contextual.encoders import int8_rows
 from rckit.model_files.errors import CheckpointError
-from rckit.model_files.metadata import read_metadata
+from rckit.model_files.metadata import as_created, read_metadata
 
 FORMAT = "rckit-pointer-1"
 REQUIRED = ("model", "bert_config", "tokenizer", "max_pieces", "stride", "calibration")
@@ -46,6 +46,7 @@ def write_reader_file(path: str | Path, state: dict[str, np.ndarray], meta: dict
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata={"rckit": json.dumps({**meta, "format": FORMAT})})
+    as_created(tmp)
     os.replace(tmp, path)
     return path
 
