@@ -181,10 +181,15 @@ SCALE = "_scale"  # the suffix of an int8 tensor's scales
 def encoder_weights(root: str | Path, keep: Callable[[str], bool] = lambda name: True) -> dict[str, np.ndarray]:
     """The float tensors of ``root/model.safetensors`` named as stored (those ``keep`` keeps), as float32
     NumPy arrays: an int8 tensor times its scales (one a row), the scales not listed."""
+    return float_tensors(Path(root) / "model.safetensors", keep)
+
+
+def float_tensors(path: str | Path, keep: Callable[[str], bool] = lambda name: True) -> dict[str, np.ndarray]:
+    """:func:`encoder_weights` of any safetensors file ``path`` (rckit's own reader's file too)."""
     from safetensors import safe_open
 
     out = {}
-    with safe_open(str(Path(root) / "model.safetensors"), framework="numpy") as f:
+    with safe_open(str(path), framework="numpy") as f:
         names = set(f.keys())
         for name in names:
             if name.endswith(SCALE) and name[: -len(SCALE)] in names or not keep(name):
@@ -192,7 +197,7 @@ def encoder_weights(root: str | Path, keep: Callable[[str], bool] = lambda name:
             value = f.get_tensor(name)
             if value.dtype == np.int8:
                 if name + SCALE not in names:
-                    raise ValueError(f"{root}/model.safetensors: the int8 tensor {name} has no {name + SCALE}")
+                    raise ValueError(f"{path}: the int8 tensor {name} has no {name + SCALE}")
                 value = value.astype(np.float32) * f.get_tensor(name + SCALE).astype(np.float32)[:, None]
             if value.dtype.kind == "f":
                 out[name] = value.astype(np.float32)

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.contextual.encoders import int8_rows
+from rckit.contextual.encoders import SCALE, int8_rows
 from rckit.model_files.metadata import as_created
 
 RNG = "__rng__"
@@ -48,7 +48,7 @@ def save_carry(
         w = value.detach().float().cpu().numpy()
         change = w - (start[name].detach().float().cpu().numpy() if name in start else 0.0)
         if change.ndim == 2 and name in start:
-            tensors[name], tensors[name + "_scale"] = int8_rows(change, 127)
+            tensors[name], tensors[name + SCALE] = int8_rows(change, 127)
         else:
             tensors[name] = change.astype(np.float32)
     tensors[RNG] = torch.get_rng_state().numpy()
@@ -75,11 +75,11 @@ def load_carry(path: str | Path, start: dict[str, torch.Tensor]) -> tuple[dict[s
     torch.set_rng_state(torch.from_numpy(raw.pop(RNG)))
     out = {}
     for name, value in raw.items():
-        if name.endswith("_scale"):
+        if name.endswith(SCALE):
             continue
         change = value.astype(np.float32)
         if value.dtype == np.int8:
-            change = change * raw[name + "_scale"][:, None]
+            change = change * raw[name + SCALE][:, None]
         base = start[name].detach().float().numpy() if name in start else 0.0
         out[name] = torch.from_numpy(np.asarray(base + change, np.float32))
     return out, meta

@@ -23,13 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.contextual.encoders import int8_rows
+from rckit.contextual.encoders import SCALE, float_tensors, int8_rows
 from rckit.model_files.errors import CheckpointError
 from rckit.model_files.metadata import as_created, read_metadata
 
 FORMAT = "rckit-pointer-1"
 REQUIRED = ("model", "bert_config", "tokenizer", "max_pieces", "stride", "calibration")
-SCALE = "_scale"
 
 
 def write_reader_file(path: str | Path, state: dict[str, np.ndarray], meta: dict) -> Path:
@@ -67,19 +66,5 @@ def reader_metadata(path: str | Path) -> dict:
 
 def read_reader_file(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
     """The state dict as float32 arrays (int8 matrices times their scales) and the metadata."""
-    from safetensors import safe_open
-
     meta = reader_metadata(path)
-    out = {}
-    with safe_open(str(path), framework="numpy") as f:
-        names = set(f.keys())
-        for name in names:
-            if name.endswith(SCALE) and name[: -len(SCALE)] in names:
-                continue
-            value = f.get_tensor(name)
-            if value.dtype == np.int8:
-                if name + SCALE not in names:
-                    raise CheckpointError(f"{path}: the int8 tensor {name} has no {name + SCALE}")
-                value = value.astype(np.float32) * f.get_tensor(name + SCALE).astype(np.float32)[:, None]
-            out[name] = value.astype(np.float32)
-    return out, meta
+    return float_tensors(path), meta
