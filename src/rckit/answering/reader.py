@@ -42,7 +42,6 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -50,6 +49,7 @@ from rckit.answering.answer import Answer
 from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores, topk_spans
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
 from rckit.answering.job import Job
+from rckit.answering.pointer_reader import PointerReader
 from rckit.answering.verifier import Verifier
 from rckit.answering.verifier_features import ReaderEvidence, window_evidence
 from rckit.data.padding import answer_inputs, merge_answer_inputs
@@ -58,9 +58,6 @@ from rckit.data.vocab import FormIndex, Vocabularies
 from rckit.model_files.metadata import contextual_of
 from rckit.model_files.reader_file import is_reader_file
 from rckit.model_files.source import ModelFile, open_model
-
-if TYPE_CHECKING:
-    from rckit.answering.pointer_reader import PointerReader
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # TorchModel, OnnxModel
 
@@ -208,8 +205,6 @@ class Reader:
         ``answer_batch``, ``best_spans``) as this class does."""
         found = open_model(source)
         if found.kind == "safetensors" and is_reader_file(found.path):  # rckit's own reader: its own loop
-            from rckit.answering.pointer_reader import PointerReader
-
             return PointerReader.load(
                 found.path, device, always_answer, no_answer_threshold, batch_size, threads=threads
             )
@@ -551,15 +546,14 @@ class Reader:
 
 
 def span_reader(reader: Reader | PointerReader, what: str) -> Reader:
-    """``reader`` where it reads with a span model; rckit's own reader (a
-    :class:`~rckit.answering.pointer_reader.PointerReader`) refused in one line: ``what`` (a
-    command, a feature) does not take it yet."""
-    if isinstance(reader, Reader):
-        return reader
-    raise ValueError(
-        f"{reader.info.get('file')}: {what} does not take rckit's own reader yet "
-        "(rckit predict, rckit evaluate, rckit ask and rckit.Reader answer with it)"
-    )
+    """``reader`` where it reads with a span model; rckit's own reader (a :class:`PointerReader`)
+    refused in one line: ``what`` (a command, a feature) does not take it yet."""
+    if isinstance(reader, PointerReader):
+        raise ValueError(
+            f"{reader.info.get('file')}: {what} does not take rckit's own reader yet "
+            "(rckit predict, rckit evaluate, rckit ask and rckit.Reader answer with it)"
+        )
+    return reader
 
 
 def describe(
