@@ -80,15 +80,18 @@ def point(
             continue
         ps, pe = s[windows.first : windows.first + n], e[windows.first : windows.first + n]  # (n,)
         lps, lpe = log_s[1 : 1 + n], log_e[1 : 1 + n]  # the passage's, after [CLS]
-        score = ps[:, None] + pe[None, :]  # (n, n): S(i, j)
-        i, j = np.indices((n, n))
-        valid = (j >= i) & (j - i < max_answer) & (windows.owner[lo:hi] == w)[:, None]
-        score = np.where(valid, score, -np.inf)
-        flat = np.argsort(-score, axis=None, kind="stable")[:top_k]
-        for k in flat:
-            a, b = divmod(int(k), n)
-            if np.isfinite(score[a, b]):
-                found.append((float(score[a, b]), float(np.exp(lps[a] + lpe[b])), lo + a, lo + b))
+        # Only the band j = i + d, 0 <= d < max_answer, is scored: (n, D) rather than every (i, j).
+        D = min(max_answer, n)
+        j = np.arange(n)[:, None] + np.arange(D)[None, :]  # (n, D)
+        valid = (j < n) & (windows.owner[lo:hi] == w)[:, None]
+        score = np.where(valid, ps[:, None] + pe[np.minimum(j, n - 1)], -np.inf)  # (n, D): S(i, i + d)
+        flat = score.ravel()
+        keep = min(top_k, flat.size)
+        best = np.argpartition(-flat, keep - 1)[:keep]
+        for k in best[np.lexsort((best, -flat[best]))]:  # by score, then (i, j) in order, as a stable sort
+            a, d = divmod(int(k), D)
+            if np.isfinite(flat[k]):
+                found.append((float(flat[k]), float(np.exp(lps[a] + lpe[a + d])), lo + a, lo + a + d))
     found.sort(key=lambda t: -t[0])
     spans = [Span(sc, p, a, b, *_characters(windows, a, b, continues)) for sc, p, a, b in found[:top_k]]
     null = float(min(nulls))
