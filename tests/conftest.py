@@ -379,3 +379,26 @@ def write_tiny_encoder(root: Path, words=(), layers: int = 2, dim: int = 8, seed
             state[p + part + ".weight"], state[p + part + ".bias"] = 1 + r(dim) * 0.1, r(dim) * 0.1
     save_file(state, str(root / "model.safetensors"))
     return root
+
+
+def write_tiny_reader_file(folder: Path, threshold: float = 0.5, seed: int = 3) -> Path:
+    """A file of rckit's own reader (``rckit-pointer-1``) on a tiny random encoder that knows the
+    Greek letters, its head random (as ``rckit finetune`` then ``export_reader`` would leave it)."""
+    import torch
+
+    from rckit.contextual.encoders import find_encoder
+    from rckit.export.encoder_reader import export_reader
+    from rckit.models.encoder_reader import EncoderReader, pretrained_weights
+    from rckit.training.encoder_reader import ReaderTrainConfig, config_dict
+
+    encoder = write_tiny_encoder(folder / "encoder", [*GREEK, "what", "follows"], dim=8)
+    torch.manual_seed(seed)
+    files = find_encoder(str(encoder))
+    model = EncoderReader.from_encoder(pretrained_weights(encoder / "model.safetensors"), files.config)
+    torch.nn.init.normal_(model.head.weight, std=1.0)
+    best = {"step": 7, "tune_f1": 50.0, "calibration": [0.8, -0.2]}
+    config = config_dict(ReaderTrainConfig(max_pieces=40, stride=12))
+    torch.save({"model": model.state_dict(), "config": config, "best": best}, folder / "best.pt")
+    out = folder / "reader.safetensors"
+    export_reader(folder, files, out, threshold=threshold)
+    return out

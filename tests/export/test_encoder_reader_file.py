@@ -62,7 +62,7 @@ def test_the_file_answers_as_the_runs_own_evaluation(encoder, run, tmp_path):
     file_model = EncoderReader(find_encoder(str(encoder)).config, EncoderReaderConfig(dropout=0.0))
     file_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     want = read(file_model, tokenizer, [(PASSAGE, q, None, None) for q in QUESTIONS], 40, 12, top_k=2)
-    got = reader.read([(PASSAGE, q) for q in QUESTIONS], top_k=2)
+    got = reader.pointed([(PASSAGE, q) for q in QUESTIONS], top_k=2)
     for a, b in zip(got, want):
         assert [(s.start, s.end) for s in a.spans] == [(s.start, s.end) for s in b.spans]
         assert a.margin == pytest.approx(b.margin, abs=1e-5)
@@ -129,10 +129,10 @@ def test_the_onnx_graph_answers_as_pytorch_without_it(encoder, run, tmp_path, mo
     export_reader(folder, find_encoder(str(encoder)), path, threshold=0.7)
     other = "alpha beta gamma. " * 7 + "delta epsilon."
     pairs = [(PASSAGE, q) for q in QUESTIONS] + [(other, q) for q in QUESTIONS]
-    by_torch = PointerReader.load(path, backend="torch").read(pairs, top_k=2)
+    by_torch = PointerReader.load(path, backend="torch").pointed(pairs, top_k=2)
     reader = PointerReader.load(path, backend="onnx", int8=int8)
     assert reader.info["backend"] == "onnxruntime" and list((tmp_path / "cache" / "readers").glob("*.onnx"))
-    by_onnx = reader.read(pairs, top_k=2)
+    by_onnx = reader.pointed(pairs, top_k=2)
     for a, b in zip(by_onnx, by_torch):
         assert a.margin == pytest.approx(b.margin, abs=0.2 if int8 else 1e-4)
         if not int8:
@@ -164,8 +164,6 @@ def test_the_commands_answer_with_the_file_and_those_that_cannot_say_so(encoder,
     assert [preds[f"q{k}"] for k in range(4)] == [text for text, _ in spans]
     assert main(["explain", str(path), "--context", PASSAGE, "--question", QUESTIONS[0]]) == 2
     assert "rckit explain does not take rckit's own reader yet" in capsys.readouterr().err
-    assert main(["serve", str(path), "--port", "0"]) == 2
-    assert "rckit serve does not take rckit's own reader yet" in capsys.readouterr().err
 
 
 def test_a_collection_is_asked_with_the_file(encoder, run, tmp_path):

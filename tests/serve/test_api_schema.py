@@ -24,7 +24,7 @@ from pathlib import Path
 import jsonschema_rs  # schemathesis's validator: a test dependency with it
 import pytest
 
-from rckit.answering.reader import text_problem
+from rckit.answering.texts import text_problem
 from rckit.serve.config import ServeConfig
 from rckit.serve.schema import HAS_WORD, ApiError, Requests
 from tests.serve.test_serve import start_server, stop_server

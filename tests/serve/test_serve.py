@@ -354,7 +354,7 @@ def test_a_setting_out_of_range_is_refused_naming_it(fake):
 
 def test_the_schemas_text_pattern_is_the_readers_text_rule():
     """A text the schema's pattern allows is one the reader reads (text_problem), in every script."""
-    from rckit.answering.reader import text_problem
+    from rckit.answering.texts import text_problem
     from rckit.serve.schema import HAS_WORD
 
     for text in ("Who?", "?!", "_", " \n", "½", "é", "\u0301", "٣", "漢", "🙂", "a_", "__1"):

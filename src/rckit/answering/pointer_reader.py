@@ -26,10 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.answering.answer import Answer, no_answer, span
-from rckit.answering.pointer import MAX_ANSWER, Pointed, no_answer_probability, point
+from rckit.answering.answer import Answer
+from rckit.answering.pointer import MAX_ANSWER, Pointed, no_answer_probability
+from rckit.answering.pointer_job import Item, PointerJob
+from rckit.answering.texts import check_request
 from rckit.contextual.pieces import PieceTokenizer
-from rckit.data.pair_windows import PairWindows, padded, pair_windows
+from rckit.data.pair_windows import padded, pair_windows
 from rckit.model_files.reader_file import read_reader_file, reader_metadata
 
 PointerModel = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
@@ -87,11 +89,13 @@ class PointerReader:
         threshold = meta.get("threshold") if no_answer_threshold is None else no_answer_threshold
         info = {
             "model": meta["model"],
-            "file": str(Path(path).resolve()),
+            "source": str(Path(path).resolve()),
             "format": meta["format"],
             "backend": model.backend,
             "encoder": meta.get("encoder"),
             "step": meta.get("step"),
+            "parameters": meta.get("parameters"),
+            "window": meta["max_pieces"],
             "threshold": threshold,
             "always_answer": always_answer,
             "scores": meta.get("scores", []),
@@ -112,42 +116,85 @@ class PointerReader:
     cross_verifier = None
     collection_verifier = None
 
-    def windows(self, pairs: list[tuple[str, str]], stride: int | None = None) -> list[PairWindows]:
-        """Each pair's windows (``stride`` passage pieces apart; None: the file's); each distinct
-        passage cut into pieces once."""
-        texts = list(dict.fromkeys(c for c, _ in pairs))
-        passages = dict(zip(texts, self.tokenizer.pieces(texts)))
-        questions = self.tokenizer.pieces([q for _, q in pairs])
-        cls, sep = self.tokenizer.cls, self.tokenizer.sep
-        return [
-            pair_windows(q[0], passages[c], cls, sep, self.max_pieces, stride or self.stride)
-            for (c, _), q in zip(pairs, questions)
-        ]
+    @property
+    def window(self) -> int:
+        """The most pieces read at once (question and passage): what a server sizes requests by."""
+        return self.max_pieces
 
-    def read(
-        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer: int = MAX_ANSWER, stride: int | None = None
-    ) -> list[Pointed]:
-        """Each pair's best ``top_k`` spans (of at most ``max_answer`` pieces) and its no-answer
-        margin: the one read loop."""
-        windows = self.windows(pairs, stride)
-        flat = [(p, w) for p, win in enumerate(windows) for w in range(len(win.ids))]
-        groups: dict[int, list[tuple[int, int]]] = {}
-        for p, w in flat:
-            groups.setdefault(-(-len(windows[p].ids[w]) // PAD_TO) * PAD_TO, []).append((p, w))
-        scores: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    def plan(
+        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None, stride: int | None = None
+    ) -> PointerJob:
+        """The work of answering ``pairs``: each pair's windows (no model call yet)."""
+        job = self.plan_many([(pairs, top_k, max_answer_len)], stride)[0]
+        if isinstance(job, ValueError):
+            raise job
+        return job
+
+    def plan_many(
+        self, requests: list[tuple[list[tuple[str, str]], int, int | None]], stride: int | None = None
+    ) -> list[PointerJob | ValueError]:
+        """:meth:`plan` for several requests ``(pairs, top_k, max_answer_len)`` in one tokenizing
+        pass, each distinct passage cut into pieces once (``stride``: passage pieces between two
+        windows, None: the file's); a request that cannot be answered gets its ``ValueError`` in
+        its place, and the others their jobs."""
+        stride = self.stride if stride is None else int(stride)
+        if stride < 1:
+            raise ValueError(f"stride must be at least 1 piece, got {stride}")
+        checked: list[tuple | ValueError] = []
+        for pairs, top_k, max_answer_len in requests:
+            try:
+                checked.append((list(pairs), *check_request(pairs, top_k, max_answer_len, MAX_ANSWER)))
+            except ValueError as e:
+                checked.append(e)
+        all_pairs = [pair for r in checked if not isinstance(r, ValueError) for pair in r[0]]
+        texts = list(dict.fromkeys(c for c, _ in all_pairs))
+        passages = dict(zip(texts, self.tokenizer.pieces(texts)))
+        questions = iter(self.tokenizer.pieces([q for _, q in all_pairs]))
+        cls, sep = self.tokenizer.cls, self.tokenizer.sep
+        threshold = None if self.always_answer else self.threshold
+        jobs: list[PointerJob | ValueError] = []
+        for r in checked:
+            if isinstance(r, ValueError):
+                jobs.append(r)
+                continue
+            pairs, top_k, max_answer = r
+            windows = [
+                pair_windows(next(questions)[0], passages[c], cls, sep, self.max_pieces, stride) for c, _ in pairs
+            ]
+            jobs.append(
+                PointerJob(pairs, top_k, max_answer, windows, self.tokenizer.continues, self.calibration, threshold)
+            )
+        return jobs
+
+    def read(self, parts: list[tuple[PointerJob, list[Item]]]) -> None:
+        """The scores of ``items`` (``(pair, window)``) of one or more jobs, into their jobs:
+        windows of one padded length per forward, at most ``batch_size`` at a time."""
+        groups: dict[int, list[tuple[PointerJob, Item]]] = {}
+        for job, items in parts:
+            for p, w in items:
+                size = -(-len(job.pair_windows[p].ids[w]) // PAD_TO) * PAD_TO
+                groups.setdefault(size, []).append((job, (p, w)))
         for size, members in sorted(groups.items()):
             for lo in range(0, len(members), self.batch_size):
                 part = members[lo : lo + self.batch_size]
-                x = padded([windows[p].ids[w] for p, w in part], [windows[p].q_len for p, _ in part], size)
+                rows = [job.pair_windows[p] for job, (p, _) in part]
+                x = padded([win.ids[w] for win, (_, (_, w)) in zip(rows, part)], [win.q_len for win in rows], size)
                 start, end = self.model(x)
-                for b, key in enumerate(part):
-                    scores[key] = (start[b], end[b])
-        out = []
-        for p, win in enumerate(windows):
-            start = [scores[(p, w)][0] for w in range(len(win.ids))]
-            end = [scores[(p, w)][1] for w in range(len(win.ids))]
-            out.append(point(win, start, end, self.tokenizer.continues, top_k, max_answer))
-        return out
+                for b, (job, item) in enumerate(part):
+                    job.record([item], [start[b]], [end[b]])
+
+    def read_all(self, job: PointerJob) -> PointerJob:
+        """Every window of ``job`` read (the batcher's groups left to it)."""
+        self.read([(job, [item for group in job.windows for item in group])])
+        job.windows = []
+        return job
+
+    def pointed(
+        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer: int = MAX_ANSWER, stride: int | None = None
+    ) -> list[Pointed]:
+        """Each pair's best ``top_k`` spans (of at most ``max_answer`` pieces) and its no-answer
+        margin: what training's evaluation reads (:func:`rckit.training.encoder_reader.read`)."""
+        return self.read_all(self.plan(pairs, top_k, max_answer, stride)).pointed()
 
     def no_answer_probability(self, margin: float) -> float:
         return float(no_answer_probability(margin, *self.calibration))
@@ -162,20 +209,15 @@ class PointerReader:
         chunk: int | None = None,
     ) -> list[list[Answer]]:
         """The ``top_k`` best answers to each ``(context, question)`` pair, best first; ``""``
-        first where the reader abstains. ``max_answer_len``: pieces in an answer at most
-        (default :data:`~rckit.answering.pointer.MAX_ANSWER`); ``stride``: passage pieces between
-        two windows (default: the file's); ``chunk``: pairs read at once (None: all). ``cross`` is
-        the span readers' (their cross-encoder verifier) and means nothing here."""
+        first where the reader abstains (:meth:`PointerJob.answers`). ``max_answer_len``: pieces
+        in an answer at most (default :data:`~rckit.answering.pointer.MAX_ANSWER`); ``stride``:
+        passage pieces between two windows (default: the file's); ``chunk``: pairs read at once
+        (None: all). ``cross`` is the span readers' (their cross-encoder verifier) and means
+        nothing here."""
         out = []
         step = chunk or max(1, len(pairs))
         for lo in range(0, len(pairs), step):
-            part = pairs[lo : lo + step]
-            for (context, _), got in zip(part, self.read(part, top_k, max_answer_len or MAX_ANSWER, stride)):
-                p_null = self.no_answer_probability(got.margin)
-                answers = [span(context, s.start, s.end, s.probability, p_null) for s in got.spans]
-                if not self.always_answer and p_null > self.threshold or not answers:
-                    answers = [no_answer(p_null), *answers][:top_k]
-                out.append(answers)
+            out.extend(self.read_all(self.plan(pairs[lo : lo + step], top_k, max_answer_len, stride)).answers())
         return out
 
     def answer(
@@ -207,10 +249,7 @@ class PointerReader:
         step = chunk or max(1, len(pairs))
         for lo in range(0, len(pairs), step):
             part = pairs[lo : lo + step]
-            for (c, _), r in zip(part, self.read(part)):
-                out.append(
-                    (c[r.spans[0].start : r.spans[0].end] if r.spans else "", self.no_answer_probability(r.margin))
-                )
+            out.extend(self.read_all(self.plan(part)).best_spans())
             if progress is not None:
                 progress(len(part))
         return out

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rckit.answering.reader import Reader, check_text
+from rckit.answering.reader import Reader
+from rckit.answering.texts import check_text
 from rckit.data.squad import load_json
 
 

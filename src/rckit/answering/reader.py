@@ -50,6 +50,7 @@ from rckit.answering.decoding import DecodeConfig, decode_config_of, null_scores
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation, needs_torch
 from rckit.answering.job import Job
 from rckit.answering.pointer_reader import PointerReader
+from rckit.answering.texts import check_request
 from rckit.answering.verifier import Verifier
 from rckit.answering.verifier_features import ReaderEvidence, window_evidence
 from rckit.data.padding import answer_inputs, merge_answer_inputs
@@ -67,26 +68,6 @@ ENCODER_MEMO_MB = 32  # the contextual encoder keeps the states of the texts rea
 # pairs, a Ray block. Which pairs share a chunk decides which share a forward, so a run cut into the
 # same chunks reads the same answers.
 CHUNK = 256
-
-
-def text_problem(text: str) -> str | None:
-    """What leaves a context or question with nothing to read or ask, or None: ``is empty``,
-    or ``has no letter or digit ...``. The one rule for ``Reader``, ``rckit predict`` and the API,
-    each of which names the field in its own way."""
-    if not text.strip():
-        return "is empty"
-    if not any(ch.isalnum() for ch in text):
-        return f"has no letter or digit, only punctuation ({text.strip()[:20]!r})"
-    return None
-
-
-def check_text(name: str, text: str) -> None:
-    """Refuse a context or question that is not a string or has nothing to read (:func:`text_problem`)."""
-    if not isinstance(text, str):
-        raise ValueError(f"the {name} should be a string, got {type(text).__name__}")
-    problem = text_problem(text)
-    if problem:
-        raise ValueError(f"the {name} {problem}: nothing to answer")
 
 
 def windows(n_tokens: int, window: int, stride: int) -> list[tuple[int, int]]:
@@ -426,7 +407,7 @@ class Reader:
         checked: list[tuple | ValueError] = []
         for pairs, top_k, max_answer_len in requests:
             try:
-                checked.append((list(pairs), *self._settings(pairs, top_k, max_answer_len)))
+                checked.append((list(pairs), *check_request(pairs, top_k, max_answer_len, self.decode.max_answer_len)))
             except ValueError as e:
                 checked.append(e)
         all_pairs = [pair for r in checked if not isinstance(r, ValueError) for pair in r[0]]
@@ -483,22 +464,6 @@ class Reader:
             "q_state_rows": read(questions, a["q_ptr"], a["q_offsets"]),
         }
 
-    def _settings(self, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None) -> tuple[int, int]:
-        """``(top_k, max_answer_len)`` checked, the texts of ``pairs`` too (a ValueError names the pair)."""
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        max_answer_len = self.decode.max_answer_len if max_answer_len is None else int(max_answer_len)
-        if max_answer_len < 1:
-            raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
-        for i, (context, question) in enumerate(pairs):
-            where = "" if len(pairs) == 1 else f" (pair {i})"
-            try:
-                check_text("context", context)
-                check_text("question", question)
-            except ValueError as e:
-                raise ValueError(f"{e}{where}") from None
-        return top_k, max_answer_len
-
     def read(self, parts: list[tuple[Job, list[tuple]]]) -> None:
         """One forward over ``items`` (``(pair, context, lo, hi)``) of one or more jobs; each
         item's ``top_k`` spans, decoded with its job's settings, go into its job."""
@@ -550,8 +515,8 @@ def span_reader(reader: Reader | PointerReader, what: str) -> Reader:
     refused in one line: ``what`` (a command, a feature) does not take it yet."""
     if isinstance(reader, PointerReader):
         raise ValueError(
-            f"{reader.info.get('file')}: {what} does not take rckit's own reader yet "
-            "(rckit predict, rckit evaluate, rckit ask and rckit.Reader answer with it)"
+            f"{reader.info.get('source')}: {what} does not take rckit's own reader yet "
+            "(rckit predict, evaluate, ask and serve, and rckit.Reader, answer with it)"
         )
     return reader
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rckit.answering.answer import shown
 from rckit.answering.explanation import DEFAULT_STEPS, Explanation
-from rckit.answering.reader import Reader, check_text, span_reader
+from rckit.answering.reader import Reader, span_reader
+from rckit.answering.texts import check_text
 from rckit.cli.arguments import model_option, model_source, span_options
 from rckit.explain.write import write_explanation
 from rckit.model_files.source import names_installed, pytorch_source

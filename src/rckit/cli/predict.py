@@ -9,7 +9,7 @@ import time
 
 from rckit.answering.answer import shown
 from rckit.answering.questions import answer_questions_file, read_questions
-from rckit.answering.reader import check_text
+from rckit.answering.texts import check_text
 from rckit.cli.arguments import (
     MODEL_HELP,
     abstain_options,

@@ -67,5 +67,6 @@ def export_reader(
         "scores": [],
     }
     state = {k: v.detach().float().numpy() for k, v in weights.items()}
+    meta["parameters"] = int(sum(v.size for v in state.values()))
     write_reader_file(out, state, meta)
     return meta

@@ -60,7 +60,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from rckit.answering.reader import Reader, span_reader
+from rckit.answering.reader import Reader
 from rckit.model_files.source import installed_name, model_names, names_several, open_model
 from rckit.retrieval.collection import DEFAULT_RETRIEVER_WEIGHT, retrieve
 from rckit.retrieval.store import PassageStore
@@ -593,7 +593,6 @@ def serve(source: str | None = None, config: ServeConfig = ServeConfig()) -> Non
             spin=False,
             no_answer_threshold=own.no_answer_threshold,
         )
-        reader = span_reader(reader, "rckit serve")
         loaded.append((installed_name(f.path), reader, own))
     if len(loaded) == 1:  # one model: the server it always was, named by its installed name where it has one
         name, reader, config = loaded[0]

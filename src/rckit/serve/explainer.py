@@ -24,7 +24,8 @@ class Explainer:
     reader explains itself; a reader of an ONNX file cannot (no gradients), so the ``.safetensors``
     file beside it is loaded with PyTorch on the first explanation, or, where there is none or no
     PyTorch, each request is refused with 501 and :func:`~rckit.answering.explanation.needs_torch`'s
-    line. A request waiting past ``config.request_timeout`` is dropped with 503 (one already
+    line; so is every request to a reader without explanations (rckit's own reader,
+    :class:`~rckit.answering.pointer_reader.PointerReader`). A request waiting past ``config.request_timeout`` is dropped with 503 (one already
     computing finishes unseen)."""
 
     def __init__(self, reader, config: ServeConfig):
@@ -67,7 +68,10 @@ class Explainer:
         return explanation, html_of(explanation) if html else None
 
     def torch_reader(self):
-        """The served reader where it is PyTorch's, else the PyTorch model beside its ONNX file (loaded once)."""
+        """The served reader where it is PyTorch's, else the PyTorch model beside its ONNX file (loaded
+        once); rckit's own reader (which has no ``explain`` yet) refused with 501."""
+        if not hasattr(self.reader, "explain"):
+            raise ApiError(501, f"{model_of(self.reader)} cannot explain its answers yet: ask another model to explain")
         if self.pytorch is None and self.reader.info.get("backend") == "torch":
             self.pytorch = self.reader
         if self.pytorch is None:
@@ -86,3 +90,9 @@ class Explainer:
             except Exception as e:  # noqa: BLE001 - each explanation says so; answering goes on
                 raise ApiError(500, f"cannot load {beside.name} to explain with: {type(e).__name__}: {e}") from None
         return self.pytorch
+
+
+def model_of(reader) -> str:
+    """The reader's model and file, as a refusal names them."""
+    info = reader.info
+    return f"{info.get('model')} ({info.get('source')})" if info.get("source") else str(info.get("model"))

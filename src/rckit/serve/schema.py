@@ -35,7 +35,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from rckit.answering import answer, explanation
-from rckit.answering.reader import text_problem
+from rckit.answering.texts import text_problem
 from rckit.retrieval.collection import DEFAULT_PASSAGES
 from rckit.serve.config import ServeConfig
 

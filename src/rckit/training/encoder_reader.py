@@ -186,10 +186,10 @@ def read(
     model: EncoderReader, tokenizer: PieceTokenizer, pairs: list[Pair], max_pieces: int, stride: int, top_k: int = 1
 ) -> list[Pointed]:
     """The model's best spans and no-answer margin on each pair, read as answering reads them
-    (:meth:`rckit.answering.pointer_reader.PointerReader.read`), in eval mode."""
+    (:meth:`rckit.answering.pointer_reader.PointerReader.pointed`), in eval mode."""
     was = model.training
     reader = PointerReader(TorchPointer(model), tokenizer, max_pieces, stride)
-    got = reader.read([(c, q) for c, q, *_ in pairs], top_k)
+    got = reader.pointed([(c, q) for c, q, *_ in pairs], top_k)
     model.train(was)
     return got
 
