@@ -406,3 +406,29 @@ def test_without_ray_installed_the_command_says_so_in_one_line(tiny_export, tmp_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == "rckit predict: --ray needs Ray: pip install 'rckit[ray]'"
+
+
+def test_rckits_own_reader_answers_and_scores_on_ray_as_it_does_locally(cluster, tmp_path):
+    """A file of rckit's own reader (:class:`~rckit.answering.pointer_reader.PointerReader`):
+    ``predict --ray`` and ``evaluate --ray`` give what the local commands give."""
+    from tests.conftest import greek_paragraphs, squad_json, write_json, write_tiny_reader_file
+
+    model = write_tiny_reader_file(tmp_path / "reader", threshold=0.15)  # abstains on some of these
+    q = write_jsonl(tmp_path / "q.jsonl", questions(24))
+    common = ["--questions", q, "--top-k", 2, "--device", "cpu"]
+    local = run_rckit(["predict", model, *common, "--out", tmp_path / "local.jsonl"])
+    assert local.returncode == 0, local.stderr
+    got = run_rckit(
+        ["predict", model, *common, "--out", tmp_path / "ray.jsonl", "--ray", cluster, "--workers", 2, "--ray-block", 5]
+    )
+    assert got.returncode == 0, got.stderr
+    ours, theirs = read_jsonl(tmp_path / "ray.jsonl"), read_jsonl(tmp_path / "local.jsonl")
+    assert spans(ours) == spans(theirs) and any(a["answer"] == "" for r in ours for a in r["answers"])
+    data = write_json(tmp_path / "dev.json", squad_json(greek_paragraphs(6)))
+    scored = [
+        run_rckit(["evaluate", model, "--data", data, "--out", tmp_path / f"{name}.json", "--device", "cpu", *extra])
+        for name, extra in (("local", []), ("on-ray", ["--ray", cluster, "--workers", 2]))
+    ]
+    assert all(r.returncode == 0 for r in scored), [r.stderr for r in scored]
+    assert json.loads(scored[0].stdout) == json.loads(scored[1].stdout)
+    assert (tmp_path / "local.json").read_bytes() == (tmp_path / "on-ray.json").read_bytes()
