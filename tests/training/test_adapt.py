@@ -174,3 +174,78 @@ def test_rckit_adapt_from_a_run_to_a_file_that_answers(tiny_run, tmp_path, capsy
     assert capsys.readouterr().out.strip()
     assert main(args) == 2  # the run is there: go on with --resume, or another --out
     assert "--resume" in capsys.readouterr().err
+
+
+def sentence_articles(n_docs: int) -> list[dict]:
+    """``n_docs`` documents of two paragraphs, each three sentences of Greek letters with a
+    question on each sentence (so a near miss can be cut from every paragraph)."""
+    out = []
+    for d in range(n_docs):
+        paragraphs = []
+        for p in range(2):
+            words = [GREEK[(d * 7 + p * 5 + i) % len(GREEK)] for i in range(9)]
+            sentences = [" ".join(words[k : k + 3]).capitalize() + "." for k in (0, 3, 6)]
+            context = " ".join(sentences)
+            qas = []
+            for s, sentence in enumerate(sentences):
+                first, second = sentence.rstrip(".").split()[:2]
+                start = context.index(sentence) + len(first) + 1
+                qas.append((f"doc{d}-p{p}-s{s}", f"what follows {first} ?", [(second, start)]))
+            paragraphs.append((context, qas))
+        out.append(squad_json(paragraphs, title=f"doc{d}")["data"][0])
+    return out
+
+
+def test_near_misses_are_cut_from_the_training_passages_and_never_hold_the_answer():
+    from rckit.data.near_miss import NearMissConfig, with_near_misses
+    from rckit.data.unanswerable import holds_answer
+
+    given = sentence_articles(3)
+    got, counts = with_near_misses(given, NearMissConfig(seed=1))
+    questions = [(p["context"], qa) for a in got for p in a["paragraphs"] for qa in p["qas"]]
+    unanswerable = [(c, qa) for c, qa in questions if qa.get("is_impossible")]
+    assert counts["in_file"] == len(unanswerable) > 0 and counts["made"] >= counts["in_file"]
+    assert abs(len(unanswerable) / len(questions) - 1 / 3) < 0.15  # about the target share
+    for context, qa in unanswerable:
+        assert qa["kind"] == "sentence_removed" and not holds_answer(
+            context.lower(), {a["text"].lower() for a in qa["plausible_answers"]}
+        )
+    originals = [p["context"] for a in given for p in a["paragraphs"]]
+    assert [p["context"] for a in got for p in a["paragraphs"] if p["context"] in originals] == originals
+
+
+def test_rckit_adapt_from_rckits_own_reader_to_a_reader_file(tmp_path, capsys):
+    from rckit.answering.pointer_reader import PointerReader
+    from rckit.cli import main
+    from rckit.model_files.reader_file import is_reader_file, reader_metadata
+    from tests.conftest import write_tiny_reader_file
+
+    source = write_tiny_reader_file(tmp_path / "reader", threshold=0.6)
+    labels = write_json(tmp_path / "labels.json", {"version": "1.1", "data": sentence_articles(5)})
+    squad = write_json(tmp_path / "squad.json", {"version": "1.1", "data": sentence_articles(2)})
+    out = tmp_path / "adapted"
+    args = ["adapt", str(source), "--labels", str(labels), "--out", str(out), "--squad-train", str(squad)]
+    args += ["--epochs", "2", "--lr-scale", "5", "--no-progress"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["train_questions"] + report["dev_questions"] == 30 and report["near_misses"] > 0
+    made = json.loads((out / "data" / "train-near-miss.json").read_text())["data"]
+    assert sum(qa.get("is_impossible", False) for a in made for p in a["paragraphs"] for qa in p["qas"]) == report[
+        "near_misses"
+    ]
+    assert is_reader_file(out / "model.safetensors")
+    meta, first = reader_metadata(out / "model.safetensors"), reader_metadata(source)
+    assert meta["adapted_from"] == str(source) and meta["tokenizer"] == first["tokenizer"]
+    assert (meta["calibration"], meta["threshold"]) == (first["calibration"], first["threshold"])
+    assert meta["scores"][-1]["f1"] == pytest.approx(report["dev_after"]["f1"])
+    lines = [json.loads(x) for x in (out / "run" / "log.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and lines[-1]["step"] == report["steps"]  # one evaluation an epoch
+    assert lines[-1]["loss"] < lines[0]["loss"]  # it learnt from the labels (a high rate, two epochs)
+    adapted = PointerReader.load(out / "model.safetensors")
+    context = json.loads(labels.read_text())["data"][0]["paragraphs"][0]["context"]
+    question = "what follows " + context.split()[0] + " ?"
+    assert adapted.answer(context, question) != PointerReader.load(source).answer(context, question)
+    assert main(args) == 2  # the run is there: go on with --resume, or another --out
+    assert "--resume" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0  # a finished run: the same file again
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["dev_after"] == report["dev_after"]

@@ -320,6 +320,32 @@ def _assemble(v11: list[dict], chosen: list[Passage], written: list[dict]) -> li
     return out + written
 
 
+def with_near_misses(articles: list[dict], config: NearMissConfig = NearMissConfig()) -> tuple[list[dict], dict]:
+    """``articles`` (a SQuAD file's ``data``, v1.1 or v2.0) with trimmed passages of their own
+    (``sentence_removed`` and ``kept_in_trimmed`` questions, :func:`sentence_removed`) each placed
+    after the paragraph it was cut from, drawn until the unanswerable share reaches the target
+    (:func:`mix`; unanswerable questions already there count): what ``rckit adapt`` teaches rckit's
+    own reader on, so that it goes on learning to abstain while it learns a new domain. Returns the
+    articles and ``{"made", "in_file"}``: the sentence_removed questions made and kept."""
+    config.check()
+    answerable = [
+        {
+            **a,
+            "paragraphs": [
+                {**p, "qas": [qa for qa in p["qas"] if qa.get("answers") and not qa.get("is_impossible")]}
+                for p in a["paragraphs"]
+            ],
+        }
+        for a in articles
+    ]
+    passages, counts = sentence_removed(answerable, config)
+    every = [qa for a in articles for p in a["paragraphs"] for qa in p["qas"]]
+    unanswerable = sum(1 for qa in every if qa.get("is_impossible") or not qa.get("answers"))
+    chosen = mix(passages, len(every) - unanswerable, unanswerable, config)
+    kept = sum(len(p.unanswerable) for p in chosen)
+    return _assemble(articles, chosen, []), {"made": counts["made"], "in_file": kept}
+
+
 def check_near_miss(articles: list[dict], gold: dict[str, list[str]]) -> dict:
     """Counts of what must never be in the file; raises RuntimeError if one is not 0.
 

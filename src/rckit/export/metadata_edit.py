@@ -40,8 +40,9 @@ SCORE_KEYS = (
 
 
 def edit_metadata(path: str | Path, change: Callable[[dict], None]) -> dict:
-    """Apply ``change`` to the rckit metadata of the exported file at ``path`` (in place) and write
-    the file back with the same weights; returns the metadata as written."""
+    """Apply ``change`` to the rckit metadata of the exported file at ``path`` (a span model's, or
+    rckit's own reader's, :mod:`rckit.model_files.reader_file`) in place and write the file back
+    with the same tensors; returns the metadata as written."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
@@ -50,8 +51,9 @@ def edit_metadata(path: str | Path, change: Callable[[dict], None]) -> dict:
     from safetensors.torch import load_file
 
     from rckit.model_files.metadata import read_metadata
+    from rckit.model_files.reader_file import is_reader_file, reader_metadata
 
-    meta = read_metadata(path)
+    meta = reader_metadata(path) if is_reader_file(path) else read_metadata(path)
     tensors = load_file(path)
     change(meta)
     write_safetensors(tensors, meta, path)

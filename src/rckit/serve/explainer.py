@@ -25,8 +25,8 @@ class Explainer:
     file beside it is loaded with PyTorch on the first explanation, or, where there is none or no
     PyTorch, each request is refused with 501 and :func:`~rckit.answering.explanation.needs_torch`'s
     line; so is every request to a reader without explanations (rckit's own reader,
-    :class:`~rckit.answering.pointer_reader.PointerReader`). A request waiting past ``config.request_timeout`` is dropped with 503 (one already
-    computing finishes unseen)."""
+    :class:`~rckit.answering.pointer_reader.PointerReader`). A request waiting past
+    ``config.request_timeout`` is dropped with 503 (one already computing finishes unseen)."""
 
     def __init__(self, reader, config: ServeConfig):
         self.reader, self.config = reader, config

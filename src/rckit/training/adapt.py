@@ -100,12 +100,18 @@ def adapt(
     source: object, labels: str | Path, out: str | Path, settings: AdaptSettings, log: Callable[[str], object] = _stderr
 ) -> dict:
     """Fine-tune the span model ``source`` (a :func:`rckit.model_files.source.pytorch_source`) on the
-    questions of ``labels`` in ``out`` (module docstring). Returns the report written to
+    questions of ``labels`` in ``out`` (module docstring); a file of rckit's own reader by
+    :func:`rckit.training.adapt_reader.adapt_reader`. Returns the report written to
     ``out/adapt.json``: the counts of questions, the steps, the learning rate, the dev EM/F1 before
     and after, the model file and the seconds."""
     from rckit.data.adapt import adapt_files
     from rckit.model_files.load import load_model
+    from rckit.model_files.reader_file import is_reader_file
 
+    if isinstance(source, str | Path) and is_reader_file(source):  # rckit's own reader: its own recipe
+        from rckit.training.adapt_reader import adapt_reader
+
+        return adapt_reader(Path(source), labels, out, settings, log)
     out, t0 = Path(out), time.perf_counter()
     if (out / "run" / "last.pt").exists() and not settings.resume:
         raise FileExistsError(
