@@ -10,7 +10,6 @@ import asyncio
 import json
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -107,4 +106,3 @@ def test_a_long_documents_windows_share_calls_and_every_answer_is_as_alone(reade
     windows = reader.plan([(document, "what follows iota ?")]).work
     assert windows >= 4 and max(calls) <= 3 and sum(calls) == windows + len(PAIRS) and at_once[1] == 2
     assert json.loads(json.dumps(responses[0].json()))  # plain JSON throughout
-

@@ -230,9 +230,10 @@ def test_rckit_adapt_from_rckits_own_reader_to_a_reader_file(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["train_questions"] + report["dev_questions"] == 30 and report["near_misses"] > 0
     made = json.loads((out / "data" / "train-near-miss.json").read_text())["data"]
-    assert sum(qa.get("is_impossible", False) for a in made for p in a["paragraphs"] for qa in p["qas"]) == report[
-        "near_misses"
-    ]
+    assert (
+        sum(qa.get("is_impossible", False) for a in made for p in a["paragraphs"] for qa in p["qas"])
+        == report["near_misses"]
+    )
     assert is_reader_file(out / "model.safetensors")
     meta, first = reader_metadata(out / "model.safetensors"), reader_metadata(source)
     assert meta["adapted_from"] == str(source) and meta["tokenizer"] == first["tokenizer"]
