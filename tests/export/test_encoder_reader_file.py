@@ -84,11 +84,18 @@ def test_answers_are_the_same_alone_and_batched_and_abstain_by_the_threshold(enc
         assert 0 < p < 1
         if p > 0.7:
             assert first["answer"] == "" and first["start"] is None and first["score"] == p
+            assert first["reason"]["text"] == context[first["reason"]["start"] : first["reason"]["end"]]
         else:
             assert context[first["start"] : first["end"]] == first["answer"] != ""
     never = PointerReader.load(path, no_answer_threshold=1.0).answer_batch(pairs)
     always = PointerReader.load(path, no_answer_threshold=0.0).answer_batch(pairs)
     assert all(a[0]["answer"] for a in never) and not any(a[0]["answer"] for a in always)
+    for (context, question), (first, *_) in zip(pairs, always):  # each abstention with its reason
+        if question.split()[2] in context:  # the nearest sentence: here the passage, one sentence
+            assert first["reason"] == {"text": context, "start": 0, "end": len(context)}
+        else:  # "omega": no sentence shares a word with the question
+            assert first["reason"] is None
+    assert not any("reason" in a for a in batched[0] + never[0])  # a span has none
     with pytest.raises(ValueError, match="between 0 and 1"):
         PointerReader.load(path, no_answer_threshold=1.5)
 

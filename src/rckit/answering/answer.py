@@ -11,7 +11,16 @@ server's OpenAPI schema states. :func:`span` and :func:`no_answer` make them.
 
 from __future__ import annotations
 
-from typing import Annotated, TypedDict
+import json
+from typing import Annotated, NotRequired, TypedDict
+
+
+class Reason(TypedDict):
+    """Where the text comes nearest to what a question asks (:mod:`rckit.answering.reason`)."""
+
+    text: Annotated[str, "the sentence, equal to context[start:end]"]
+    start: Annotated[int, "character offset of the sentence in the context"]
+    end: Annotated[int, "character offset just past the sentence"]
 
 
 class Answer(TypedDict):
@@ -28,6 +37,14 @@ class Answer(TypedDict):
         "the model's probability that the context holds no answer; "
         "null for a model that cannot abstain (trained on SQuAD v1.1 "
         "alone)",
+    ]
+    reason: NotRequired[
+        Annotated[
+            Reason | None,
+            'on an abstention ("") only: the sentence of the context nearest to the question (the '
+            "most of its words), for a person to check that the text does not say; null where no "
+            "sentence shares a word with the question",
+        ]
     ]
 
 
@@ -67,7 +84,8 @@ def span(context: str, start: int, end: int, score: float, p_null: float | None)
 
 
 def no_answer(p_null: float | None) -> Answer:
-    """The abstention: the text holds no answer, with the model's probability of that."""
+    """The abstention: the text holds no answer, with the model's probability of that (a reader's
+    own comes with its reason: :func:`rckit.answering.reason.abstention`)."""
     return {"answer": "", "score": p_null, "start": None, "end": None, "no_answer_probability": p_null}
 
 
@@ -76,5 +94,10 @@ def shown(answer: Answer, after: list[Answer] | None = None) -> str:
     of ``after``, the answers that follow an abstention, as the reader's guess)."""
     if answer["start"] is not None:
         return answer["answer"]
+    said = ["no answer in the text"]
+    if answer.get("reason"):
+        said.append(f"nearest: {json.dumps(answer['reason']['text'], ensure_ascii=False)}")
     guess = next((a for a in after or [] if a["start"] is not None), None)
-    return "(no answer in the text)" if guess is None else f"(no answer in the text; best guess: {guess['answer']})"
+    if guess is not None:
+        said.append(f"best guess: {guess['answer']}")
+    return f"({'; '.join(said)})"

@@ -10,8 +10,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from rckit.answering.answer import Answer, no_answer, span
+from rckit.answering.answer import Answer, span
 from rckit.answering.decoding import abstains
+from rckit.answering.reason import abstention
 from rckit.answering.verifier import Verifier
 from rckit.answering.verifier_features import FEATURES, ReaderEvidence, features_of
 
@@ -146,12 +147,14 @@ class Job:
         nor verify). Where the text holds no answer (the verifier's probability of that is above
         its threshold; for a model without a verifier, the null beats the best span by more than
         the threshold), the first answer is the abstention, ``{"answer": "", "score": p(no
-        answer), "start": None, "end": None}``, and the ``top_k`` best spans follow it.
+        answer), "start": None, "end": None, "reason": ...}`` (its reason: the passage's sentence
+        nearest to the question, :func:`rckit.answering.reason.abstention`), and the ``top_k``
+        best spans follow it.
         """
         ranked = self._ranked()
         p_none = self.no_answer_probabilities(ranked)
         results = []
-        for (context, _), spans, null, p_null in zip(self.pairs, ranked, self.null, p_none):
+        for (context, question), spans, null, p_null in zip(self.pairs, ranked, self.null, p_none):
             best = spans[: self.top_k]
             answers = [span(context, s, e, math.exp(score), p_null) for (s, e), score in best]
             best_score = best[0][1] if best else -math.inf
@@ -160,7 +163,7 @@ class Job:
             else:
                 abstain = abstains(None if null is None else null - best_score, self.no_answer_threshold)
             if abstain:
-                answers.insert(0, no_answer(p_null))
+                answers.insert(0, abstention(p_null, context, question))
             results.append(answers)
         return results
 

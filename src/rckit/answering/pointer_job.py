@@ -17,8 +17,9 @@ import threading
 
 import numpy as np
 
-from rckit.answering.answer import Answer, no_answer, span
+from rckit.answering.answer import Answer, span
 from rckit.answering.pointer import Pointed, no_answer_probability, point
+from rckit.answering.reason import abstention
 from rckit.data.pair_windows import PairWindows
 
 Item = tuple[int, int]  # (pair, window)
@@ -77,13 +78,14 @@ class PointerJob:
 
     def answers(self) -> list[list[Answer]]:
         """The ``top_k`` best answers of each pair, best first, each with ``no_answer_probability``;
-        where that is above the threshold the abstention (``""``) comes first and the spans follow."""
+        where that is above the threshold the abstention (``""``, with the passage's sentence nearest
+        to the question as its ``reason``) comes first and the spans follow."""
         pointed = self.pointed()
         out = []
-        for (context, _), got, p_null in zip(self.pairs, pointed, self.no_answer_probabilities(pointed)):
+        for (context, question), got, p_null in zip(self.pairs, pointed, self.no_answer_probabilities(pointed)):
             answers = [span(context, s.start, s.end, s.probability, p_null) for s in got.spans]
             if not answers or self.threshold is not None and p_null > self.threshold:
-                answers = [no_answer(p_null), *answers][: self.top_k]
+                answers = [abstention(p_null, context, question), *answers][: self.top_k]
             out.append(answers)
         return out
 

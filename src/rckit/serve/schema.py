@@ -29,7 +29,7 @@ import sys
 import types
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import Annotated, Any, ClassVar, NotRequired, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
@@ -494,9 +494,14 @@ def model_of(typed: type) -> type[BaseModel]:
     only from Python 3.12, and ignores a plain string in ``Annotated``)."""
     fields = {}
     for name, hint in get_type_hints(typed, include_extras=True).items():
+        optional = get_origin(hint) is NotRequired  # a key some of them carry: not required, null where absent
+        hint = get_args(hint)[0] if optional else hint
         kind, *extras = get_args(hint) if get_origin(hint) is Annotated else (hint,)
         description = next((x for x in extras if isinstance(x, str)), None)
-        fields[name] = (with_models(kind), Field(description=description))
+        fields[name] = (
+            with_models(kind),
+            Field(None, description=description) if optional else Field(description=description),
+        )
     return create_model(typed.__name__, __doc__=typed.__doc__, **fields)
 
 

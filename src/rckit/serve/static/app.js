@@ -116,8 +116,22 @@ function markPassage(context, span) {
     const p = span.no_answer_probability;
     // "sure" only where the probability says so (a null model abstains at a margin, whatever its p)
     note.textContent = "No answer in this passage" + (p === null || p === undefined || p < 0.5 ? "" :
-      ` (${(100 * p).toFixed(1)}% sure)`) + ". The reader's best guesses are listed below.";
-    box.append(note, document.createTextNode(context));
+      ` (${(100 * p).toFixed(1)}% sure)`) + ". " + (span.reason ?
+      "Underlined: the sentence nearest to the question, to check that it does not say. " : "") +
+      "The reader's best guesses are listed below.";
+    box.append(note);
+    if (!span.reason) {
+      box.append(document.createTextNode(context));
+      return;
+    }
+    const nearest = document.createElement("span");  // the reason: where the passage comes nearest
+    nearest.className = "nearest";
+    nearest.textContent = codePointSlice(points, span.reason.start, span.reason.end);
+    box.append(
+      document.createTextNode(codePointSlice(points, 0, span.reason.start)),
+      nearest,
+      document.createTextNode(codePointSlice(points, span.reason.end, points.length)),
+    );
     return;
   }
   const mark = document.createElement("mark");
