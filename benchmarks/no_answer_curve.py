@@ -22,8 +22,8 @@ import numpy as np
 
 from rckit.answering.reader import CHUNK, Reader
 from rckit.data.squad import read_squad
+from rckit.evaluation.auc import auc
 from rckit.evaluation.squad_metrics import abstaining, score_predictions
-from rckit.training.cross_verifier import auc
 
 THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.05, 1.0, 0.05))
 

@@ -36,9 +36,9 @@ import numpy as np
 from rckit.answering.pointer_reader import PointerReader
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json
+from rckit.evaluation.auc import auc
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, score_predictions
 from rckit.model_files.reader_file import is_reader_file
-from rckit.training.cross_verifier import auc
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE_QUESTIONS = ("Who won the 2018 World Cup?", "Who deciphered the hieroglyphs?")

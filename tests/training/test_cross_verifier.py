@@ -21,7 +21,6 @@ from rckit.export.metadata_edit import set_verifier
 from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from rckit.training.cross_verifier import (
     CrossTrainConfig,
-    auc,
     batches,
     example_weights,
     examples_of,
@@ -184,14 +183,6 @@ def test_mean_pooling_reads_the_real_pieces_only(encoder):
 def _span(context: str, word: str) -> tuple[int, int]:
     at = context.index(word)
     return at, at + len(word)
-
-
-def test_auc_is_the_share_of_pairs_ranked_right():
-    rng = np.random.default_rng(0)
-    scores, positive = rng.normal(size=40).round(1), rng.random(40) < 0.4
-    pairs = [(a, b) for a, pa in zip(scores, positive) for b, pb in zip(scores, positive) if pa and not pb]
-    brute = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs) / len(pairs)
-    assert auc(scores, positive) == pytest.approx(brute)
 
 
 def test_examples_carry_the_span_f1_and_batches_are_a_seeded_permutation():

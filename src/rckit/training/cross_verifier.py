@@ -50,6 +50,7 @@ from rckit.contextual.encoders import EncoderFiles
 from rckit.contextual.pieces import PieceTokenizer
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json
+from rckit.evaluation.auc import auc
 from rckit.evaluation.squad_metrics import f1_score
 from rckit.export.cross_verifier import export_cross_verifier
 from rckit.models.cross_encoder import CrossEncoder, CrossEncoderConfig
@@ -302,25 +303,6 @@ def logits_of(model: CrossEncoder, tokenizer: PieceTokenizer, triples: list, max
     out = CrossVerifier(run, tokenizer, model.bert.word.weight.detach().numpy(), max_pieces).logits(triples)
     model.train(was)
     return out
-
-
-def auc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """ROC AUC of ``scores`` for the ``positive`` rows (ties counted half), by the rank-sum rule."""
-    scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
-    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
-    if not n_pos or not n_neg:
-        return float("nan")
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    s = scores[order]
-    i = 0
-    while i < len(s):  # average ranks over ties
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def judged(

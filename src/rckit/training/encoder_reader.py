@@ -42,11 +42,11 @@ from rckit.contextual.pieces import PieceTokenizer
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.pair_windows import padded, pair_windows
 from rckit.data.squad import load_json
+from rckit.evaluation.auc import auc
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, score_predictions
 from rckit.model_files.carry import load_carry, save_carry
 from rckit.models.encoder_reader import EncoderReader, EncoderReaderConfig, pretrained_weights
 from rckit.models.losses import span_loss
-from rckit.training.cross_verifier import auc
 from rckit.training.steps import PlannedRun, adamw_run, previous_run, run_steps, save_atomic
 
 REWARM = 100  # steps over which the learning rate comes back after a resume from a carry
