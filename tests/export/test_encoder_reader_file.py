@@ -169,6 +169,8 @@ def test_the_commands_answer_with_the_file_and_those_that_cannot_say_so(encoder,
     assert scores["total"] == 4 and set(preds) == {"q0", "q1", "q2", "q3"}
     spans = PointerReader.load(path, always_answer=True).best_spans([(PASSAGE, q) for q in QUESTIONS])
     assert [preds[f"q{k}"] for k in range(4)] == [text for text, _ in spans]
+    assert main(["models", str(tmp_path)]) == 0  # listed with what it is, not as unreadable
+    assert "reader.safetensors  encoder_reader  " in capsys.readouterr().out
     assert main(["explain", str(path), "--context", PASSAGE, "--question", QUESTIONS[0]]) == 2
     assert "rckit explain does not take rckit's own reader yet" in capsys.readouterr().err
 

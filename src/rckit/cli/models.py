@@ -12,6 +12,7 @@ from rckit.cli.errors import one_line
 from rckit.model_files.errors import CheckpointError, MissingPackage
 from rckit.model_files.metadata import contextual_of
 from rckit.model_files.metadata import read_metadata as safetensors_metadata
+from rckit.model_files.reader_file import is_reader_file, reader_metadata
 from rckit.model_files.source import (
     BUNDLED,
     BUNDLED_ONNX,
@@ -105,8 +106,15 @@ def model_line(found: ModelFile) -> str:
     """``name  model  size  dev score`` of an exported file, or why it cannot be read."""
     path = found.path
     size = f"{path.stat().st_size / 2**20:.1f} MiB"
+    own = found.kind == "safetensors" and is_reader_file(path)  # rckit's own reader
     try:
-        meta = onnx_metadata(path) if found.kind == "onnx" else safetensors_metadata(path)
+        meta = (
+            onnx_metadata(path)
+            if found.kind == "onnx"
+            else reader_metadata(path)
+            if own
+            else safetensors_metadata(path)
+        )
     except (CheckpointError, MissingPackage) as e:
         return f"{path.name}  {size}  unreadable: {one_line(e)}"
     scores = [
@@ -115,13 +123,24 @@ def model_line(found: ModelFile) -> str:
         for e in meta.get("scores", [])
     ]
     if not scores:  # what training watched: its best dev score, perhaps on a subset
-        dev = meta.get("dev_score") or {}
+        dev = meta.get("dev_score") or _tuning(meta.get("tuning") or {})
         score = ", ".join(f"{k} {v:.2f}" for k, v in dev.items() if isinstance(v, (int, float)) and k != "questions")
         if score and dev.get("questions") not in (None, "all"):
             score += f" (on {dev['questions']} dev questions, during training)"
         scores = [score or "no dev score"]
-    kind = meta.get("dtype") or ("onnx " + (meta.get("quantized") or "fp32") if found.kind == "onnx" else "?")
+    kind = (
+        "int8 a row"
+        if own
+        else meta.get("dtype") or ("onnx " + (meta.get("quantized") or "fp32") if found.kind == "onnx" else "?")
+    )
     contextual = contextual_of(meta)
     if contextual is not None and contextual.int8:
         kind += ", encoder int8"
     return f"{path.name}  {meta['model']}  {size}  {kind}  {'; '.join(scores)}"
+
+
+def _tuning(tuning: dict) -> dict:
+    """A reader file's figures at its best step (:mod:`rckit.training.encoder_reader`), as a dev score."""
+    if "dev_f1" not in tuning:
+        return {}
+    return {"f1": tuning["dev_f1"], "no-answer AUC": tuning.get("tune_auc"), "questions": "a subset of"}
