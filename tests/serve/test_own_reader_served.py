@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import pytest
 
@@ -17,7 +16,7 @@ from rckit.answering.pointer_reader import PointerReader
 from rckit.serve.app import create_app
 from rckit.serve.config import ServeConfig
 from tests.conftest import GREEK, write_tiny_reader_file
-from tests.serve.test_serve import _post_all, call, post, start_server, stop_server
+from tests.serve.test_serve import Counting, _post_all, call, post, start_server, stop_server
 
 PASSAGE = " ".join(GREEK * 2) + "."
 OTHER = "alpha beta gamma. " * 7 + "delta epsilon."
@@ -81,28 +80,13 @@ def test_a_long_documents_windows_share_calls_and_every_answer_is_as_alone(reade
     document = " ".join([PASSAGE, OTHER] * 6)
     bodies = [{"context": document, "question": "what follows iota ?", "top_k": 3}]
     bodies += [{"context": c, "question": q, "top_k": 2} for c, q in PAIRS]
-    calls, at_once, lock = [], [0, 0], threading.Lock()
-
-    class Counting:
-        info, window, plan_many = reader.info, reader.window, reader.plan_many
-
-        def read(self, parts):
-            with lock:
-                at_once[0] += 1
-                at_once[1] = max(at_once)
-                calls.append(sum(len(items) for _, items in parts))
-            try:
-                time.sleep(0.02)  # the other worker's call starts meanwhile
-                return reader.read(parts)
-            finally:
-                with lock:
-                    at_once[0] -= 1
-
-    app = create_app(Counting(), ServeConfig(max_batch=3, batch_window_ms=1, model_workers=2))
+    counting = Counting(reader)
+    app = create_app(counting, ServeConfig(max_batch=3, batch_window_ms=1, model_workers=2))
     responses = asyncio.run(_post_all(app, bodies))
     for body, r in zip(bodies, responses):
         assert r.status_code == 200, r.text
         assert r.json()["answers"] == reader.answer(body["context"], body["question"], top_k=body["top_k"])
     windows = reader.plan([(document, "what follows iota ?")]).work
-    assert windows >= 4 and max(calls) <= 3 and sum(calls) == windows + len(PAIRS) and at_once[1] == 2
+    calls = counting.calls
+    assert windows >= 4 and max(calls) <= 3 and sum(calls) == windows + len(PAIRS) and counting.most == 2
     assert json.loads(json.dumps(responses[0].json()))  # plain JSON throughout

@@ -654,35 +654,42 @@ def test_the_real_reader_through_the_api(tiny_reader):
             same_answers(answers, tiny_reader.answer(context, question, 2))
 
 
+class Counting:
+    """``reader`` as a server calls it, counting its calls in flight at once (``most``) and the
+    items of each call (``calls``); each call sleeps 20 ms so that another may start meanwhile."""
+
+    def __init__(self, reader):
+        self.reader, self.info, self.window, self.plan_many = reader, reader.info, reader.window, reader.plan_many
+        self.now = self.most = 0
+        self.calls: list[int] = []
+        self.lock = threading.Lock()
+
+    def read(self, parts):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.calls.append(sum(len(items) for _, items in parts))
+        try:
+            time.sleep(0.02)
+            return self.reader.read(parts)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
 def test_the_real_reader_with_two_workers_answers_a_document_read_in_calls_at_once(tiny_reader):
     """A long context's windows read by two calls at once, with short questions beside it: every
     answer as read alone (the job's record is shared between the two threads)."""
     document = " ".join(c for c, _ in QUESTIONS) * 12  # many windows of the tiny model's
     bodies = [{"context": document, "question": "Who read the hieroglyphs?", "top_k": 3}]
     bodies += [{"context": c, "question": q, "top_k": 2} for c, q in QUESTIONS]
-    at_once = [0, 0]  # now, most
-    lock = threading.Lock()
-
-    class Counting:
-        info, window, plan_many = tiny_reader.info, tiny_reader.window, tiny_reader.plan_many
-
-        def read(self, parts):
-            with lock:
-                at_once[0] += 1
-                at_once[1] = max(at_once)
-            try:
-                time.sleep(0.02)  # the other call starts meanwhile
-                return tiny_reader.read(parts)
-            finally:
-                with lock:
-                    at_once[0] -= 1
-
-    app = create_app(Counting(), ServeConfig(max_batch=2, batch_window_ms=1, model_workers=2))
+    counting = Counting(tiny_reader)
+    app = create_app(counting, ServeConfig(max_batch=2, batch_window_ms=1, model_workers=2))
     responses = asyncio.run(_post_all(app, bodies))
     for body, r in zip(bodies, responses):
         assert r.status_code == 200, r.text
         same_answers(r.json()["answers"], tiny_reader.answer(body["context"], body["question"], body["top_k"]))
-    assert len(tiny_reader.plan([(document, "x")]).windows) >= 4 and at_once[1] == 2
+    assert len(tiny_reader.plan([(document, "x")]).windows) >= 4 and counting.most == 2
 
 
 def test_the_real_reader_batched_answers_equal_answers_alone(tiny_reader):

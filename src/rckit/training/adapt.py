@@ -104,7 +104,6 @@ def adapt(
     :func:`rckit.training.adapt_reader.adapt_reader`. Returns the report written to
     ``out/adapt.json``: the counts of questions, the steps, the learning rate, the dev EM/F1 before
     and after, the model file and the seconds."""
-    from rckit.data.adapt import adapt_files
     from rckit.model_files.load import load_model
     from rckit.model_files.reader_file import is_reader_file
 
@@ -113,25 +112,11 @@ def adapt(
 
         return adapt_reader(Path(source), labels, out, settings, log)
     out, t0 = Path(out), time.perf_counter()
-    if (out / "run" / "last.pt").exists() and not settings.resume:
-        raise FileExistsError(
-            f"{out} already holds an adapting run; pass --resume to go on with it or choose another --out"
-        )
+    refuse_a_run(out, settings)
     _, vocabs, meta = load_model(source)
     if meta.get("task", "span") != "span":
         raise ValueError(f"{source}: a cloze model; adapting reads SQuAD-layout questions, for span models")
-    files = adapt_files(
-        labels,
-        out / "data",
-        dev=settings.dev,
-        squad_train=settings.squad_train if settings.squad_mix else None,
-        squad_mix=settings.squad_mix,
-        dev_share=settings.dev_share,
-        seed=settings.seed,
-        limit=settings.limit,
-    )
-    for note in files.notes:
-        log(note)
+    files = split_and_mixed(labels, out, settings, log)
     c = files.counts
     log(
         f"{c['train_questions']} questions to learn from ({c['train_documents']} {c['split_by']}s) "
@@ -157,6 +142,34 @@ def adapt(
     }
     (out / "adapt.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def refuse_a_run(out: Path, settings: AdaptSettings) -> None:
+    """A FileExistsError where ``out`` holds an adapting run and ``settings.resume`` is off."""
+    if (out / "run" / "last.pt").exists() and not settings.resume:
+        raise FileExistsError(
+            f"{out} already holds an adapting run; pass --resume to go on with it or choose another --out"
+        )
+
+
+def split_and_mixed(labels: str | Path, out: Path, settings: AdaptSettings, log: Callable[[str], object]) -> AdaptFiles:
+    """The run's train and dev files in ``out/data`` (:func:`rckit.data.adapt.adapt_files` with
+    ``settings``), their notes logged."""
+    from rckit.data.adapt import adapt_files
+
+    files = adapt_files(
+        labels,
+        out / "data",
+        dev=settings.dev,
+        squad_train=settings.squad_train if settings.squad_mix else None,
+        squad_mix=settings.squad_mix,
+        dev_share=settings.dev_share,
+        seed=settings.seed,
+        limit=settings.limit,
+    )
+    for note in files.notes:
+        log(note)
+    return files
 
 
 def _fine_tune(

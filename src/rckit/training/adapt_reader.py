@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from rckit.training.adapt import AdaptSettings
+from rckit.training.adapt import AdaptSettings, refuse_a_run, split_and_mixed
 
 
 def adapt_reader(
@@ -38,7 +38,6 @@ def adapt_reader(
     from tqdm import tqdm
 
     from rckit.contextual.pieces import PieceTokenizer
-    from rckit.data.adapt import adapt_files
     from rckit.data.squad import load_json
     from rckit.evaluation.evaluate import evaluate
     from rckit.export.metadata_edit import record_score
@@ -57,23 +56,9 @@ def adapt_reader(
 
     out, t0 = Path(out), time.perf_counter()
     run_dir = out / "run"
-    if (run_dir / "last.pt").exists() and not settings.resume:
-        raise FileExistsError(
-            f"{out} already holds an adapting run; pass --resume to go on with it or choose another --out"
-        )
+    refuse_a_run(out, settings)
     weights, meta = read_reader_file(source)
-    files = adapt_files(
-        labels,
-        out / "data",
-        dev=settings.dev,
-        squad_train=settings.squad_train if settings.squad_mix else None,
-        squad_mix=settings.squad_mix,
-        dev_share=settings.dev_share,
-        seed=settings.seed,
-        limit=settings.limit,
-    )
-    for note in files.notes:
-        log(note)
+    files = split_and_mixed(labels, out, settings, log)
     train_file, made = near_miss_file(files.train, settings.seed)
     c = files.counts
     log(
