@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rckit.cli.arguments import model_option
 from rckit.training import memory
-from rckit.training.adapt import AdaptSettings, adapt
+from rckit.training.adapt import AdaptSettings, adapt, to_stderr
 
 DEFAULTS = AdaptSettings()
 
@@ -96,6 +96,7 @@ def squad_train_file(args: argparse.Namespace) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
     memory.use_huge_pages()  # before torch is imported
+    from rckit.model_files.reader_file import is_reader_file
     from rckit.model_files.source import pytorch_source
 
     if args.run is not None and args.model is not None:
@@ -115,7 +116,13 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         resume=args.resume,
     )
-    report = adapt(pytorch_source(args.run if args.run is not None else args.model), args.labels, args.out, settings)
+    source = pytorch_source(args.run if args.run is not None else args.model)
+    if is_reader_file(source):  # rckit's own reader: its own recipe
+        from rckit.training.adapt_reader import adapt_reader
+
+        report = adapt_reader(source, args.labels, args.out, settings, to_stderr)
+    else:
+        report = adapt(source, args.labels, args.out, settings)
     print(json.dumps(report))
     before, after = report["dev_before"]["f1"], report["dev_after"]["f1"]
     if after <= before:

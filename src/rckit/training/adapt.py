@@ -64,7 +64,7 @@ class AdaptSettings:
     resume: bool = False
 
 
-def _stderr(line: str) -> None:
+def to_stderr(line: str) -> None:
     print(f"rckit adapt: {line}", file=sys.stderr)
 
 
@@ -97,20 +97,19 @@ def adapt_train_config(
 
 
 def adapt(
-    source: object, labels: str | Path, out: str | Path, settings: AdaptSettings, log: Callable[[str], object] = _stderr
+    source: object,
+    labels: str | Path,
+    out: str | Path,
+    settings: AdaptSettings,
+    log: Callable[[str], object] = to_stderr,
 ) -> dict:
     """Fine-tune the span model ``source`` (a :func:`rckit.model_files.source.pytorch_source`) on the
-    questions of ``labels`` in ``out`` (module docstring); a file of rckit's own reader by
-    :func:`rckit.training.adapt_reader.adapt_reader`. Returns the report written to
+    questions of ``labels`` in ``out`` (module docstring); a file of rckit's own reader is
+    adapted by :func:`rckit.training.adapt_reader.adapt_reader` instead. Returns the report written to
     ``out/adapt.json``: the counts of questions, the steps, the learning rate, the dev EM/F1 before
     and after, the model file and the seconds."""
     from rckit.model_files.load import load_model
-    from rckit.model_files.reader_file import is_reader_file
 
-    if isinstance(source, str | Path) and is_reader_file(source):  # rckit's own reader: its own recipe
-        from rckit.training.adapt_reader import adapt_reader
-
-        return adapt_reader(Path(source), labels, out, settings, log)
     out, t0 = Path(out), time.perf_counter()
     refuse_a_run(out, settings)
     _, vocabs, meta = load_model(source)
@@ -128,13 +127,33 @@ def adapt(
         meta.get("train_config") or {}, c["train_questions"] + c["squad_questions"], settings.epochs, settings.lr_scale
     )
     before, after, summary, model_file = _fine_tune(source, meta, files, base_vocab, tcfg, steps, out, settings)
+    return written_report(out, source, labels, c, settings, summary["steps"], tcfg.lr, before, after, model_file, t0)
+
+
+def written_report(
+    out: Path,
+    source: object,
+    labels: str | Path,
+    counts: dict,
+    settings: AdaptSettings,
+    steps: int,
+    lr: float,
+    before: dict,
+    after: dict,
+    model_file: Path,
+    t0: float,
+    **more,
+) -> dict:
+    """The report of an adapting run, written to ``out/adapt.json``: the counts of questions (and
+    ``more``), the steps, the learning rate, the dev EM/F1 before and after, the file, the seconds."""
     report = {
         "model": str(source),
         "labels": str(labels),
-        **c,
+        **counts,
+        **more,
         "epochs": settings.epochs,
-        "steps": summary["steps"],
-        "lr": tcfg.lr,
+        "steps": steps,
+        "lr": lr,
         "dev_before": {k: before[k] for k in ("exact_match", "f1")},
         "dev_after": {k: after[k] for k in ("exact_match", "f1")},
         "model_file": str(model_file),

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from rckit.training.adapt import AdaptSettings, refuse_a_run, split_and_mixed
+from rckit.training.adapt import AdaptSettings, refuse_a_run, split_and_mixed, written_report
 
 
 def adapt_reader(
@@ -125,21 +125,8 @@ def adapt_reader(
     write_reader_file(model_file, {k: v.float().numpy() for k, v in state.items()}, adapted)
     after = dev_scores(model_file, out / "dev-predictions.json")
     record_score(model_file, files.dev, after)
-    report = {
-        "model": str(source),
-        "labels": str(labels),
-        **c,
-        "near_misses": made,
-        "epochs": settings.epochs,
-        "steps": summary["step"],
-        "lr": config.lr,
-        "dev_before": {k: before[k] for k in ("exact_match", "f1")},
-        "dev_after": {k: after[k] for k in ("exact_match", "f1")},
-        "model_file": str(model_file),
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
-    (out / "adapt.json").write_text(json.dumps(report, indent=1))
-    return report
+    steps, lr = summary["step"], config.lr
+    return written_report(out, source, labels, c, settings, steps, lr, before, after, model_file, t0, near_misses=made)
 
 
 def near_miss_file(train: Path, seed: int) -> tuple[Path, int]:
