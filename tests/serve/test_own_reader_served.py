@@ -1,8 +1,9 @@
 """rckit's own reader served (:class:`rckit.answering.pointer_reader.PointerReader`, a tiny random
 one written here): a real ``rckit serve FILE`` on 127.0.0.1 answers as the reader answers alone,
-abstains by its threshold, says what it is, and refuses to explain in one line; in process, the
-batcher reads one long document's windows in calls beside other requests' and every answer is
-still the one read alone."""
+abstains by its threshold, says what it is, and refuses to explain in one line; the page, in a
+real headless Chromium (the ``browser`` marker), marks its answer or says its abstention; in
+process, the batcher reads one long document's windows in calls beside other requests' and every
+answer is still the one read alone."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rckit.answering.pointer_reader import PointerReader
 from rckit.serve.app import create_app
 from rckit.serve.config import ServeConfig
 from tests.conftest import GREEK, write_tiny_reader_file
+from tests.serve.test_page import _ask, _text, browser  # noqa: F401 (a fixture)
 from tests.serve.test_serve import Counting, _post_all, call, post, start_server, stop_server
 
 PASSAGE = " ".join(GREEK * 2) + "."
@@ -90,3 +92,29 @@ def test_a_long_documents_windows_share_calls_and_every_answer_is_as_alone(reade
     calls = counting.calls
     assert windows >= 4 and max(calls) <= 3 and sum(calls) == windows + len(PAIRS) and counting.most == 2
     assert json.loads(json.dumps(responses[0].json()))  # plain JSON throughout
+
+
+@pytest.mark.browser
+def test_the_page_answers_and_abstains_with_the_readers_file(reader_file, tmp_path, browser):  # noqa: F811
+    """In a real headless Chromium: the page asks the server of the reader's file; an answer is marked
+    in the passage, and (a second server abstaining on everything) an abstention is said in words
+    with the sentence nearest to the question underlined."""
+    from selenium.webdriver.common.by import By
+
+    context = "Alpha beta gamma delta. Epsilon zeta eta theta."
+    for threshold, abstains in (("1", False), ("0", True)):
+        proc, url = start_server([str(reader_file), "--no-answer-threshold", threshold], tmp_path / "serve.log")
+        try:
+            browser.get(url)
+            _ask(browser, context, "what follows gamma ?")
+            status, api = post(url, {"context": context, "question": "what follows gamma ?", "top_k": 3})
+        finally:
+            stop_server(proc)
+        assert status == 200 and browser.execute_script("return document.body.dataset.state") == "answered"
+        first = api["answers"][0]
+        if abstains:
+            assert first["answer"] == "" and first["reason"]["text"] == "Alpha beta gamma delta."
+            assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")
+            assert _text(browser.find_element(By.CSS_SELECTOR, "#answer .nearest")) == first["reason"]["text"]
+        else:
+            assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == first["answer"] != ""
