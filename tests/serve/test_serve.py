@@ -362,17 +362,21 @@ def test_the_schemas_text_pattern_is_the_readers_text_rule():
 
 
 def test_the_answers_schema_is_the_typed_answers_with_their_descriptions(client):
-    from typing import get_type_hints
+    from typing import NotRequired, get_args, get_origin, get_type_hints
 
     from rckit.answering import answer
 
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
-    for typed in (answer.Answer, answer.FoundAnswer, answer.Passage):
+    for typed in (answer.Answer, answer.FoundAnswer, answer.Passage, answer.Reason):
         hints = get_type_hints(typed, include_extras=True)
-        properties = schemas[typed.__name__]["properties"]
+        schema = schemas[typed.__name__]
+        properties = schema["properties"]
         assert properties.keys() == hints.keys()
         for name, hint in hints.items():
+            optional = get_origin(hint) is NotRequired  # a key only some carry (an abstention's reason)
+            hint = get_args(hint)[0] if optional else hint
             assert properties[name]["description"] == hint.__metadata__[0], (typed.__name__, name)
+            assert (name in schema.get("required", [])) != optional, (typed.__name__, name)
 
 
 def test_a_request_over_the_work_limit_is_413_naming_it():

@@ -34,28 +34,11 @@ def adapt_reader(
 ) -> dict:
     """Adapt the reader of the file ``source`` to the questions of ``labels`` in ``out`` (module
     docstring); the report, as :func:`rckit.training.adapt.adapt` returns it."""
-    import torch
-    from tqdm import tqdm
-
-    from rckit.contextual.pieces import PieceTokenizer
-    from rckit.data.squad import load_json
     from rckit.evaluation.evaluate import evaluate
     from rckit.export.metadata_edit import record_score
     from rckit.model_files.reader_file import read_reader_file, write_reader_file
-    from rckit.models.encoder_reader import EncoderReader
-    from rckit.models.losses import span_loss
-    from rckit.training.encoder_reader import (
-        ReaderTrainConfig,
-        config_dict,
-        length_batches,
-        make_items,
-        pairs_of,
-        tensors,
-    )
-    from rckit.training.steps import adamw_run, previous_run, run_steps, save_atomic
 
     out, t0 = Path(out), time.perf_counter()
-    run_dir = out / "run"
     refuse_a_run(out, settings)
     weights, meta = read_reader_file(source)
     files = split_and_mixed(labels, out, settings, log)
@@ -66,9 +49,55 @@ def adapt_reader(
         f"{c['squad_questions']} of SQuAD's and {made} near misses made of their passages; "
         f"{c['dev_questions']} to check on ({c['dev_documents']})"
     )
+
+    def dev_scores(model_file: Path, predictions: Path) -> dict:  # every question answered: labels have answers
+        return evaluate(model_file, files.dev, always_answer=True, progress=settings.progress, out=predictions)
+
+    before = dev_scores(source, out / "dev-before.json")
+    state, config, summary = _run(weights, meta, train_file, files.dev, out / "run", settings, str(source))
+    model_file = out / "model.safetensors"
+    adapted = {
+        **{k: v for k, v in meta.items() if k != "format"},
+        "step": summary["best"]["step"],
+        "adapted_from": str(source),
+        "config": config,
+        "scores": [],
+    }
+    write_reader_file(model_file, state, adapted)
+    after = dev_scores(model_file, out / "dev-predictions.json")
+    record_score(model_file, files.dev, after)
+    steps, lr = summary["step"], config["lr"]
+    return written_report(out, source, labels, c, settings, steps, lr, before, after, model_file, t0, near_misses=made)
+
+
+def _run(
+    weights: dict, meta: dict, train: Path, dev: Path, run_dir: Path, settings: AdaptSettings, source: str
+) -> tuple[dict, dict, dict]:
+    """The short run (module docstring) in ``run_dir`` from the file's ``weights``: its best epoch's
+    state (float32 arrays), the run's configuration and :func:`rckit.training.steps.run_steps`' summary."""
+    import torch
+    from tqdm import tqdm
+
+    from rckit.contextual.pieces import PieceTokenizer
+    from rckit.data.squad import load_json
+    from rckit.evaluation.squad_metrics import score_predictions
+    from rckit.models.encoder_reader import EncoderReader
+    from rckit.models.losses import span_loss
+    from rckit.training.encoder_reader import (
+        ReaderTrainConfig,
+        answer_texts,
+        config_dict,
+        length_batches,
+        make_items,
+        pairs_of,
+        read,
+        tensors,
+    )
+    from rckit.training.steps import adamw_run, previous_run, run_steps, save_atomic
+
     base = ReaderTrainConfig(**meta["config"])
     tokenizer = PieceTokenizer(meta["tokenizer"])
-    pairs, _, kinds = pairs_of(load_json(train_file))
+    pairs, _, kinds = pairs_of(load_json(train))
     items = make_items(tokenizer, pairs, kinds, base.max_pieces, base.stride, settings.progress)
     per_epoch = -(-len(items) // base.batch_size)
     lr = base.lr * settings.lr_scale
@@ -76,14 +105,9 @@ def adapt_reader(
     torch.manual_seed(config.seed)
     model = EncoderReader(meta["bert_config"], config.model)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
-    dev_pairs, dev_ids, _ = pairs_of(load_json(files.dev))
-    dev_raw = load_json(files.dev)
-
-    def dev_scores(model_file: Path, predictions: Path) -> dict:  # every question answered: labels have answers
-        return evaluate(model_file, files.dev, always_answer=True, progress=settings.progress, out=predictions)
-
-    before = dev_scores(source, out / "dev-before.json")
-    kept = {"config": config_dict(config), "adapted_from": str(source)}
+    dev_raw = load_json(dev)
+    dev_pairs, dev_ids, _ = pairs_of(dev_raw)
+    kept = {"config": config_dict(config), "adapted_from": source}
     run = adamw_run(run_dir, model, model.trainable(), per_epoch, config, kept)
     run_dir.mkdir(parents=True, exist_ok=True)
     step, best = run.restore(previous_run(run_dir, settings.resume))
@@ -96,9 +120,6 @@ def adapt_reader(
         return span_loss(got.start, got.end, target[idx, 0], target[idx, 1])
 
     def figures() -> dict:
-        from rckit.evaluation.squad_metrics import score_predictions
-        from rckit.training.encoder_reader import answer_texts, read
-
         got = read(model, tokenizer, dev_pairs, config.max_pieces, config.stride)
         scores = score_predictions(dev_raw, dict(zip(dev_ids, answer_texts(dev_pairs, got))))
         return {"dev_em": scores["exact_match"], "dev_f1": scores["f1"]}
@@ -114,19 +135,7 @@ def adapt_reader(
     order = lambda epoch: length_batches(lengths, config.batch_size, config.seed + epoch)  # noqa: E731
     summary = run_steps(run, step, best, order, loss_of, figures, keep, bar, log=lambda _: None)
     state = torch.load(run_dir / "best.pt", weights_only=True)["model"]
-    model_file = out / "model.safetensors"
-    adapted = {
-        **{k: v for k, v in meta.items() if k != "format"},
-        "step": summary["best"]["step"],
-        "adapted_from": str(source),
-        "config": config_dict(config),
-        "scores": [],
-    }
-    write_reader_file(model_file, {k: v.float().numpy() for k, v in state.items()}, adapted)
-    after = dev_scores(model_file, out / "dev-predictions.json")
-    record_score(model_file, files.dev, after)
-    steps, lr = summary["step"], config.lr
-    return written_report(out, source, labels, c, settings, steps, lr, before, after, model_file, t0, near_misses=made)
+    return {k: v.float().numpy() for k, v in state.items()}, config_dict(config), summary
 
 
 def near_miss_file(train: Path, seed: int) -> tuple[Path, int]:
