@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from rckit.answering.answer import Answer
-from rckit.answering.pointer import MAX_ANSWER, Pointed, no_answer_probability
+from rckit.answering.pointer import MAX_ANSWER, Pointed
 from rckit.answering.pointer_job import Item, PointerJob
 from rckit.answering.texts import check_request
 from rckit.contextual.pieces import PieceTokenizer
@@ -195,9 +195,6 @@ class PointerReader:
         """Each pair's best ``top_k`` spans (of at most ``max_answer`` pieces) and its no-answer
         margin: what training's evaluation reads (:func:`rckit.training.encoder_reader.read`)."""
         return self.read_all(self.plan(pairs, top_k, max_answer, stride)).pointed()
-
-    def no_answer_probability(self, margin: float) -> float:
-        return float(no_answer_probability(margin, *self.calibration))
 
     def answer_batch(
         self,
