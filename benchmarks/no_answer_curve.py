@@ -1,5 +1,5 @@
-"""The no-answer trade of the installed model, the feature verifier beside the cross-encoder
-(issue 62): official F1 on a SQuAD v2.0 file and on SQuAD v1.1 dev against the threshold, each
+"""The no-answer trade of the installed model, the feature verifier beside rckit's own reader
+(issue 71; ``rckit verifier --own``): official F1 on a SQuAD v2.0 file and on SQuAD v1.1 dev against the threshold, each
 verifier's ROC AUC for the unanswerable questions, and a figure of both curves.
 
     python benchmarks/no_answer_curve.py --v2 runs/data/squad-no-answer/eval-v2.0.json.gz \\
@@ -25,25 +25,26 @@ from rckit.data.squad import read_squad
 from rckit.evaluation.auc import auc
 from rckit.evaluation.squad_metrics import abstaining, score_predictions
 
+NAMES = {"features": "feature verifier", "own": "rckit's own reader"}
 THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.05, 1.0, 0.05))
 
 
 def judged(reader: Reader, path: str) -> tuple[dict, dict, dict, dict]:
-    """(raw SQuAD JSON, best spans, the feature verifier's and the cross-encoder's p(no answer)) by id."""
+    """(raw SQuAD JSON, best spans, the feature verifier's and the own reader's p(no answer)) by id."""
     data = read_squad(path)
     raw, examples = data.raw, data.examples
-    spans, p_features, p_cross = {}, {}, {}
+    spans, p_features, p_own = {}, {}, {}
     pairs = [(ex.context, ex.question) for ex in examples]
     for lo, job in zip(range(0, len(examples), CHUNK), reader.read_chunks(pairs, whole=True, evidence=True)):
         chunk = examples[lo : lo + CHUNK]
         ranked = job._ranked()
-        features = reader.verifier.probability(job.features(ranked))
-        triples = [(ex.context, ex.question, *(r[0][0] if r else (None, None))) for ex, r in zip(chunk, ranked)]
-        cross = reader.verifier.cross.probability(triples)
-        for ex, r, pf, pc in zip(chunk, ranked, features.tolist(), cross.tolist()):
+        x = job.features(ranked)
+        features = reader.verifier.probability(x)
+        own = reader.verifier.judge([(ex.context, ex.question) for ex in chunk], x)
+        for ex, r, pf, po in zip(chunk, ranked, features.tolist(), own.tolist()):
             spans[ex.qid] = ex.context[r[0][0][0] : r[0][0][1]] if r else ""
-            p_features[ex.qid], p_cross[ex.qid] = pf, pc
-    return raw, spans, p_features, p_cross
+            p_features[ex.qid], p_own[ex.qid] = pf, po
+    return raw, spans, p_features, p_own
 
 
 def at(raw: dict, spans: dict, p: dict, threshold: float) -> dict:
@@ -60,17 +61,17 @@ def main() -> None:
     ap.add_argument("--out", help="the figure (PNG)")
     args = ap.parse_args()
     reader = Reader.load(args.model, "cpu", always_answer=True)
-    assert reader.verifier is not None and reader.verifier.cross is not None, "the model has no cross-encoder"
-    own = {"features": reader.verifier.threshold, "cross": reader.verifier.cross.threshold}
+    assert reader.verifier is not None and reader.verifier.own is not None, "the model has no own-reader verifier"
+    own = {"features": reader.verifier.threshold, "own": reader.verifier.own.threshold}
     report: dict = {"thresholds": own, "files": {}}
     for name, path in (("v2", args.v2), ("v11", args.v11), ("yardstick", args.yardstick)):
         if path is None:
             continue
         t0 = time.time()
-        raw, spans, pf, pc = judged(reader, path)
+        raw, spans, pf, po = judged(reader, path)
         entry: dict = {"questions": len(spans), "seconds": round(time.time() - t0, 1)}
         unanswerable = {qa["id"] for a in raw["data"] for p in a["paragraphs"] for qa in p["qas"] if not qa["answers"]}
-        for verifier, p in (("features", pf), ("cross", pc)):
+        for verifier, p in (("features", pf), ("own", po)):
             ids = list(spans)
             if unanswerable:
                 entry[f"{verifier}_auc"] = round(
@@ -92,16 +93,16 @@ def main() -> None:
         styles = {"v2": "-", "v11": "--"}
         labels = {"v2": "SQuAD v2.0 evaluation half", "v11": "SQuAD v1.1 dev"}
         for name in ("v2", "v11"):
-            for verifier, colour in (("features", "tab:grey"), ("cross", "tab:blue")):
+            for verifier, colour in (("features", "tab:grey"), ("own", "tab:blue")):
                 curve = report["files"][name][f"{verifier}_curve"]
                 ax.plot(
                     [float(t) for t in curve],
                     list(curve.values()),
                     styles[name],
                     color=colour,
-                    label=f"{labels[name]}, {'feature verifier' if verifier == 'features' else 'cross-encoder'}",
+                    label=f"{labels[name]}, {NAMES[verifier]}",
                 )
-        for verifier, colour in (("features", "tab:grey"), ("cross", "tab:blue")):
+        for verifier, colour in (("features", "tab:grey"), ("own", "tab:blue")):
             ax.axvline(own[verifier], color=colour, linewidth=0.8, linestyle=":")
         ax.set_xlabel("threshold on p(no answer): abstain above it")
         ax.set_ylabel("official F1")

@@ -1,12 +1,12 @@
-"""What the verifier (issues 43 and 62) costs a question: ``Reader.answer`` on one paragraph-sized
-passage with the model file's verifier, with its feature network alone (the cross-encoder set
+"""What the verifier (issues 43 and 71) costs a question: ``Reader.answer`` on one paragraph-sized
+passage with the model file's verifier, with its feature network alone (rckit's own reader set
 aside, where the file names one), and with no verifier, each backend.
 
     python benchmarks/verifier_cost.py [--model qanet] [--repeats 300]
 
 The settings are timed in alternation (one call each, ``--repeats`` times) so that a slower spell
 of the machine falls on all; prints the median milliseconds of each and of the verifier's own
-step (features and the network, or the cross-encoder's pass) alone. Figures go to BENCHMARKS.md.
+step (features and the network, or the own reader's pass) alone. Figures go to BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def main() -> None:
         with_v = Reader.load(path, "cpu")
         assert with_v.verifier is not None, f"{path}: no verifier"
         readers = {"with_verifier": with_v}
-        if with_v.verifier.cross is not None:
+        if with_v.verifier.own is not None:
             features = Reader.load(path, "cpu")
-            features.verifier.cross = None
+            features.verifier.own = None
             readers["features_only"] = features
         without = Reader.load(path, "cpu")
         without.verifier = None

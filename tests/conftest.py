@@ -381,7 +381,7 @@ def write_tiny_encoder(root: Path, words=(), layers: int = 2, dim: int = 8, seed
     return root
 
 
-def write_tiny_reader_file(folder: Path, threshold: float = 0.5, seed: int = 3) -> Path:
+def write_tiny_reader_file(folder: Path, threshold: float = 0.5, seed: int = 3, max_pieces: int = 40) -> Path:
     """A file of rckit's own reader (``rckit-pointer-1``) on a tiny random encoder that knows the
     Greek letters, its head random (as ``rckit finetune`` then ``export_reader`` would leave it)."""
     import torch
@@ -397,7 +397,7 @@ def write_tiny_reader_file(folder: Path, threshold: float = 0.5, seed: int = 3) 
     model = EncoderReader.from_encoder(pretrained_weights(encoder / "model.safetensors"), files.config)
     torch.nn.init.normal_(model.head.weight, std=1.0)
     best = {"step": 7, "tune_f1": 50.0, "calibration": [0.8, -0.2]}
-    config = config_dict(ReaderTrainConfig(max_pieces=40, stride=12))
+    config = config_dict(ReaderTrainConfig(max_pieces=max_pieces, stride=12))
     torch.save({"model": model.state_dict(), "config": config, "best": best}, folder / "best.pt")
     out = folder / "reader.safetensors"
     export_reader(folder, files, out, threshold=threshold)

@@ -59,7 +59,7 @@ class FakeReader:
     info = {"model": "fake-reader", "source": None, "config": {}}
     window = 400
     collection_verifier = None  # no verifier: a collection's answer is its best span
-    cross_verifier = None  # nor a cross-encoder checking its best answers
+    own_verifier = None  # nor rckit's own reader checking its best answers
 
     def __init__(self, delay: float = 0.0, fail_on: str | None = None, windows=1):
         self.delay = delay

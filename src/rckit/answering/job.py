@@ -53,16 +53,16 @@ class Job:
         self.verifier_threshold = None if verifier is None else verifier[1]
         self.evidence: list[ReaderEvidence | None] = [None for _ in pairs]
         self.wants_evidence = verifier is not None  # True: collected without a verifier, to train one
-        # Whether a cross-encoder verifier (where the reader's has one) judges each pair; rckit ask
-        # judges its passages by the features and its best answers by the cross-encoder.
-        self.cross = True
+        # Whether the own reader (where the reader's verifier has one) judges each pair; rckit ask
+        # judges its passages by the features and its best answers by the own reader.
+        self.own = True
         self.lock = threading.Lock()  # a server may read two of its windows in two calls at once
 
     @property
     def threshold_in_use(self) -> float | None:
-        """The threshold on this job's p(no answer): the reader's, except where a cross-encoder
-        verifier stands aside (:attr:`cross` False) and the network judges by its own."""
-        if self.verifier is None or self.verifier.cross is None or self.cross or self.verifier_threshold == math.inf:
+        """The threshold on this job's p(no answer): the reader's, except where the verifier's own
+        reader stands aside (:attr:`own` False) and the network judges by its own."""
+        if self.verifier is None or self.verifier.own is None or self.own or self.verifier_threshold == math.inf:
             return self.verifier_threshold
         return self.verifier.threshold
 
@@ -118,12 +118,9 @@ class Job:
         if self.verifier is None:
             return [None if null is None else math.exp(null) for null in self.null]
         ranked = self._ranked() if ranked is None else ranked
-        if self.verifier.cross is not None and self.cross:
-            triples = [
-                (context, question, *(spans[0][0] if spans else (None, None)))
-                for (context, question), spans in zip(self.pairs, ranked)
-            ]
-            return self.verifier.judge(triples, None).tolist()
+        if self.verifier.own is not None and self.own:  # the network's features only for a join
+            x = self.features(ranked) if self.verifier.own.join is not None else None
+            return self.verifier.judge(self.pairs, x).tolist()
         x = self.features(ranked)
         return self.verifier.probability(x).tolist() if len(x) else []
 

@@ -51,7 +51,7 @@ class PointerJob:
         items.sort(key=lambda it: (-len(pair_windows[it[0]].ids[it[1]]), it))
         self.windows: list[list[Item]] = [[it] for it in items]  # the groups still to read (the batcher pops them)
         self.work = len(items)
-        self.cross = True  # the span readers' (their cross-encoder verifier); nothing here
+        self.own = True  # the span readers' (their verifier's own reader); nothing here
         self.scores: dict[Item, tuple[np.ndarray, np.ndarray]] = {}
         self.lock = threading.Lock()  # a server may read two of its windows in two calls at once
 

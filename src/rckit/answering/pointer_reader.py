@@ -113,7 +113,7 @@ class PointerReader:
         )
 
     # The span readers' verifiers (rckit.answering.reader.Reader): this reader judges "no answer" itself.
-    cross_verifier = None
+    own_verifier = None
     collection_verifier = None
 
     @property
@@ -202,15 +202,15 @@ class PointerReader:
         top_k: int = 1,
         max_answer_len: int | None = None,
         stride: int | None = None,
-        cross: bool = True,
+        own: bool = True,
         chunk: int | None = None,
     ) -> list[list[Answer]]:
         """The ``top_k`` best answers to each ``(context, question)`` pair, best first; ``""``
         first where the reader abstains (:meth:`PointerJob.answers`). ``max_answer_len``: pieces
         in an answer at most (default :data:`~rckit.answering.pointer.MAX_ANSWER`); ``stride``:
         passage pieces between two windows (default: the file's); ``chunk``: pairs read at once
-        (None: all). ``cross`` is the span readers' (their cross-encoder verifier) and means
-        nothing here."""
+        (None: all). ``own`` is the span readers' (their verifier's own reader) and means nothing
+        here."""
         out = []
         step = chunk or max(1, len(pairs))
         for lo in range(0, len(pairs), step):

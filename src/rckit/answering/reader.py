@@ -136,19 +136,19 @@ class Reader:
             else {
                 **verifier.record,
                 "threshold": self.verifier_threshold,
-                **({"cross_encoder": verifier.cross.meta.get("file")} if verifier.cross is not None else {}),
+                **({"own_reader": verifier.own.meta.get("file")} if verifier.own is not None else {}),
             },
         }
         self.always_answer = always_answer
 
     @property
-    def cross_verifier(self):
-        """``(cross-encoder, threshold)`` where the verifier has a cross-encoder
-        (:mod:`rckit.answering.cross_verifier`) and the reader may abstain, else None: what a
+    def own_verifier(self):
+        """``(own reader's verifier, threshold)`` where the verifier has rckit's own reader
+        (:mod:`rckit.answering.own_verifier`) and the reader may abstain, else None: what a
         collection's best answers are checked by (its passages are judged by the features)."""
-        if self.always_answer or self.verifier is None or self.verifier.cross is None:
+        if self.always_answer or self.verifier is None or self.verifier.own is None:
             return None
-        return self.verifier.cross, self.verifier_threshold
+        return self.verifier.own, self.verifier_threshold
 
     @property
     def collection_verifier(self):
@@ -297,15 +297,15 @@ class Reader:
         top_k: int = 1,
         max_answer_len: int | None = None,
         stride: int | None = None,
-        cross: bool = True,
+        own: bool = True,
         chunk: int | None = None,
     ) -> list[list[Answer]]:
         """Answers to many ``(context, question)`` pairs, in their order, in batched forwards:
-        :meth:`read_chunks`, :meth:`Job.answers`. ``cross``: where the verifier has a
-        cross-encoder, it judges each pair (False: the verifier's features do, as for the many
-        passages of a collection, whose best answers the cross-encoder checks afterwards).
+        :meth:`read_chunks`, :meth:`Job.answers`. ``own``: where the verifier has rckit's
+        own reader, it judges each pair (False: the verifier's features do, as for the many
+        passages of a collection, whose best answers the own reader checks afterwards).
         ``chunk``: pairs planned and read at once (None: all of them, one plan)."""
-        chunks = self.read_chunks(pairs, top_k, max_answer_len, stride, cross=cross, chunk=chunk)
+        chunks = self.read_chunks(pairs, top_k, max_answer_len, stride, own=own, chunk=chunk)
         return [answers for job in chunks for answers in job.answers()]
 
     def best_spans(
@@ -334,7 +334,7 @@ class Reader:
         *,
         whole: bool = False,
         evidence: bool = False,
-        cross: bool = True,
+        own: bool = True,
         chunk: int | None = CHUNK,
         progress: Callable[[int], object] | None = None,
     ) -> Iterator[Job]:
@@ -343,14 +343,14 @@ class Reader:
         ``whole``) and read (:meth:`read_all`), each chunk's job yielded once read, in order, and
         ``progress(n)`` called with its number of pairs after it. ``evidence``: the jobs collect
         the reader's evidence without a verifier, for the features a verifier is trained on
-        (:meth:`Job.features`); ``cross``: as :meth:`answer_batch` takes it. A chunk bounds the
+        (:meth:`Job.features`); ``own``: as :meth:`answer_batch` takes it. A chunk bounds the
         arrays held at once and decides which pairs share a forward."""
         if chunk is not None and chunk < 1:
             raise ValueError(f"chunk must be >= 1 pair, got {chunk}")
         parts = [pairs] if chunk is None else (pairs[lo : lo + chunk] for lo in range(0, len(pairs), chunk))
         for part in parts:
             job = self.plan(part, top_k, max_answer_len, stride, whole)
-            job.cross = cross
+            job.own = own
             if evidence:
                 job.wants_evidence = True
             self.read_all(job)

@@ -26,7 +26,7 @@ from typing import Self
 
 import numpy as np
 
-from rckit.answering.cross_verifier import CrossVerifier, Triple
+from rckit.answering.own_verifier import OwnVerifier
 from rckit.answering.verifier_features import COLLECTION_FEATURES, FEATURES, FEATURES_VERSION
 
 
@@ -138,10 +138,10 @@ class CollectionVerifier(Net):
 class Verifier(Net):
     """``p(no answer)`` from :data:`FEATURES` (one hidden ReLU layer, or none): abstain where it is
     above ``threshold``. ``collection``: the decision over the passages of a collection
-    (:class:`CollectionVerifier`), where trained. ``cross``: the fine-tuned cross-encoder
-    (:mod:`rckit.answering.cross_verifier`) that judges each answer instead of the network, where
-    the file names one, with its own threshold (:attr:`answer_threshold`); the network, with
-    ``threshold``, still judges a collection's passages (:meth:`judge`)."""
+    (:class:`CollectionVerifier`), where trained. ``own``: rckit's own reader
+    (:mod:`rckit.answering.own_verifier`) that judges each answer instead of the network, alone or
+    joined with it, where the file names one, with its own threshold (:attr:`answer_threshold`);
+    the network, with ``threshold``, still judges a collection's passages (:meth:`judge`)."""
 
     FEATURES = FEATURES
     what = "verifier"
@@ -154,43 +154,52 @@ class Verifier(Net):
         threshold: float,
         record: dict | None = None,
         collection: CollectionVerifier | None = None,
-        cross: CrossVerifier | None = None,
+        own: OwnVerifier | None = None,
     ):
         super().__init__(mean, scale, layers, threshold, record)
         self.collection = collection
-        self.cross = cross
+        self.own = own
 
     def to_json(self) -> dict:
         return {
             **super().to_json(),
             "features_version": FEATURES_VERSION,
             **({"collection": self.collection.to_json()} if self.collection is not None else {}),
-            **({"cross": self.cross.to_json()} if self.cross is not None else {}),
+            **({"own": self.own.to_json()} if self.own is not None else {}),
         }
 
     @property
     def answer_threshold(self) -> float:
-        """The threshold on the p(no answer) that decides an answer: the cross-encoder's where
-        there is one, else the network's."""
-        return self.threshold if self.cross is None else self.cross.threshold
+        """The threshold on the p(no answer) that decides an answer: the own reader's where there
+        is one, else the network's."""
+        return self.threshold if self.own is None else self.own.threshold
 
-    def judge(self, triples: list[Triple], x: np.ndarray) -> np.ndarray:
-        """``p(no answer)`` of (context, question, start, end) ``triples``: the cross-encoder's,
-        where the verifier has one, else the network's on their features ``x``."""
-        if self.cross is not None:
-            return self.cross.probability(triples) if triples else np.zeros(0, np.float32)
-        return self.probability(x)
+    def judge(self, pairs: list[tuple[str, str]], x: np.ndarray) -> np.ndarray:
+        """``p(no answer)`` of (context, question) ``pairs``: the own reader's where the verifier
+        has one (joined with the network's on their features ``x`` where it is a join), else the
+        network's on ``x``."""
+        if self.own is None:
+            return self.probability(x)
+        if not pairs:
+            return np.zeros(0, np.float64)
+        return self.own.probability(pairs, None if self.own.join is None else self.probability(x))
 
     @classmethod
     def from_json(
         cls, d: dict, where: str = "the model file", threads: int | None = None, spin: bool = True
     ) -> Verifier:
         """The verifier of the model file ``where`` from its metadata ``d``, with its collection
-        verifier; a cross-encoder it names is loaded from beside that file (``threads`` and
-        ``spin`` as the reader's)."""
-        cross = CrossVerifier.from_json(d["cross"], where, threads, spin) if d.get("cross") else None
+        verifier; the own reader it names is loaded from beside that file (``threads`` as the
+        reader's; ``spin`` is the span reader's onnxruntime setting, kept for its callers)."""
+        if d.get("cross"):
+            raise ValueError(
+                f"{where}: its verifier names issue 62's cross-encoder, which this rckit no longer reads: "
+                "take it out (rckit verifier --remove --into FILE) or put rckit's own reader in its place "
+                "(rckit verifier --own READER --into FILE)"
+            )
+        own = OwnVerifier.from_json(d["own"], where, threads) if d.get("own") else None
         collection = CollectionVerifier.from_json(d["collection"], where) if d.get("collection") else None
-        verifier = super().from_json(d, where, collection=collection, cross=cross)
+        verifier = super().from_json(d, where, collection=collection, own=own)
         if d.get("features_version", 1) != FEATURES_VERSION:  # the same names, computed otherwise
             raise ValueError(
                 f"{where}: its verifier computes its features as rckit's version "

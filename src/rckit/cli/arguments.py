@@ -92,6 +92,18 @@ def model_source(args: argparse.Namespace) -> str | None:
     return args.run if args.run is not None else args.model
 
 
+def found_file(data_dir: str | None, given: str | None, folder: str, pattern: str) -> Path:
+    """``given``, or the first file of ``data_dir/folder`` (else ``data_dir``) matching ``pattern``."""
+    if given:
+        return Path(given)
+    if not data_dir:
+        raise ValueError(f"give --data-dir, or the file ({pattern}) itself")
+    hits = sorted((Path(data_dir) / folder).glob(pattern)) or sorted(Path(data_dir).glob(pattern))
+    if not hits:
+        raise FileNotFoundError(f"{data_dir}: no {folder}/{pattern}")
+    return hits[0]
+
+
 def abstain_options(p: argparse.ArgumentParser) -> None:
     """``--always-answer`` and ``--no-answer-threshold``: whether and when a model that can say
     "no answer" (a verifier beside it, :mod:`rckit.answering.verifier`, or a null) does."""

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rckit.cli.arguments import model_option, model_source
-from rckit.cli.verifier_cross import cross_encoder_flags, fine_tune, found_file, install_cross
+from rckit.cli.arguments import found_file, model_option, model_source
+from rckit.cli.verifier_own import install_own, own_reader_flags
 from rckit.model_files.source import export_format
 
 if TYPE_CHECKING:
@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "train, pairs made from it (and, with --made, questions made by rule), the training quarter of SQuAD "
         "v2.0 dev; its threshold is chosen on the tuning quarter; the evaluation half (odd articles) is never read. "
         "--into puts it into exported model files (.safetensors, .onnx), which then abstain by default. --from puts "
-        "a saved verifier into files; --remove takes it out."
+        "a saved verifier into files; --remove takes it out. --own READER puts rckit's own reader beside it, to decide "
+        "in the network's place or joined with it."
     )
     p.add_argument("run", nargs="?", metavar="SOURCE", help="the reader: a run, an exported file, or an installed name")
     model_option(p, "an installed model by name (rckit models), a run or a file; the same as SOURCE")
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _training_flags(p)
     _file_flags(p)
     p.add_argument("--device", default="cpu")
-    cross_encoder_flags(p)
+    own_reader_flags(p)
 
 
 def _data_flags(p: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def _training_flags(p: argparse.ArgumentParser) -> None:
         "--made",
         metavar="MADE.json",
         help="unanswerable questions made by rule (rckit prepare squad-unanswerable) to train on besides, "
-        "up to --per-kind of each rule (with --cross-encoder: --made-sample of them, each beside its source)",
+        "up to --per-kind of each rule",
     )
     p.add_argument(
         "--default-threshold",
@@ -92,10 +93,8 @@ def _file_flags(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rckit.answering.verifier import Verifier
 
-    if args.cross_encoder:
-        if not args.into:
-            return fine_tune(args)
-        put_into(args.into, install_cross(args))
+    if args.own:
+        put_into(args.into, install_own(args))
         return 0
     if args.remove:
         if not args.into:

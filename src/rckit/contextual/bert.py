@@ -1,6 +1,6 @@
 """The contextual encoder as a plain PyTorch module: BERT's encoder (Devlin et al. 2019), read
 from the encoder's ``model.safetensors``; frozen when it gives a reader its states, fine-tuned
-when it is the answer verifier's cross-encoder (:mod:`rckit.models.cross_encoder`).
+when it is rckit's own reader (:mod:`rckit.models.encoder_reader`).
 
 For pieces ``x_1..x_P`` (with [CLS] and [SEP]), segments ``s_t`` (0 for every piece, unless a
 second text follows the first [SEP]) and layer ``l = 1..L``::
@@ -12,8 +12,8 @@ second text follows the first [SEP]) and layer ``l = 1..L``::
 
 :meth:`BertEncoder.forward` returns the states of the layers asked for (0 = the embeddings' output),
 running no layer above the highest of them: a reader that mixes the lower layers pays for them
-only. :meth:`BertEncoder.encode` starts from the word vectors ``E_word[x]`` already looked up (a
-cross-encoder exported without its word table). Dropout (``hidden_dropout_prob`` after each
+only. :meth:`BertEncoder.encode` starts from the word vectors ``E_word[x]`` already looked up (as
+:meth:`rckit.models.encoder_reader.EncoderReader.point` reads them). Dropout (``hidden_dropout_prob`` after each
 sub-layer's projection, ``attention_probs_dropout_prob`` on the attention weights, as BERT's) acts
 only in training mode. The weights' names are those of the Hugging Face BERT checkpoints (``embeddings.*``,
 ``encoder.layer.N.*``), so the module loads any such file; its pooler is not used.

@@ -16,7 +16,6 @@ differ between asking one at a time and in batches (BENCHMARKS.md, "The encoder 
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import sys
@@ -37,8 +36,9 @@ def build_graph(files: EncoderFiles, layers: tuple[int, ...], out: str | Path, r
 
     ``rows``: each MatMul of an activation by a weight in int8, the activation quantized by rows (each
     piece's vector by its own largest magnitude, symmetric, 8 bits) and the weight by output channels
-    (7 bits, as :func:`quantize_weights`): a piece's states then depend on its own text only, never on
-    which texts share its batch or how wide they are padded."""
+    (7 bits: on a CPU without VNNI the u8 x s8 products of 8-bit weights saturate in pairs): a
+    piece's states then depend on its own text only, never on which texts share its batch or how
+    wide they are padded."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -251,34 +251,6 @@ def encoder_graph(files: EncoderFiles, layers: tuple[int, ...], int8: bool, cach
         raise
     print(f" {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return path
-
-
-def quantize_weights(fp32: Path, out: Path, exclude: list[str]) -> Path:
-    """The MatMul weights of the graph ``fp32`` in int8 at ``out`` (onnxruntime's dynamic quantization:
-    activations quantized per call), but for the nodes named in ``exclude`` (products of two activations).
-    The cross-encoder verifier's graph is quantized so."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    root = logging.getLogger()  # the quantizer's advice on pre-processing goes to the root logger
-    level, root.level = root.level, logging.ERROR
-    try:
-        quantize_dynamic(
-            str(fp32),
-            str(out),
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul"],
-            nodes_to_exclude=exclude,
-            # Per output channel: a scale for each column of a weight (on all-MiniLM-L6-v2 the states' mean
-            # error from fp32 falls from 0.087 to 0.039 against a mean size of 0.35).
-            per_channel=True,
-            # 7-bit weights: on a CPU without VNNI (AVX2) the u8 x s8 products of 8-bit weights saturate
-            # in pairs, and the page's own question was answered otherwise there ("King Ptolemy V" for
-            # Champollion); with 7 bits every machine agrees.
-            reduce_range=True,
-        )
-    finally:
-        root.setLevel(level)
-    return out
 
 
 class OnnxRunner:

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rckit.answering.answer import Answer, FoundAnswer, Passage
-from rckit.answering.cross_verifier import CrossVerifier
+from rckit.answering.own_verifier import OwnVerifier
 from rckit.answering.reader import Reader
 from rckit.answering.verifier import CollectionVerifier
 from rckit.answering.verifier_features import collection_features
 from rckit.retrieval.store import Hit, PassageStore
 
 DEFAULT_PASSAGES = 20
-CROSS_CANDIDATES = 3  # a collection's best answers that a cross-encoder verifier reads
+OWN_CANDIDATES = 3  # a collection's best answers that the verifier's own reader reads
 # The best of the weights tried on SQuAD training questions (RESULTS.md, "Asking a collection").
 DEFAULT_RETRIEVER_WEIGHT = 0.25
 
@@ -62,26 +62,25 @@ class Retrieved:
         top_k: int,
         retriever_weight: float,
         verifier: CollectionVerifier | None = None,
-        cross: tuple[CrossVerifier, float] | None = None,
+        own: tuple[OwnVerifier, float] | None = None,
     ) -> list[list[FoundAnswer]]:
         """Each question's ``top_k`` best answers (:func:`rank`), given the reader's ``answers``
-        to :attr:`pairs`, in their order; ``verifier``: the reader's collection verifier;
-        ``cross``: its cross-encoder and threshold, which check the best answers (:func:`checked`)."""
+        to :attr:`pairs`, in their order; ``verifier``: the reader's collection verifier; ``own``:
+        its own reader and threshold, which check the best answers (:func:`checked`)."""
         read = iter(answers)
         questions = self.questions or [None] * len(self.hits)
+        passages = [[(h, next(read)) for h in hits] for hits in self.hits]
         ranked = [
-            rank(
-                [(h, next(read)) for h in hits],
-                top_k if cross is None else max(top_k, CROSS_CANDIDATES),
-                retriever_weight,
-                q,
-                verifier,
-            )
-            for hits, q in zip(self.hits, questions)
+            rank(read_here, top_k if own is None else max(top_k, OWN_CANDIDATES), retriever_weight, q, verifier)
+            for read_here, q in zip(passages, questions)
         ]
-        if cross is None:
+        if own is None:
             return ranked
-        return checked(ranked, questions, cross, top_k)
+        # the feature network's p(no answer) of each passage (read with own=False): a join reads it
+        p_features = [
+            {h.passage_id: got[0]["no_answer_probability"] for h, got in read_here if got} for read_here in passages
+        ]
+        return checked(ranked, questions, own, top_k, p_features)
 
 
 def retrieve(store: PassageStore, questions: list[str], passages: int) -> Retrieved:
@@ -141,9 +140,9 @@ class Collection:
         results = []
         for lo in range(0, len(questions), chunk):  # bounded memory for a file of questions
             found = retrieve(self.store, questions[lo : lo + chunk], passages)
-            answers = self.reader.answer_batch(found.pairs, top_k, cross=False) if found.pairs else []
+            answers = self.reader.answer_batch(found.pairs, top_k, own=False) if found.pairs else []
             results += found.rank(
-                answers, top_k, self.retriever_weight, self.reader.collection_verifier, self.reader.cross_verifier
+                answers, top_k, self.retriever_weight, self.reader.collection_verifier, self.reader.own_verifier
             )
         return results
 
@@ -199,26 +198,29 @@ def rank(
 
 
 def checked(
-    ranked: list[list[FoundAnswer]], questions: list[str | None], cross: tuple[CrossVerifier, float], top_k: int
+    ranked: list[list[FoundAnswer]],
+    questions: list[str | None],
+    own: tuple[OwnVerifier, float],
+    top_k: int,
+    p_features: list[dict[int, float | None]],
 ) -> list[list[FoundAnswer]]:
-    """Each question's best :data:`CROSS_CANDIDATES` answers read by the cross-encoder in their
-    passages (one batched call for all questions): those it accepts (p(no answer) at most the
-    threshold) are kept in their order, the first ``top_k``, each with its probability; where it
-    accepts none, no answer in these documents (with the lowest of its probabilities). An
-    abstention already made stays."""
-    verifier, threshold = cross
+    """Each question's best :data:`OWN_CANDIDATES` answers judged by the verifier's own reader on
+    their passages (one batched read for all questions; ``p_features``: each question's passages'
+    feature-network p(no answer) by passage id, which a joined verifier reads beside its own): those
+    it accepts (p(no answer) at most the threshold) are kept in their order, the first ``top_k``,
+    each with its probability; where it accepts none, no answer in these documents (with the
+    lowest of its probabilities). An abstention already made stays."""
+    verifier, threshold = own
     todo = [
         (i, a)
         for i, (answers, q) in enumerate(zip(ranked, questions))
         if q is not None
-        for a in answers[:CROSS_CANDIDATES]
+        for a in answers[:OWN_CANDIDATES]
         if a["start"] is not None and a["passage"] is not None
     ]
     p = verifier.probability(
-        [
-            (a["passage"]["text"], questions[i], a["start"] - a["passage"]["start"], a["end"] - a["passage"]["start"])
-            for i, a in todo
-        ]
+        [(a["passage"]["text"], questions[i]) for i, a in todo],
+        [p_features[i][a["passage"]["id"]] for i, a in todo] if verifier.join is not None else None,
     )
     judged: dict[int, list[tuple[FoundAnswer, float]]] = {}
     for (i, a), pa in zip(todo, p.tolist()):

@@ -350,8 +350,8 @@ def add_index_routes(app: FastAPI, config: ServeConfig, requests: Requests, serv
         req = requests.parse_ask(await read_body(request, config.max_body_bytes))
         m = chosen(served, req.model)
         found = retrieve(app.state.index, [req.question], req.passages)
-        spans = await read(m.batcher, found.pairs, req.top_k, None, cross=False) if found.pairs else []
-        answers = found.rank(spans, req.top_k, retriever_weight, m.reader.collection_verifier, m.reader.cross_verifier)
+        spans = await read(m.batcher, found.pairs, req.top_k, None, own=False) if found.pairs else []
+        answers = found.rank(spans, req.top_k, retriever_weight, m.reader.collection_verifier, m.reader.own_verifier)
         answers = answers[0]
         ms = (time.perf_counter() - t0) * 1000
         return JSONResponse({"answers": answers, "model": m.name, "ms": round(ms, 2)})
@@ -473,13 +473,13 @@ def allowed_methods(request: Request) -> str:
 
 
 async def read(
-    batcher: Batcher, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None, cross: bool = True
+    batcher: Batcher, pairs: list[tuple[str, str]], top_k: int, max_answer_len: int | None, own: bool = True
 ) -> list:
     """The batcher's answers to ``pairs``, or the :class:`ApiError` of this request: 413 for too
     much work, 503 past the time limit, 500 where the model failed (the server goes on).
-    ``cross``: as :meth:`rckit.answering.reader.Reader.answer_batch`'s."""
+    ``own``: as :meth:`rckit.answering.reader.Reader.answer_batch`'s."""
     try:
-        return await batcher.submit(pairs, top_k, max_answer_len, cross)
+        return await batcher.submit(pairs, top_k, max_answer_len, own)
     except TooMuchWork as e:
         raise ApiError(413, str(e)) from None
     except RequestTimeout as e:

@@ -81,7 +81,7 @@ class Submission:
     max_answer_len: int | None
     future: asyncio.Future = field(repr=False)  # its answers
     arrived: float = 0.0  # event-loop time
-    cross: bool = True  # a cross-encoder verifier judges each pair (False: a collection's passages)
+    own: bool = True  # the verifier's own reader judges each pair (False: a collection's passages)
     chars: int = 0  # its contexts' length: a long one is planned alone
 
     def __post_init__(self):
@@ -175,13 +175,13 @@ class Batcher:
         return len(self._to_plan) + len(self._waiting)
 
     async def submit(
-        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None, cross: bool = True
+        self, pairs: list[tuple[str, str]], top_k: int = 1, max_answer_len: int | None = None, own: bool = True
     ) -> list[list[dict]]:
-        """The answers to ``pairs``, one best-first list of at most ``top_k`` per pair (``cross``:
+        """The answers to ``pairs``, one best-first list of at most ``top_k`` per pair (``own``:
         :meth:`rckit.answering.reader.Reader.answer_batch`'s)."""
         self.start()
         loop = asyncio.get_running_loop()
-        submission = Submission(list(pairs), top_k, max_answer_len, loop.create_future(), loop.time(), cross)
+        submission = Submission(list(pairs), top_k, max_answer_len, loop.create_future(), loop.time(), own)
         self._to_plan.append(submission)
         self._wake.set()
         self._plan_wake.set()
@@ -200,7 +200,7 @@ class Batcher:
         if submission.future.done():
             return
         if not isinstance(job, BaseException):
-            job.cross = submission.cross
+            job.own = submission.own
         if isinstance(job, BaseException):
             submission.future.set_exception(job)
         elif job.work > self.config.max_work:

@@ -60,7 +60,7 @@ def read_questions(
     out = []
     for lo in range(0, len(qs), 32):
         found = retrieve(index, [qa["question"] for qa, _ in qs[lo : lo + 32]], passages)
-        got = iter(reader.answer_batch(found.pairs, cross=False) if found.pairs else [])
+        got = iter(reader.answer_batch(found.pairs, own=False) if found.pairs else [])
         out += [[(h, next(got)) for h in hs] for hs in found.hits]
         if progress is not None:
             progress(min(lo + 32, len(qs)), len(qs))

@@ -19,7 +19,7 @@ figures come from the first contexts of the evaluation split and their questions
 mean squared error and the share of the teacher's variance the student leaves unexplained
 (``1 - R^2``).
 
-**The run** (:func:`distill`) is resumable and time-budgeted as the cross-encoder's: ``DIR/last.pt``
+**The run** (:func:`distill`) is resumable and time-budgeted (:mod:`rckit.training.steps`): ``DIR/last.pt``
 holds the student, AdamW, the step and the data order's seed (each epoch's order drawn from
 ``seed + epoch``); ``DIR/encoder/`` the best student so far by held-out error, an encoder folder
 that ``--contextual DIR/encoder`` reads; ``DIR/log.jsonl`` a line per evaluation. The word

@@ -3,7 +3,7 @@
 The reading models' engine (:mod:`rckit.training.loop`) takes Adam or RMSProp with L2
 (:func:`make_optimizer`) and the papers' schedule: an inverse-exponential warm-up, a constant rate,
 then a straight line down to 0 (:func:`lr_factor`). The runs of planned steps
-(:mod:`rckit.training.steps`: the student's distillation, the cross-encoder's fine-tuning) take
+(:mod:`rckit.training.steps`: the student's distillation, rckit's own reader's fine-tuning) take
 AdamW with decay on the matrices only (:func:`adamw`) and BERT's linear warm-up and decay
 (:func:`linear_schedule`).
 """

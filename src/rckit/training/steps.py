@@ -1,6 +1,6 @@
 """A resumable, time-budgeted run of a planned number of steps: the shape shared by the student's
-distillation (:mod:`rckit.training.distill`) and the cross-encoder's fine-tuning
-(:mod:`rckit.training.cross_verifier`). The reading models' own engine is :mod:`rckit.training.loop`.
+distillation (:mod:`rckit.training.distill`) and rckit's own reader's fine-tuning
+(:mod:`rckit.training.encoder_reader`). The reading models' own engine is :mod:`rckit.training.loop`.
 
 The job brings its optimiser and schedule; both jobs take AdamW and the linear schedule
 (:func:`adamw_run`).
