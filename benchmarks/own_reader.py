@@ -4,7 +4,9 @@
         [--limit N] [--latency 100] [--out figures.json]
 
 SOURCE: a reader file (``rckit-pointer-1``), or a fine-tuning run folder or its carry, exported
-first to an int8 file beside ``--out`` (as it would ship). Prints one JSON object:
+first to an int8 file beside ``--out`` (as it would ship); or, for the same figures of the reader
+beside it, ``default``, an installed model's name or a span reader's file (its threshold and
+p(no answer) its verifier's). Prints one JSON object:
 
 - ``v11_dev``: SQuAD v1.1 dev, every question (``--limit``: the first N), always answering, EM/F1;
   and the same without v2.0 dev's training-quarter questions (the run trained on those);
@@ -56,7 +58,7 @@ def questions(raw: dict, limit: int | None = None) -> tuple[list[str], list[tupl
     return ids[:limit], pairs[:limit], unanswerable[:limit]
 
 
-def judged(reader: PointerReader, raw: dict, version: str, threshold: float, limit: int | None = None) -> dict:
+def judged(reader, raw: dict, version: str, threshold: float, limit: int | None = None) -> dict:
     """Official figures of ``raw`` at ``threshold``, always answering, and (v2.0) the AUC and the
     best threshold on the set itself."""
     ids, pairs, unanswerable = questions(raw, limit)
@@ -84,7 +86,7 @@ def _short(scores: dict) -> dict:
     return {k: scores.get(k) for k in ("f1", "HasAns_f1", "NoAns_f1")}
 
 
-def latency(reader: PointerReader, raw: dict, n: int) -> dict:
+def latency(reader, raw: dict, n: int) -> dict:
     """ms for one new paragraph's first question, asked alone."""
     paras = [p for a in raw["data"] for p in a["paragraphs"]][:n]
     reader.answer(paras[0]["context"], paras[0]["qas"][0]["question"])  # warm up
@@ -99,6 +101,23 @@ def latency(reader: PointerReader, raw: dict, n: int) -> dict:
 def page_passage() -> str:
     html = (ROOT / "src" / "rckit" / "serve" / "static" / "index.html").read_text(encoding="utf-8")
     return re.search(r'<textarea id="context"[^>]*>(.*?)</textarea>', html, re.S).group(1)
+
+
+def readers(source: str, out: Path, threshold: float | None):
+    """(the reader always answering, its threshold, a function of a threshold giving it abstaining
+    there, what it was read from) of ``source`` (module docstring)."""
+    given = Path(source)
+    ours = given.is_dir() or (given.is_file() and (is_reader_file(given) or ".carry." in given.name))
+    if not ours:  # the default, an installed name, a span reader's file
+        from rckit.answering.reader import Reader
+
+        name = None if source == "default" else source
+        reader = Reader.load(name, always_answer=True)
+        own = reader.verifier.answer_threshold if reader.verifier is not None else 1.0
+        return reader, own, lambda t: Reader.load(name, no_answer_threshold=t), reader.info.get("source")
+    path = reader_file(source, out, threshold if threshold is not None else 0.5)
+    reader = PointerReader.load(path, always_answer=True)
+    return reader, reader.info["threshold"], lambda t: PointerReader.load(path, no_answer_threshold=t), str(path)
 
 
 def reader_file(source: str, out: Path, threshold: float) -> Path:
@@ -123,9 +142,8 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    path = reader_file(args.model, out, args.threshold if args.threshold is not None else 0.5)
-    reader = PointerReader.load(path, always_answer=True)
-    threshold = args.threshold if args.threshold is not None else reader.info["threshold"]
+    reader, own_threshold, abstaining, path = readers(args.model, out, args.threshold)
+    threshold = args.threshold if args.threshold is not None else own_threshold
     data = Path(args.data_dir)
     v11 = load_json(data / "squad-v1.1" / "dev-v1.1.json.gz")
     v2 = load_json(data / "squad-v2.0" / "dev-v2.0.reconstructed.json.gz")
@@ -144,7 +162,7 @@ def main() -> None:
         if file.is_file():
             figures[name] = judged(reader, load_json(file), "2.0", threshold)
             figures[name].pop("spans")
-    answers = PointerReader.load(path, no_answer_threshold=threshold).answer(page_passage(), list(PAGE_QUESTIONS))
+    answers = abstaining(threshold).answer(page_passage(), list(PAGE_QUESTIONS))
     figures["page"] = [
         {"question": q, "answer": got[0]["answer"], "no_answer_probability": got[0]["no_answer_probability"]}
         for q, got in zip(PAGE_QUESTIONS, answers)

@@ -12,7 +12,8 @@ join is fitted) and its evaluation half (odd articles: where it is judged, never
 - ``own``: the reader file, its spans and its calibrated p(no answer);
 - ``own_as_verifier``: the default's spans, abstaining by the own reader's p(no answer);
 - ``joined``: the default's spans, abstaining by ``sigmoid(w . [logit p_default, logit p_own] + b)``,
-  the weights fitted on the tuning quarter (logistic regression by Newton's method).
+  the weights fitted on the tuning quarter (:func:`rckit.training.own_verifier.fit_logistic`: what
+  ``rckit verifier --own`` puts into a file).
 
 For each: the evaluation half's ROC AUC of the probability for its unanswerable questions, and its
 official v2.0 F1 / HasAns F1 / NoAns F1 at the threshold that gives the best F1 on the tuning
@@ -28,34 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
+from rckit.answering.own_verifier import joined, logit
 from rckit.answering.pointer_reader import PointerReader
 from rckit.answering.reader import Reader
 from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json
 from rckit.evaluation.auc import auc
 from rckit.evaluation.squad_metrics import score_predictions
+from rckit.training.own_verifier import fit_logistic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from own_reader import questions  # noqa: E402 (this folder's script)
-
-EPS = 1e-6
-
-
-def logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, np.float64), EPS, 1 - EPS)
-    return np.log(p / (1 - p))
-
-
-def fit_logistic(x: np.ndarray, y: np.ndarray, steps: int = 50, ridge: float = 1e-3) -> np.ndarray:
-    """Weights (the last one the bias) of a logistic regression of ``y`` on ``x``, by Newton's method."""
-    X = np.hstack([x, np.ones((len(x), 1))])
-    w = np.zeros(X.shape[1])
-    for _ in range(steps):
-        p = 1 / (1 + np.exp(-np.clip(X @ w, -60, 60)))
-        grad = X.T @ (p - y) + ridge * w
-        hess = (X * (p * (1 - p))[:, None]).T @ X + ridge * np.eye(len(w))
-        w -= np.linalg.solve(hess, grad)
-    return w
 
 
 def at(spans: dict[str, str], p_null: dict[str, float], threshold: float) -> dict[str, str]:
@@ -120,9 +104,8 @@ def main() -> None:
 
     def joined_p(name: str, w: np.ndarray) -> dict[str, float]:
         ids = parts[name][1]
-        x = np.stack([logit([read[who][name][1][q] for q in ids]) for who in ("default", "own")], axis=1)
-        z = np.clip(x @ w[:-1] + w[-1], -60, 60)
-        return dict(zip(ids, (1 / (1 + np.exp(-z))).tolist()))
+        p = [[read[who][name][1][q] for q in ids] for who in ("default", "own")]
+        return dict(zip(ids, joined(p[0], p[1], tuple(w)).tolist()))
 
     t_ids = parts["tune"][1]
     x_tune = np.stack([logit([read[who]["tune"][1][q] for q in t_ids]) for who in ("default", "own")], axis=1)
