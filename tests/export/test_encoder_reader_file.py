@@ -156,6 +156,8 @@ def test_rckit_export_writes_a_runs_best_or_last_step(encoder, run, tmp_path, ca
     assert "its ONNX graph is built from that file" in capsys.readouterr().err
     (folder / "config.json").write_text("{}")  # a reading model's run folder is not taken for one
     assert not is_reader_run(folder)
+    assert main(["export", str(folder), "--step", "last", "--out", str(tmp_path / "y.safetensors")]) == 2
+    assert "--step, --threshold and --encoder are for a run of rckit finetune" in capsys.readouterr().err
     other = tmp_path / "distilled"  # rckit distill's run folder: refused, not half-read
     other.mkdir()
     torch.save({"model": {}, "config": {"max_pieces": 40, "n_layers": 2}, "step": 3}, other / "last.pt")

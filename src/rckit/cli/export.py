@@ -56,14 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     own.add_argument(
         "--step",
         choices=["best", "last"],
-        default="best",
         help="the run's best step on the tuning quarter (default) or its latest weights (a finished run's "
         "last step), each with the calibration of its no-answer margin from the run's log",
     )
-    own.add_argument(
-        "--threshold", type=float, default=0.5, help="p(no answer) above which the file abstains (default 0.5)"
-    )
-    own.add_argument("--encoder", default="minilm", help="the encoder the run fine-tuned (default minilm)")
+    own.add_argument("--threshold", type=float, help="p(no answer) above which the file abstains (default 0.5)")
+    own.add_argument("--encoder", help="the encoder the run fine-tuned (default minilm)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     if is_reader_run(given):
         return _own_reader(args, given, fmt)
+    if args.step or args.threshold is not None or args.encoder:
+        raise ValueError(f"--step, --threshold and --encoder are for a run of rckit finetune, and {given} is not one")
     source = pytorch_source(given)  # 'bundled' or a name: an installed model's .safetensors file
     if fmt == "onnx":
         from rckit.export.onnx import export_onnx  # imports PyTorch
@@ -116,15 +115,16 @@ def _own_reader(args: argparse.Namespace, source: str, fmt: str) -> int:
             f"{source}: rckit's own reader is one .safetensors file; its ONNX graph is built from that file "
             "on first use where PyTorch is not installed: give --out FILE.safetensors"
         )
-    if not 0.0 <= args.threshold <= 1.0:
-        raise ValueError(f"--threshold {args.threshold}: a probability, between 0 and 1")
-    meta = export_reader(source, find_encoder(args.encoder), args.out, args.threshold, args.step)
+    threshold = 0.5 if args.threshold is None else args.threshold
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"--threshold {threshold}: a probability, between 0 and 1")
+    meta = export_reader(source, find_encoder(args.encoder or "minilm"), args.out, threshold, args.step or "best")
     size = Path(args.out).stat().st_size
     tuning = meta["tuning"]
     print(f"wrote {args.out}: {size / 2**20:.1f} MiB ({size:,} bytes, int8 rows), sha256 {file_digest(args.out)}")
     print(
         f"  step {meta['step']:,}: v1.1 dev subset F1 {tuning.get('dev_f1', float('nan')):.2f}, tuning quarter "
         f"AUC {tuning.get('tune_auc', float('nan')):.3f}, F1 {tuning.get('tune_f1', float('nan')):.2f}; "
-        f"abstains above p(no answer) {args.threshold}"
+        f"abstains above p(no answer) {threshold}"
     )
     return 0
