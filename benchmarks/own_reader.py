@@ -9,7 +9,9 @@ same figures of the reader beside it, ``default``, an installed model's name or 
 file (its threshold and p(no answer) its verifier's). Prints one JSON object:
 
 - ``v11_dev``: SQuAD v1.1 dev, every question (``--limit``: the first N), always answering, EM/F1;
-  and the same without v2.0 dev's training-quarter questions (the run trained on those);
+  at the threshold and over thresholds 0.05-0.95, EM/F1 and the share answered (every question
+  has an answer: what abstaining costs); and always answering without v2.0 dev's training-quarter
+  questions (the run trained on those);
 - ``v2_eval_half``: SQuAD v2.0 dev's evaluation half (odd articles: never trained, tuned or chosen
   on), official v2.0 figures at the threshold, the ROC AUC of ``p(no answer)`` for its
   unanswerable questions, and the official best-threshold F1 on the half itself (an upper bound,
@@ -68,6 +70,9 @@ def judged(reader, raw: dict, version: str, threshold: float, limit: int | None 
     p_null = {q: p for q, (_, p) in zip(ids, best)}
     raw = only_questions(raw, set(ids)) if limit else raw
     out = {"questions": len(ids), "always_answering": score_predictions(raw, spans, version), "spans": spans}
+    if version == "1.1":  # every question has an answer: what abstaining costs, at the threshold and over it
+        out["at_threshold"] = {"threshold": threshold, **_answered(raw, spans, p_null, threshold)}
+        out["curve"] = [_answered(raw, spans, p_null, t) for t in CURVE]
     if version == "2.0":
         out["at_threshold"] = {"threshold": threshold, **score_predictions(raw, at(spans, p_null, threshold), "2.0")}
         out["abstained_unanswerable"] = 100 * float(
@@ -81,6 +86,13 @@ def judged(reader, raw: dict, version: str, threshold: float, limit: int | None 
 
 def at(spans: dict[str, str], p_null: dict[str, float], threshold: float) -> dict[str, str]:
     return {q: "" if p_null[q] > threshold else text for q, text in spans.items()}
+
+
+def _answered(raw: dict, spans: dict[str, str], p_null: dict[str, float], threshold: float) -> dict:
+    kept = at(spans, p_null, threshold)
+    scores = score_predictions(raw, kept, "1.1")
+    answered = sum(1 for text in kept.values() if text) / max(1, len(kept))
+    return {"threshold": threshold, "exact_match": scores["exact_match"], "f1": scores["f1"], "answered": answered}
 
 
 def _short(scores: dict) -> dict:
