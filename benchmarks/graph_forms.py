@@ -4,7 +4,7 @@ exported with all of them, and with each one left out in turn, timed side by sid
     python benchmarks/graph_forms.py [SOURCE] [--out-dir runs/graph-forms] [--data DEV.json]
         [--threads 1] [--repeat 600] [--rounds 3] [--batch-questions 512]
 
-SOURCE: what ``rckit export`` takes (default: ``bundled``, the installed model). Each export is
+SOURCE: what ``rckit export`` takes (default: ``qanet``, the installed QANet). Each export is
 checked against PyTorch as ``rckit export`` checks it; then ``benchmarks/onnx_reader.py`` times
 the files in turns in one process (one question on load_serve.py's paragraph, median and p90 ms;
 with ``--data``, batch-32 questions/s). Prints one JSON line per file, ``forms`` naming the graph
@@ -21,14 +21,14 @@ from pathlib import Path
 
 from rckit import kernels
 from rckit.export.onnx import export_onnx
-from rckit.model_files.source import open_model
+from rckit.model_files.source import pytorch_source
 
 HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("source", nargs="?", default="bundled")
+    ap.add_argument("source", nargs="?", default="qanet")
     ap.add_argument("--out-dir", default="runs/graph-forms")
     ap.add_argument("--data", help="SQuAD file for the checks and the batch-32 figure")
     ap.add_argument("--threads", type=int, default=1)
@@ -45,7 +45,7 @@ def main() -> None:
     for name, spec in specs.items():
         path = out / f"{name}.onnx"
         with kernels.use(spec):
-            got = export_onnx(open_model(args.source).path, path, check_data=args.data)
+            got = export_onnx(pytorch_source(args.source), path, check_data=args.data)
         files[str(path)] = {"forms": spec, "max_abs_logit_diff": got["check"]["max_abs_logit_diff"]}
     cmd = [
         sys.executable,

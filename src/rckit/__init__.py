@@ -37,7 +37,7 @@ def _reader(source: str):
 def answer(context: str, question: str | list[str], top_k: int = 1, model=None) -> list[dict] | list[list[dict]]:
     """The ``top_k`` best answers to ``question`` about ``context`` (:meth:`Reader.answer`).
 
-    ``model``: None (the default model: ``$RCKIT_MODEL`` or the installed ``qanet``), an installed
+    ``model``: None (the default model: ``$RCKIT_MODEL`` or the installed ``minilm_reader``), an installed
     model's name (``"dcn"``; ``rckit models`` lists them), a run directory or exported file (loaded
     once and kept), or a :class:`Reader`.
     """

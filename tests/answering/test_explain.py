@@ -26,12 +26,12 @@ from rckit.layers import coattention
 from rckit.layers.coattention import Coattention
 from rckit.layers.embedding import PartiallyFrozenEmbedding
 from rckit.layers.masking import mask_logits
-from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 from rckit.models import MODELS
 from rckit.models.contract import ReadingModel, SpanOutput
 from rckit.models.dcn import DynamicDecoder
 from tests.answering.test_reader import FILLER, marker_vocabs
 from tests.conftest import TINY
+from tests.model_files.test_bundled import QANET, QANET_ONNX
 
 KEYS = {
     "model",
@@ -385,12 +385,12 @@ def test_rckit_explain_prints_the_explanation_as_json(tiny_run, capsys, tmp_path
 def test_an_onnx_reader_refuses_in_one_line_naming_the_pytorch_file(capsys):
     pytest.importorskip("onnxruntime", reason="the ONNX path needs onnxruntime (pip install 'rckit[onnx]')")
     with pytest.raises(ValueError, match="explaining needs the PyTorch model"):
-        Reader.load(BUNDLED_ONNX).explain("alpha beta gamma.", "what follows beta ?")
+        Reader.load(QANET_ONNX).explain("alpha beta gamma.", "what follows beta ?")
     capsys.readouterr()  # a fresh cache builds the encoder's graph on first use, and says so on stderr
-    assert main(["explain", str(BUNDLED_ONNX), "--context", "alpha beta gamma.", "--question", "what ?"]) == 2
+    assert main(["explain", str(QANET_ONNX), "--context", "alpha beta gamma.", "--question", "what ?"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "qanet-squad.onnx is an ONNX file" in err and "rckit[torch]" in err
-    assert f"rckit explain {BUNDLED}" in err  # the installed model's PyTorch file lies beside it
+    assert f"rckit explain {QANET}" in err  # the installed model's PyTorch file lies beside it
 
 
 def test_the_answering_modules_import_no_torch():
@@ -408,7 +408,7 @@ def test_without_a_model_rckit_explain_takes_the_installed_models_pytorch_file(m
     from rckit.cli.explain import torch_source
 
     monkeypatch.delenv("RCKIT_MODEL", raising=False)
-    assert torch_source(None) == BUNDLED  # the default may be its ONNX file, which cannot explain
+    assert torch_source(None) == QANET  # the default may be its ONNX file, which cannot explain
 
 
 @pytest.mark.parametrize("model", ["attentive_reader", "impatient_reader"])

@@ -273,8 +273,7 @@ def test_chinese_and_messy_text_is_answered_inside_the_text(reader):
 
 def test_without_a_default_model_the_error_says_how_to_get_one(monkeypatch, tmp_path):
     monkeypatch.delenv("RCKIT_MODEL", raising=False)
-    monkeypatch.setattr("rckit.model_files.source.BUNDLED", tmp_path / "qanet-squad.safetensors")
-    monkeypatch.setattr("rckit.model_files.source.BUNDLED_ONNX", tmp_path / "qanet-squad.onnx")
+    monkeypatch.setattr("rckit.model_files.source.BUNDLED", tmp_path / "minilm_reader-squad.safetensors")
     with pytest.raises(FileNotFoundError, match="no default model is installed.*RCKIT_MODEL=FILE") as e:
         Reader.load()
     assert "\n" not in str(e.value)

@@ -227,8 +227,7 @@ def test_predict_arguments_go_together(tiny_export, tmp_path, capsys):
 
 def test_predict_without_a_model_uses_rckit_model_or_says_how_to_get_one(tiny_export, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RCKIT_MODEL", raising=False)
-    monkeypatch.setattr("rckit.model_files.source.BUNDLED", tmp_path / "qanet-squad.safetensors")
-    monkeypatch.setattr("rckit.model_files.source.BUNDLED_ONNX", tmp_path / "qanet-squad.onnx")
+    monkeypatch.setattr("rckit.model_files.source.BUNDLED", tmp_path / "minilm_reader-squad.safetensors")
     ask = ["--context", "alpha beta gamma delta.", "--question", "what follows alpha ?"]
     code, out, err = _run(["predict", *ask], capsys)
     assert code == 2 and out == "" and err.startswith("rckit predict: no default model is installed")
@@ -259,8 +258,7 @@ def test_models_lists_the_default_and_a_directory(tiny_export, tmp_path, capsys,
     code, out, _ = _run(["models", tmp_path], capsys)
     assert code == 0 and "1 exported models" in out and "broken.safetensors" in out and "unreadable" in out
     monkeypatch.delenv("RCKIT_MODEL")
-    monkeypatch.setattr("rckit.model_files.source.BUNDLED", tmp_path / "qanet-squad.safetensors")
-    monkeypatch.setattr("rckit.model_files.source.BUNDLED_ONNX", tmp_path / "qanet-squad.onnx")
+    monkeypatch.setattr("rckit.model_files.source.BUNDLED", tmp_path / "minilm_reader-squad.safetensors")
     code, out, _ = _run(["models"], capsys)
     assert code == 0 and out.startswith("default model: none (no default model is installed")
     assert _run(["models", tmp_path / "nowhere"], capsys)[0] == 2

@@ -23,9 +23,9 @@ from fastapi.testclient import TestClient
 
 from rckit.answering.explanation import DEFAULT_STEPS, needs_torch
 from rckit.explain.common import KEYS
-from rckit.model_files.source import BUNDLED, BUNDLED_ONNX
 from rckit.serve.app import create_app
 from rckit.serve.config import ServeConfig
+from tests.model_files.test_bundled import QANET, QANET_ONNX
 from tests.serve.test_serve import start_server, stop_server, tiny_reader  # noqa: F401  (a fixture)
 
 CONTEXT = "The Rosetta Stone was found in 1799 near Rashid. Champollion read the hieroglyphs in 1822."
@@ -197,8 +197,8 @@ def onnx_reader():
     pytest.importorskip("onnxruntime", reason="the ONNX path needs onnxruntime (pip install 'rckit[onnx]')")
     from rckit.answering.reader import Reader
 
-    assert BUNDLED_ONNX.is_file() and BUNDLED.is_file()
-    return Reader.load(BUNDLED_ONNX)
+    assert QANET_ONNX.is_file() and QANET.is_file()
+    return Reader.load(QANET_ONNX)
 
 
 EIFFEL = (
@@ -225,16 +225,16 @@ def test_without_pytorch_an_onnx_server_answers_501_in_one_line_and_goes_on(onnx
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails, as where it is not installed
     with TestClient(create_app(onnx_reader, ServeConfig(access_log="off"))) as client:
         r = explain(client, {"context": EIFFEL, "question": "Who designed it?"})
-        assert r.status_code == 501 and r.json() == {"error": needs_torch(str(BUNDLED_ONNX))}
+        assert r.status_code == 501 and r.json() == {"error": needs_torch(str(QANET_ONNX))}
         assert "\n" not in r.json()["error"] and "pip install 'rckit[torch]'" in r.json()["error"]
-        assert str(BUNDLED) in r.json()["error"]  # the file that would explain
+        assert str(QANET) in r.json()["error"]  # the file that would explain
         assert client.post("/v1/answer", json={"context": EIFFEL, "question": "Who designed it?"}).status_code == 200
     monkeypatch.delitem(sys.modules, "torch")
 
     from rckit.answering.reader import Reader
 
     alone = tmp_path / "alone.onnx"  # an ONNX file with no .safetensors beside it
-    shutil.copyfile(BUNDLED_ONNX, alone)
+    shutil.copyfile(QANET_ONNX, alone)
     with TestClient(create_app(Reader.load(alone), ServeConfig(access_log="off"))) as client:
         r = explain(client, {"context": EIFFEL, "question": "Who designed it?"})
         assert r.status_code == 501 and r.json() == {"error": needs_torch(str(alone))}

@@ -133,7 +133,7 @@ def test_an_unknown_model_name_is_one_line_naming_the_installed_ones():
         text=True,
         timeout=60,
     )
-    assert run.returncode == 2 and "nosuch" in run.stderr and "installed: qanet" in run.stderr
+    assert run.returncode == 2 and "nosuch" in run.stderr and "installed: minilm_reader, qanet" in run.stderr
     run = subprocess.run(
         [sys.executable, "-m", "rckit", "serve", "some-run", "--model", "dcn", "--port", "0"],
         capture_output=True,
@@ -147,7 +147,7 @@ def test_an_unknown_model_name_is_one_line_naming_the_installed_ones():
 def test_sources_of_a_model_spec():
     assert sources(None) == [None] and sources("qanet") == ["qanet"] and sources("runs/x") == ["runs/x"]
     assert sources("all") == installed_models() and sources("dcn,qanet,dcn") == ["dcn", "qanet"]
-    with pytest.raises(FileNotFoundError, match="installed: qanet"):
+    with pytest.raises(FileNotFoundError, match="installed: minilm_reader, qanet"):
         sources("dcn,nosuch")
 
 

@@ -55,7 +55,7 @@ def test_a_real_server_answers_with_the_readers_file(reader_file, tmp_path):
         assert status == 200
         (entry,) = models["models"]
         assert entry["model"] == "encoder_reader" and entry["window"] == 40 and entry["parameters"] > 1000
-        assert entry["file"] == str(reader_file.resolve())
+        assert entry["file"] == str(reader_file.resolve()) and entry["explains"] is False  # the page hides "Inside"
         status, body = call(url, "v1/explain", {"context": PASSAGE, "question": PAIRS[0][1]})
         assert status == 501 and "cannot explain its answers yet" in body["error"]
         assert post(url, {"context": " ", "question": "what ?"}) == (422, {"error": "'context' is empty"})

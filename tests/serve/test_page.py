@@ -389,21 +389,62 @@ def test_the_page_says_the_page_or_section_beside_the_file(facts_server, browser
 
 @pytest.fixture(scope="module")
 def installed_server(tmp_path_factory):
-    """``rckit serve`` of the installed model (its ONNX file where onnxruntime is here, explained with the
-    ``.safetensors`` beside it); its URL."""
+    """``rckit serve`` with no model: the installed default, rckit's own reader; its URL."""
     proc, url = start_server([], tmp_path_factory.mktemp("installed") / "serve.log")
     yield url
     stop_server(proc)
 
 
 @pytest.mark.browser
-def test_the_page_looks_inside_an_answer(installed_server, browser):
+def test_the_installed_default_answers_the_pages_passage_and_abstains_where_it_is_silent(installed_server, browser):
+    """The page as it opens, asked of `rckit serve` with no model: "Who deciphered the hieroglyphs?"
+    is Champollion, marked; "Who won the 2018 World Cup?" is no answer, said in words with the
+    sentence nearest to the question underlined. The default cannot explain yet: no "Inside"."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(installed_server)
+    by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
+    assert by_id("question").get_property("value") == "Who deciphered the hieroglyphs?"
+    by_id("ask").click()  # the example passage the page opens with
+    _wait(browser, lambda d: d.execute_script("return document.body.dataset.state") in ("answered", "error"))
+    assert _text(browser.find_element(By.CSS_SELECTOR, "#answer mark")) == "Jean-François Champollion"
+    assert "by minilm_reader" in _text(by_id("took")) and not by_id("inside-row").is_displayed()
+
+    context = by_id("context").get_property("value")
+    for question in ("Who won the 2018 World Cup?", "How much does the Rosetta Stone weigh?"):
+        _ask(browser, None, question)
+        status, api = post(installed_server, {"context": context, "question": question})
+        first = api["answers"][0]
+        assert status == 200 and first["answer"] == "" and first["no_answer_probability"] > 0.6, (question, first)
+        assert not browser.find_elements(By.CSS_SELECTOR, "#answer mark")
+        note = _text(browser.find_element(By.CSS_SELECTOR, "#answer .no-answer-note"))
+        assert note.startswith(f"No answer in this passage ({100 * first['no_answer_probability']:.1f}% sure).")
+        assert not by_id("inside-row").is_displayed()
+    # The World Cup shares no word with the passage: nothing to underline. The stone's weight does:
+    # the sentence that speaks of the stone, to check that it gives no weight.
+    nearest = _text(browser.find_element(By.CSS_SELECTOR, "#answer .nearest"))
+    assert nearest == first["reason"]["text"] and nearest.startswith("The Rosetta Stone is a slab")
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "page-default-abstains.png"))
+
+
+@pytest.fixture(scope="module")
+def qanet_server(tmp_path_factory):
+    """``rckit serve --model qanet`` (its ONNX file where onnxruntime is here, explained with the
+    ``.safetensors`` beside it); its URL."""
+    proc, url = start_server(["--model", "qanet"], tmp_path_factory.mktemp("qanet") / "serve.log")
+    yield url
+    stop_server(proc)
+
+
+@pytest.mark.browser
+def test_the_page_looks_inside_an_answer(qanet_server, browser):
     """ "Inside" under an answer shows POST /v1/explain's page in a frame as tall as it: the answer
     boxed in the shaded passage, attention cells whose hover text names the two words and the weight."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
-    browser.get(installed_server)
+    browser.get(qanet_server)
     by_id = lambda i: browser.find_element(By.ID, i)  # noqa: E731
     state = lambda d: d.execute_script("return document.body.dataset.state")  # noqa: E731
     assert not by_id("inside-button").is_displayed()  # no answer yet

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from rckit.contextual.bert import BertEncoder, hf_names_to_ours
+from rckit.contextual.bert import BertEncoder
+from rckit.contextual.bert_names import hf_names_to_ours, ours_to_hf_names
 from rckit.contextual.encoders import encoder_weights, find_encoder
 from rckit.contextual.pieces import PieceTokenizer, pool, token_pieces
 from rckit.contextual.spec import ContextualSpec
 from rckit.contextual.states import ContextualEncoder
-from rckit.contextual.student import new_student, ours_to_hf_names, save_student, student_config, student_layers
+from rckit.contextual.student import new_student, save_student, student_config, student_layers
 from rckit.data.sources import DataSource, prepare_data
 from rckit.data.split import SquadSplit
 from rckit.training.distill import DistillConfig, batches, distill, student_states, texts_of

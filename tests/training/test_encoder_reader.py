@@ -153,6 +153,7 @@ def test_the_margin_is_calibrated_to_the_share_unanswerable():
 
 
 def test_the_model_scores_only_cls_and_the_passage_and_learns_everywhere_but_the_words(encoder, tokenizer):
+    torch.manual_seed(0)  # the head's draw: one in a dozen leaves a gradient exactly 0 on this tiny batch
     model = tiny_model(encoder)
     params = model.trainable()
     assert all(p is not model.bert.word.weight for p in params)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rckit.contextual.bert import ours_to_hf_names
+from rckit.contextual.bert_names import ours_to_hf_names
 from rckit.contextual.onnx_runner import OPSET, Graph, layer_states
 from rckit.data.prepare import file_digest
 from rckit.model_files.reader_file import read_reader_file

@@ -75,8 +75,8 @@ def duration(text: str | None, flag: str) -> float | None:
 
 
 MODEL_HELP = (
-    "an installed model by name (`rckit models` lists them: qanet, dcn, dcn_plus, deep_lstm_reader, "
-    "qanet_paper), a run directory or an exported file; the same as RUN"
+    "an installed model by name (`rckit models` lists them: minilm_reader, qanet, dcn, dcn_plus, "
+    "deep_lstm_reader, qanet_paper, qanet_glove, qanet_minilm_l2), a run directory or an exported file; the same as RUN"
 )
 
 

@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         metavar="NAME|RUN|FILE",
         help="the reader: an installed model's name (rckit models), a "
-        "run or an exported file (default: $RCKIT_MODEL, else the installed qanet)",
+        "run or an exported file (default: $RCKIT_MODEL, else the installed minilm_reader)",
     )
     p.add_argument("--top-k", type=int, default=1, metavar="K", help="the K best answers (default 1)")
     p.add_argument("--passages", type=int, default=20, metavar="N", help="passages retrieved and read (default 20)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from rckit.answering.answer import shown
@@ -14,20 +15,24 @@ from rckit.cli.arguments import model_option, model_source, span_options
 from rckit.explain.write import write_explanation
 from rckit.model_files.source import names_installed, pytorch_source
 
+# What explains when no model is given: the installed default (rckit's own reader, docs/own-reader.md)
+# has no explanations yet, so the installed QANet's answer is explained, and the explanation says so.
+EXPLAINED_DEFAULT = "qanet"
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Explain a span model's answer to a question about a context: the window read, the start and end "
         "probabilities of every token, the model's attention (QANet's context-query attention, DCN's coattention), "
         "DCN's decoder iterations, and each word's saliency (gradient x input, integrated gradients). Needs the "
-        "PyTorch model (a run, a checkpoint or a .safetensors file); without RUN: $RCKIT_MODEL, else the model "
-        "installed with rckit."
+        "PyTorch model (a run, a checkpoint or a .safetensors file); without RUN: $RCKIT_MODEL, else the installed "
+        f"{EXPLAINED_DEFAULT} (the installed default, rckit's own reader, does not explain its answers yet)."
     )
     p.add_argument(
         "run",
         nargs="?",
         metavar="RUN|FILE",
-        help="run directory, checkpoint or exported .safetensors file (default: the installed model)",
+        help=f"run directory, checkpoint or exported .safetensors file (default: the installed {EXPLAINED_DEFAULT})",
     )
     model_option(p)
     p.add_argument("--context", help="context text")
@@ -69,8 +74,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give --context and --question (a span model), or --example N (a cloze run)")
     check_text("context", args.context)
     check_text("question", args.question)
-    reader = span_reader(Reader.load(torch_source(model_source(args)), args.device), "rckit explain")
+    source = model_source(args)
+    reader = span_reader(Reader.load(torch_source(source), args.device), "rckit explain")
     explanation = reader.explain(args.context, args.question, args.steps, args.max_answer_len, args.stride)
+    if source is None and not os.environ.get("RCKIT_MODEL"):
+        explanation["notes"].append(
+            f"explained with the installed {EXPLAINED_DEFAULT}: the default reader (rckit's own) does not explain "
+            "its answers yet, so this answer may differ from `rckit predict`'s"
+        )
     if args.out is not None:
         write_explanation(explanation, Path(args.out))
     if args.json:
@@ -104,9 +115,12 @@ def explain_example(args: argparse.Namespace) -> int:
 
 
 def torch_source(source: str | None) -> str | Path:
-    """``source`` as given, or for an installed model (by name, or the default) its PyTorch file:
-    the name may answer with its ONNX file, which cannot explain. An ONNX file given by its path
-    is refused by the reader in one line, naming the file beside it."""
+    """``source`` as given, or for an installed model (by name) its PyTorch file: the name may
+    answer with its ONNX file, which cannot explain. None is ``$RCKIT_MODEL`` where set, else the
+    installed :data:`EXPLAINED_DEFAULT`. An ONNX file given by its path is refused by the reader in
+    one line, naming the file beside it."""
+    if source is None and not os.environ.get("RCKIT_MODEL"):
+        source = EXPLAINED_DEFAULT
     return pytorch_source(source) if names_installed(source) else source
 
 

@@ -15,10 +15,11 @@ from rckit.model_files.metadata import read_metadata as safetensors_metadata
 from rckit.model_files.reader_file import is_reader_file, reader_metadata
 from rckit.model_files.source import (
     BUNDLED,
-    BUNDLED_ONNX,
     INSTALLED,
+    OWN_READERS,
     ModelFile,
     exported_files,
+    installed,
     installed_files,
     installed_models,
     installed_path,
@@ -32,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "List the models installed with rckit (use one with --model NAME: predict, evaluate, serve, ask, "
         "explain, export, train --init-from) with their dev EM/F1, size and speed; say which model "
-        "`rckit predict` and `rckit serve` use without one ($RCKIT_MODEL, else the installed qanet); and "
+        "`rckit predict` and `rckit serve` use without one ($RCKIT_MODEL, else the installed minilm_reader); and "
         "list the exported .safetensors and .onnx files in DIR: name, model, size, dev score."
     )
     p.add_argument("dir", nargs="?", help="a directory of exported models")
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         if found.exported:
             print("  " + model_line(found))
     except (FileNotFoundError, MissingPackage) as e:
-        print(f"default model: none ({one_line(e)}); the installed model would be {BUNDLED_ONNX} or {BUNDLED}")
+        print(f"default model: none ({one_line(e)}); the installed model would be {BUNDLED}")
     print(installed_table())
     if args.dir:
         files = exported_files(args.dir)
@@ -64,24 +65,36 @@ def installed_table() -> str:
     rows = [("name", "model", "files", "SQuAD v1.1 dev EM / F1", "ms a question", "answers here with")]
     for name in installed_models():
         files = installed_files(name)
-        meta = safetensors_metadata(files["safetensors"]) if "safetensors" in files else onnx_metadata(files["onnx"])
+        meta = _metadata(files)
         dev = full_dev(meta)
         figure = f"{dev['exact_match']:.2f} / {dev['f1']:.2f}" if dev else "not recorded"
-        if "safetensors" in files and "onnx" in files:  # the ONNX file's own figures, where they differ
+        missing = missing_inputs(meta)
+        if "safetensors" in files and "onnx" in files and not missing:  # the ONNX file's own figures, where they differ
             graph = full_dev(onnx_metadata(files["onnx"]))
             if graph and dev and (graph["exact_match"], graph["f1"]) != (dev["exact_match"], dev["f1"]):
                 figure += f" (.onnx {graph['exact_match']:.2f} / {graph['f1']:.2f})"
         sizes = ", ".join(f"{path.suffix} {path.stat().st_size / 2**20:.1f} MiB" for path in files.values())
         ms = speed.get("models", {}).get(name, {})
         try:
-            backend = "onnxruntime" if open_model(installed_path(name)).backend == "onnxruntime" else "PyTorch"
+            found = open_model(installed_path(name))
+            onnx = found.backend == "onnxruntime" or (name in OWN_READERS and not installed("torch"))
+            backend = "onnxruntime" if onnx else "PyTorch"
         except MissingPackage as e:
             backend = f"nothing: {one_line(e)}"
+        if missing and not backend.startswith("nothing"):
+            backend = f"nothing: it reads {' and '.join(missing)}, not installed: pip install 'rckit[models]'"
         reads = contextual_of(meta)  # the encoder whose states it reads, if any
         rows.append(
             (
                 name,
-                meta["model"] + (f" + {reads.name}" if reads else ""),
+                meta["model"]
+                + (
+                    f" + {reads.name}"
+                    if reads
+                    else f" ({meta['encoder']['name']}, fine-tuned)"
+                    if "encoder" in meta
+                    else ""
+                ),
                 sizes,
                 figure,
                 ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-",
@@ -92,6 +105,35 @@ def installed_table() -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     note = f"  (speed: {speed['machine']}, {speed['date']})" if speed else ""
     return f"installed models (--model NAME; the first is the default):{note}\n" + "\n".join("  " + x for x in lines)
+
+
+def _metadata(files: dict[str, Path]) -> dict:
+    """An installed model's metadata: its ``.safetensors`` file's (a span model's or rckit's own
+    reader's), else its ONNX file's."""
+    if "safetensors" not in files:
+        return onnx_metadata(files["onnx"])
+    path = files["safetensors"]
+    return reader_metadata(path) if is_reader_file(path) else safetensors_metadata(path)
+
+
+def missing_inputs(meta: dict) -> list[str]:
+    """The packages a span model's file reads that are not installed here: the GloVe rows' (where
+    they are rebuilt from their package) and its contextual encoder's weights'. rckit's own reader
+    carries all it reads."""
+    from rckit.contextual.encoders import find_encoder
+    from rckit.model_files.glove_rows import PACKAGE
+
+    out = []
+    rebuilt = [r for r in (meta.get("frozen_rows") or {}).values() if r.get("source") == PACKAGE]
+    if rebuilt and not installed(PACKAGE.replace("-", "_")):
+        out.append(PACKAGE)
+    reads = contextual_of(meta)
+    if reads is not None:
+        try:
+            find_encoder(reads.name)
+        except ModuleNotFoundError:
+            out.append(f"the {reads.name} encoder's weights package")
+    return out
 
 
 def full_dev(meta: dict) -> dict | None:

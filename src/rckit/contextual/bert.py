@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rckit.contextual.bert_names import hf_names_to_ours
+
 
 class BertLayer(nn.Module):
     def __init__(self, d: int, n_heads: int, d_ff: int, eps: float, dropout: float = 0.0, attn_dropout: float = 0.0):
@@ -116,53 +118,3 @@ class BertEncoder(nn.Module):
             h = layer(h, bias)
             states[index] = h
         return torch.stack([states[index] for index in layers], dim=2)  # (B, P, K, d)
-
-
-# Hugging Face BERT's names -> this module's: the embeddings', then each layer's parts.
-HF_FIXED = {
-    "embeddings.word_embeddings.weight": "word.weight",
-    "embeddings.position_embeddings.weight": "position.weight",
-    "embeddings.token_type_embeddings.weight": "token_type.weight",
-    "embeddings.LayerNorm.weight": "norm.weight",
-    "embeddings.LayerNorm.bias": "norm.bias",
-}
-HF_PER_LAYER = {
-    "attention.self.query": "query",
-    "attention.self.key": "key",
-    "attention.self.value": "value",
-    "attention.output.dense": "attn_out",
-    "attention.output.LayerNorm": "attn_norm",
-    "intermediate.dense": "ff_in",
-    "output.dense": "ff_out",
-    "output.LayerNorm": "ff_norm",
-}
-
-
-def hf_names_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A Hugging Face BERT state dict (with or without a ``bert.`` prefix) in this module's names;
-    the pooler and buffers such as ``position_ids`` are left out."""
-    out = {}
-    for name, value in state.items():
-        name = name.removeprefix("bert.")
-        if name in HF_FIXED:
-            out[HF_FIXED[name]] = value
-        elif name.startswith("encoder.layer."):
-            n, rest = name[len("encoder.layer.") :].split(".", 1)
-            part, kind = rest.rsplit(".", 1)
-            if part in HF_PER_LAYER:
-                out[f"layers.{n}.{HF_PER_LAYER[part]}.{kind}"] = value
-    return out
-
-
-def ours_to_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """This module's names back to Hugging Face BERT's (the inverse of :func:`hf_names_to_ours`)."""
-    fixed = {ours: hf for hf, ours in HF_FIXED.items()}
-    per_layer = {ours: hf for hf, ours in HF_PER_LAYER.items()}
-    out = {}
-    for name, value in state.items():
-        if name in fixed:
-            out[fixed[name]] = value
-        else:
-            _, n, part, kind = name.split(".")  # layers.N.part.kind
-            out[f"encoder.layer.{n}.{per_layer[part]}.{kind}"] = value
-    return out

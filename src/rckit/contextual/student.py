@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rckit.contextual.bert import BertEncoder, hf_names_to_ours, ours_to_hf_names
+from rckit.contextual.bert import BertEncoder
+from rckit.contextual.bert_names import hf_names_to_ours, ours_to_hf_names
 from rckit.contextual.encoders import SCALE, EncoderFiles, encoder_weights, int8_rows
 
 

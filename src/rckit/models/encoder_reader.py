@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rckit.contextual.bert import BertEncoder, hf_names_to_ours
+from rckit.contextual.bert import BertEncoder
+from rckit.contextual.bert_names import hf_names_to_ours
 
 
 def pretrained_weights(path: str | Path) -> dict[str, torch.Tensor]:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from rckit.answering.answer import Answer, FoundAnswer, Passage
 from rckit.answering.own_verifier import OwnVerifier
+from rckit.answering.pointer_reader import PointerReader
 from rckit.answering.reader import Reader
 from rckit.answering.verifier import CollectionVerifier
 from rckit.answering.verifier_features import collection_features
@@ -108,12 +109,12 @@ class Collection:
     def open(
         cls,
         path: str | Path,
-        model: str | Path | Reader | None = None,
+        model: str | Path | Reader | PointerReader | None = None,
         retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT,
     ) -> Collection:
         """The store at ``path`` (created if missing) with ``model``'s reader (a run, an exported
-        file, a :class:`Reader`, or None: the default model, loaded when first asked)."""
-        if isinstance(model, Reader):
+        file, a loaded reader, or None: the default model, loaded when first asked)."""
+        if isinstance(model, (Reader, PointerReader)):
             return cls(PassageStore(path), model, retriever_weight)
         return cls(PassageStore(path), None, retriever_weight, model)
 

@@ -99,6 +99,12 @@ def model_name(info: dict) -> str:
     return name if isinstance(name, str) else json.dumps(name)
 
 
+def served_name(info: dict) -> str:
+    """What a server of one reader calls it: its installed name, else :func:`model_name`."""
+    source = info.get("source")
+    return (installed_name(source) if source else None) or model_name(info)
+
+
 @dataclass(frozen=True)
 class Served:
     """One model of a server: the name requests give it, its reader, and its own batcher and explainer."""
@@ -121,6 +127,7 @@ class Served:
             "window": int(self.reader.window),
             "dev_score": info.get("dev_score"),
             "scores": info.get("scores") or [],
+            "explains": hasattr(self.reader, "explain"),
         }
 
 
@@ -165,8 +172,9 @@ def create_app(models, config: ServeConfig = ServeConfig(), settings: dict[str, 
 
 def served_models(models, config: ServeConfig, settings: dict[str, ServeConfig]) -> dict[str, Served]:
     """:func:`create_app`'s ``models`` by name, the default first, each with its batcher and
-    explainer under its ``settings[name]`` (else ``config``)."""
-    readers = models if isinstance(models, dict) else {model_name(models.info): models}
+    explainer under its ``settings[name]`` (else ``config``). One reader is named as installed
+    (``minilm_reader``, ``qanet``, ...) where its file is an installed model's, else by its architecture."""
+    readers = models if isinstance(models, dict) else {served_name(models.info): models}
     if not readers:
         raise ValueError("create_app needs at least one model")
     return {

@@ -567,6 +567,9 @@ class ServedModel(BaseModel):
         description="its recorded scores (`rckit evaluate FILE --record`): exact "
         "match and F1 on a whole file, named with its checksum"
     )
+    explains: bool = Field(
+        description="whether `POST /v1/explain` explains its answers (rckit's own reader does not yet: 501)"
+    )
 
 
 class ModelsResponse(BaseModel):

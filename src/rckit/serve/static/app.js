@@ -12,11 +12,20 @@ const AROUND = 50;  // Compare: characters of the passage shown on each side of 
 const $ = (id) => document.getElementById(id);
 
 // GET /v1/models' list, the default first; the selector is shown only when it holds several.
+// `modelsShown`: the request that fills it (an answer waits for it before offering "Inside").
 let models = [];
+let modelsShown = Promise.resolve(false);
 
 // The model chosen in the selector, or null: the server's default (a server of one model).
 function chosenModel() {
   return models.length > 1 ? $("model-select").value : null;
+}
+
+// Whether the served model `name` (null: the default) can explain its answers (rckit's own reader
+// cannot yet): "Inside" is offered only for one that can.
+function explains(name) {
+  const m = models.find((x) => (name ? x.name === name : x.default));
+  return !m || m.explains !== false;
 }
 
 // A request body naming the chosen model, where there is a choice.
@@ -54,7 +63,8 @@ async function useKey(event) {
   $("key").value = "";
   $("key-form").hidden = true;
   setState("");
-  if (!(await showModels())) return;  // refused: the form is back, saying so
+  modelsShown = showModels();
+  if (!(await modelsShown)) return;  // refused: the form is back, saying so
   await showIndex();
   await showLabels();
   setState("ready");
@@ -266,6 +276,8 @@ async function ask(event) {
     markPassage(context, answers[0]);
     showTopk(context, answers);
     asked = withModel({ context, question }, model);  // "Inside" explains with the model that answered
+    await modelsShown;
+    $("inside-row").hidden = !explains(model);
     const total = performance.now() - t0;
     $("took").textContent = `Answered in ${Math.round(total)} ms (${Math.round(body.ms)} ms in the server) by ${body.model}.`;
     $("result").hidden = false;
@@ -684,7 +696,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("label-form").addEventListener("submit", suggest);
   $("label-passage").addEventListener("mouseup", chooseSelection);
   $("label-save").addEventListener("click", saveLabel);
-  showModels();
+  modelsShown = showModels();
   showIndex();
   showLabels();
 });
