@@ -4,7 +4,8 @@
     python benchmarks/installed_models.py --files A.onnx B.safetensors ...   (any exported files)
 
 For each installed model (``rckit models``) and each file it has (``.safetensors`` on PyTorch,
-``.onnx`` on onnxruntime), loaded with ``rckit.Reader.load`` and its default threads:
+``.onnx`` on onnxruntime), loaded with ``rckit.Reader.load`` and its default threads; rckit's own
+reader (one ``.safetensors`` file for both) on each backend (``PointerReader.load(..., backend=)``):
 
 - one question: ``reader.answer(paragraph, question)`` on load_serve.py's ~150-token paragraph,
   its questions in turn, ``--repeat`` calls after 10 warm-up calls: median and p90 ms. A model
@@ -35,15 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_serve import PARAGRAPH, QUESTIONS  # noqa: E402
 
 from rckit.answering.explanation import DEFAULT_STEPS  # noqa: E402
+from rckit.answering.pointer_reader import PointerReader  # noqa: E402
 from rckit.answering.reader import Reader  # noqa: E402
 from rckit.cli.models import SPEED  # noqa: E402
+from rckit.model_files.reader_file import is_reader_file  # noqa: E402
 from rckit.model_files.source import installed_files, installed_models  # noqa: E402
 
 BACKENDS = {"safetensors": "PyTorch", "onnx": "onnxruntime"}
 
 
 def time_answers(reader, repeat: int, memo: bool = False) -> tuple[float, float]:
-    encoder = reader.encoder
+    encoder = getattr(reader, "encoder", None)  # rckit's own reader is the encoder: no memo
     kept = encoder.memo if encoder is not None else None
     if encoder is not None and not memo:
         encoder.memo = None  # every call reads the paragraph, as a new one would be
@@ -77,6 +80,20 @@ def time_explain(reader, n: int, question: str = QUESTIONS[0], steps: int = DEFA
     return statistics.median(times)
 
 
+def loads(files: dict[str, Path]) -> list[tuple[str, Path, object]]:
+    """(backend, file, how to load it) for each way a model's ``files`` answer."""
+    out = []
+    for fmt, path in files.items():
+        if is_reader_file(path):  # rckit's own reader: the one file on each backend
+            out += [
+                ("PyTorch", path, lambda p=path: PointerReader.load(p, backend="torch")),
+                ("onnxruntime", path, lambda p=path: PointerReader.load(p, backend="onnx")),
+            ]
+        else:
+            out.append((BACKENDS[fmt], path, lambda p=path: Reader.load(p)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=100)
@@ -97,18 +114,19 @@ def main() -> None:
         names = [Path(f).name for f in args.files]
         given = {Path(f).name: {Path(f).suffix.lstrip("."): Path(f)} for f in args.files}
     for name in names:
-        for fmt, path in (given[name] if args.files else installed_files(name)).items():
+        for backend, path, load in loads(given[name] if args.files else installed_files(name)):
             start = time.perf_counter()
-            reader = Reader.load(path)
+            reader = load()
             load_s = time.perf_counter() - start
             median, p90 = time_answers(reader, args.repeat)
-            again = time_answers(reader, args.repeat, memo=True)[0] if reader.encoder is not None else None
-            explain_s = time_explain(reader, args.explain) if fmt == "safetensors" and args.explain else None
-            speed.setdefault(name, {})[BACKENDS[fmt]] = round(median, 1)
+            again = time_answers(reader, args.repeat, memo=True)[0] if getattr(reader, "encoder", None) else None
+            explains = backend == "PyTorch" and hasattr(reader, "explain") and args.explain
+            explain_s = time_explain(reader, args.explain) if explains else None
+            speed.setdefault(name, {})[backend] = round(median, 1)
             rows.append(
                 (
                     name,
-                    BACKENDS[fmt],
+                    backend,
                     f"{path.stat().st_size / 2**20:.1f}",
                     f"{load_s:.2f}",
                     f"{median:.1f} / {p90:.1f}",
@@ -120,7 +138,7 @@ def main() -> None:
                 json.dumps(
                     {
                         "model": name,
-                        "backend": BACKENDS[fmt],
+                        "backend": backend,
                         "mib": path.stat().st_size / 2**20,
                         "load_s": load_s,
                         "median_ms": median,
