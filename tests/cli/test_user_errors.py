@@ -438,6 +438,10 @@ CASES = {
         ],
         ["--init-from", "--resume", "give one"],
     ),
+    "train-init-from-the-own-reader": (
+        lambda w, t: ["train", "qanet", "--out", t / "r", "--init-from", "bundled", *w.common],
+        ["--init-from bundled", "rckit's own reader", "--init-from qanet"],
+    ),
     "train-init-from-missing": (
         lambda w, t: ["train", "qanet", "--out", t / "r", "--init-from", t / "gone.pt", *w.common],
         ["gone.pt", "no checkpoint"],

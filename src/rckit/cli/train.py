@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rckit.cli.arguments import data_arguments, data_source, duration, model_argument, preset_arguments
 from rckit.data.sources import prepare_data
+from rckit.model_files.reader_file import is_reader_file
 from rckit.model_files.source import pytorch_source
 from rckit.presets import data_overrides, run_configs, saved_configs
 from rckit.training import memory
@@ -82,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
         tcfg = replace(tcfg, checkpoint_every=args.checkpoint_every)
     time_budget = duration(args.time_budget, "--time-budget")
     init_from = None if args.init_from is None else pytorch_source(args.init_from)  # 'bundled', a name: installed
+    if init_from is not None and Path(init_from).is_file() and is_reader_file(init_from):
+        raise ValueError(
+            f"--init-from {args.init_from}: {Path(init_from).name} is rckit's own reader, not a {args.model} model "
+            "(start from one of its kind, e.g. --init-from qanet; the own reader trains with rckit finetune)"
+        )
     device = pick_device(args.device)
     dist = init_distributed(device)
     source = data_source(args, args.cloze_data)
