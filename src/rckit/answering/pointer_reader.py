@@ -32,7 +32,7 @@ from rckit.answering.texts import check_request
 from rckit.contextual.pieces import PieceTokenizer
 from rckit.data.pair_windows import padded, pair_windows
 from rckit.model_files.reader_file import read_reader_file, reader_metadata
-from rckit.model_files.source import installed
+from rckit.model_files.source import reader_backend
 
 PointerModel = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
 PAD_TO = 32  # pieces: a window's padded length is the next multiple
@@ -79,13 +79,9 @@ class PointerReader:
         """The reader of a file of :mod:`rckit.model_files.reader_file`; its threshold unless
         ``no_answer_threshold`` is given. ``backend``: ``torch``, ``onnx`` (onnxruntime on a graph
         built from the file on first use, :mod:`rckit.answering.pointer_graph`; ``int8``: its
-        products in int8 by rows) or ``auto``: onnxruntime where it and ``onnx`` are installed and
-        ``device`` is the CPU (it reads a batch of windows in about half PyTorch's time, BENCHMARKS.md;
-        the same answers), else PyTorch where it is installed, else onnxruntime."""
+        products in int8 by rows) or ``auto`` (:func:`~rckit.model_files.source.reader_backend`)."""
         if backend == "auto":
-            on_cpu = str(device) in ("cpu", "auto")
-            backend = "onnx" if on_cpu and installed("onnxruntime") and installed("onnx") else "torch"
-            backend = backend if backend == "onnx" or installed("torch") else "onnx"
+            backend = reader_backend(device)
         if backend not in ("torch", "onnx"):
             raise ValueError(f"backend: torch, onnx or auto, got {backend!r}")
         meta = reader_metadata(path)

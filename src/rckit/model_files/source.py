@@ -161,6 +161,16 @@ def installed(package: str) -> bool:
         return False
 
 
+def reader_backend(device: object = "cpu") -> str:
+    """What answers with rckit's own reader's file by default (``PointerReader.load``'s ``auto``):
+    ``onnx`` where onnxruntime and ``onnx`` are installed and ``device`` is the CPU (a batch of
+    windows in about half PyTorch's time, BENCHMARKS.md; the same answers), else ``torch`` where
+    PyTorch is installed, else ``onnx`` (whose loader names what is missing)."""
+    if str(device) in ("cpu", "auto") and installed("onnxruntime") and installed("onnx"):
+        return "onnx"
+    return "torch" if installed("torch") else "onnx"
+
+
 def default_model_path() -> Path:
     """``$RCKIT_MODEL`` if set (a run directory or an exported file), else the installed default,
     ``minilm_reader`` (:func:`installed_path`).
